@@ -1,0 +1,3 @@
+from halo_cluster.cli import main
+
+main()

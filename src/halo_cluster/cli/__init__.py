@@ -1,0 +1,65 @@
+"""The ``halo`` command line: thin click commands that parse, call the core, render, exit.
+
+Subcommands are imported only when used, so ``halo --help`` stays fast: command modules
+import nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from halo_cluster import __version__
+from halo_cluster.errors import HaloError
+
+# name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
+COMMANDS = {
+    "demo": "halo_cluster.cli.demo:demo",
+    "inventory": "halo_cluster.cli.inventory:inventory",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="halo")
+def cli() -> None:
+    """halo: one tensor-parallel LLM inference cluster from a few RDMA-linked machines,
+    and proof that the fabric does its job.
+
+    Every command takes --json for a stable machine-readable output.
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: maps halo's one-line errors and Ctrl-C to exit codes, never a traceback."""
+    try:
+        result = cli.main(args=argv, prog_name="halo", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.Abort:
+        click.echo("halo: aborted", err=True)
+        sys.exit(130)
+    except HaloError as err:
+        click.echo(f"halo: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        click.echo("halo: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,1 @@
+"""Node facts: readers that take a root directory, pure parsers, frozen dataclasses."""
