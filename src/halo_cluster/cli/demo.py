@@ -6,7 +6,9 @@ import click
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print what the demo gathered as one JSON object.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print what the demo gathered as one JSON object."
+)
 def demo(as_json: bool) -> int:
     """Run every capability on this machine and on the bundled example nodes."""
     from halo_cluster.cli.inventory import render_inventory

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     metavar="DIR",
     help="Read the node's files below DIR (a fixture root, a chroot, a mounted image).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON (docs/inventory.md).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the inventory as JSON (docs/inventory.md)."
+)
 def inventory(root: str, as_json: bool) -> int:
     """Show every fact of one node: RDMA devices, ports and GIDs, interfaces and addresses,
     PCIe links, kernel settings, limits and GPUs. Reads files only; no tool is needed."""
@@ -61,14 +63,30 @@ def _render_rdma(out: Console, inv: Inventory) -> None:
         out.print("RDMA: no devices in /sys/class/infiniband")
         return
     grid = table(
-        "RDMA ports", "device", "driver", "port", "state", "phys", "layer", "rate", "netdev",
-        "RoCE v2 IPv4 GIDs", "tx/rx bytes",
+        "RDMA ports",
+        "device",
+        "driver",
+        "port",
+        "state",
+        "phys",
+        "layer",
+        "rate",
+        "netdev",
+        "RoCE v2 IPv4 GIDs",
+        "tx/rx bytes",
     )
     for dev in inv.rdma:
         for port in dev.ports:
             grid.add_row(
-                dev.name, dash(dev.driver), str(port.port), _state(port.state), dash(port.phys_state),
-                dash(port.link_layer), _rate(port.rate_gbps), dash(port.netdev), _v2_gids(port),
+                dev.name,
+                dash(dev.driver),
+                str(port.port),
+                _state(port.state),
+                dash(port.phys_state),
+                dash(port.link_layer),
+                _rate(port.rate_gbps),
+                dash(port.netdev),
+                _v2_gids(port),
                 f"{dash(port.xmit_bytes)} / {dash(port.rcv_bytes)}",
             )
     out.print(grid)
@@ -90,12 +108,20 @@ def _v2_gids(port: RdmaPort) -> str:
 
 
 def _render_net(out: Console, inv: Inventory) -> None:
-    grid = table("Interfaces", "name", "kind", "state", "mtu", "speed", "driver", "pci", "addresses")
+    grid = table(
+        "Interfaces", "name", "kind", "state", "mtu", "speed", "driver", "pci", "addresses"
+    )
     for iface in inv.net:
         speed = "-" if iface.speed_mbps is None else f"{iface.speed_mbps / 1000:g} Gb/s"
         grid.add_row(
-            iface.name, iface.kind, dash(iface.state), dash(iface.mtu), speed, dash(iface.driver),
-            dash(iface.pci), "\n".join(iface.ipv4 + iface.ipv6) or "-",
+            iface.name,
+            iface.kind,
+            dash(iface.state),
+            dash(iface.mtu),
+            speed,
+            dash(iface.driver),
+            dash(iface.pci),
+            "\n".join(iface.ipv4 + iface.ipv6) or "-",
         )
     out.print(grid)
 
@@ -109,11 +135,19 @@ def _render_hardware(out: Console, inv: Inventory) -> None:
             degraded = (link.current_width or 0) < (link.max_width or 0) or (
                 link.current_speed_gts or 0
             ) < (link.max_speed_gts or 0)
-            grid.add_row(bdf, dash(link.driver), f"[yellow]{current}[/]" if degraded else current, maximum)
+            grid.add_row(
+                bdf, dash(link.driver), f"[yellow]{current}[/]" if degraded else current, maximum
+            )
         out.print(grid)
     gpus = table("GPUs", "vendor", "name", "pci", "VRAM", "GTT")
     for gpu in inv.gpus:
-        gpus.add_row(gpu.vendor, dash(gpu.name), dash(gpu.pci), _gib(gpu.vram_total_bytes), _gib(gpu.gtt_total_bytes))
+        gpus.add_row(
+            gpu.vendor,
+            dash(gpu.name),
+            dash(gpu.pci),
+            _gib(gpu.vram_total_bytes),
+            _gib(gpu.gtt_total_bytes),
+        )
     out.print(gpus if inv.gpus else "GPUs: none found (KFD topology, /proc/driver/nvidia)")
     dev = inv.devices
     out.print(

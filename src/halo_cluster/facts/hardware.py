@@ -89,5 +89,7 @@ def read_devices(root: Root) -> Devices:
     return Devices(
         infiniband=tuple(f"/dev/infiniband/{name}" for name in root.listdir("dev/infiniband")),
         kfd=root.exists("dev/kfd"),
-        dri=tuple(f"/dev/dri/{name}" for name in root.listdir("dev/dri") if name.startswith("renderD")),
+        dri=tuple(
+            f"/dev/dri/{name}" for name in root.listdir("dev/dri") if name.startswith("renderD")
+        ),
     )

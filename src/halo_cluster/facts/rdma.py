@@ -55,7 +55,8 @@ def _read_port(root: Root, base: str, port: int, device_path: str | None) -> Rdm
     gids = _read_gids(root, pbase)
     counters = _read_counters(root, f"{pbase}/counters")
     hw_counters = _read_counters(root, f"{pbase}/hw_counters")
-    xmit, rcv = _byte_totals(counters, hw_counters)
+    has_pma = root.exists(f"{pbase}/counters/port_xmit_data")
+    xmit, rcv = _byte_totals(has_pma, counters, hw_counters)
     netdev = next((gid.netdev for gid in gids if gid.netdev), None)
     return RdmaPort(
         port=port,
@@ -85,8 +86,12 @@ def _read_gids(root: Root, pbase: str) -> tuple[Gid, ...]:
             Gid(
                 index=int(entry),
                 gid=gid,
-                type=root.parse(f"{pbase}/gid_attrs/types/{entry}", p.parse_optional_text, quiet=True),
-                netdev=root.parse(f"{pbase}/gid_attrs/ndevs/{entry}", p.parse_optional_text, quiet=True),
+                type=root.parse(
+                    f"{pbase}/gid_attrs/types/{entry}", p.parse_optional_text, quiet=True
+                ),
+                netdev=root.parse(
+                    f"{pbase}/gid_attrs/ndevs/{entry}", p.parse_optional_text, quiet=True
+                ),
                 ipv4=p.gid_ipv4(gid),
             )
         )
@@ -105,11 +110,12 @@ def _read_counters(root: Root, directory: str) -> dict[str, int]:
 
 
 def _byte_totals(
-    counters: dict[str, int], hw_counters: dict[str, int]
+    has_pma: bool, counters: dict[str, int], hw_counters: dict[str, int]
 ) -> tuple[int | None, int | None]:
     """Normalised byte totals. ``port_*_data`` counts 4-byte words (one per lane);
-    irdma has no PMA counters, so its IPv4 + IPv6 octet counters stand in."""
-    if "port_xmit_data" in counters or "port_rcv_data" in counters:
+    irdma has no PMA counters, so its IPv4 + IPv6 octet counters stand in. A PMA that
+    answers ``N/A`` leaves the totals unknown rather than mixing in other counters."""
+    if has_pma:
         xmit = counters.get("port_xmit_data")
         rcv = counters.get("port_rcv_data")
         return (xmit * 4 if xmit is not None else None, rcv * 4 if rcv is not None else None)

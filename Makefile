@@ -1,0 +1,53 @@
+# halo: the two commands of the README (make demo, make test) and their set-up.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the test suite uses for real (installed when run as root and missing).
+DEB_PACKAGES := openssh-server iproute2 procps
+
+.PHONY: demo test lint typecheck unit deb-packages bench clean
+
+demo: $(VENV)/.installed-all
+	$(BIN)/halo demo
+
+test: deb-packages $(VENV)/.installed-test lint typecheck unit
+
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests benchmarks
+
+typecheck: $(VENV)/.installed-test
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python benchmarks/bench_inventory.py
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.installed-all: pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[all,test]'
+	touch $@
+
+# As root on Debian/Ubuntu, install what is missing; otherwise say what the lab tests lack.
+deb-packages:
+	@missing=""; for pkg in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$pkg"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+	  echo "note: missing Debian packages ($$missing); tests that need them will skip"; \
+	fi
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

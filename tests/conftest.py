@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ROOTS = FIXTURES / "roots"
+EXPECTED = FIXTURES / "expected"
+OUTPUTS = FIXTURES / "outputs"
+SCENARIOS = sorted(p.name for p in ROOTS.iterdir())
+IN_CI = os.environ.get("CI") == "true"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip outside CI when a prerequisite is missing; under CI=true it is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def root_copy(tmp_path: Path):
+    """A writable copy of a fixture root (symlinks kept)."""
+
+    def copy(scenario: str) -> Path:
+        target = tmp_path / scenario
+        shutil.copytree(ROOTS / scenario, target, symlinks=True)
+        return target
+
+    return copy

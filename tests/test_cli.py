@@ -1,0 +1,92 @@
+"""The halo command as a user runs it: a real process, real exit codes, real output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from halo_cluster import __version__
+from tests.conftest import EXPECTED, ROOTS
+
+
+def halo(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "halo_cluster", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_help_lists_commands_and_imports_nothing_heavy() -> None:
+    code = (
+        "import sys; from halo_cluster.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'ray', 'torch', 'textual', 'rich', 'halo_cluster.facts.inventory'}\n"
+        "heavy = (heavy | {'matplotlib'}) & set(sys.modules)\n"
+        "print('HEAVY', sorted(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "inventory" in out and "demo" in out
+    assert "HEAVY []" in out
+
+
+def test_version() -> None:
+    result = halo("--version")
+    assert result.returncode == 0 and __version__ in result.stdout
+
+
+@pytest.mark.parametrize("scenario", ["strix-e810", "connectx-roce", "odd-content"])
+def test_inventory_json_is_the_contract(scenario: str) -> None:
+    result = halo("inventory", "--root", str(ROOTS / scenario), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads(
+        (EXPECTED / f"{scenario}.inventory.json").read_text()
+    )
+
+
+def test_inventory_tables() -> None:
+    result = halo("inventory", "--root", str(ROOTS / "strix-e810"))
+    assert result.returncode == 0, result.stderr
+    for text in (
+        "rocep194s0",
+        "irdma",
+        "[1] 192.168.100.1",
+        "enp194s0np0",
+        "gfx1151",
+        "16.0 GT/s x4",
+        "unlimited",
+    ):
+        assert text in result.stdout
+
+
+def test_inventory_tables_show_warnings() -> None:
+    result = halo("inventory", "--root", str(ROOTS / "odd-content"))
+    assert result.returncode == 0
+    assert "warning: /sys/class/net/lo/mtu: not an integer" in result.stdout
+
+
+def test_missing_root_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = halo("inventory", "--root", str(tmp_path / "missing"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "does not exist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_option_is_a_usage_error() -> None:
+    result = halo("inventory", "--bogus")
+    assert result.returncode == 2 and "No such option" in result.stderr
+
+
+def test_demo_prints_both_inventories() -> None:
+    result = halo("demo")
+    assert result.returncode == 0, result.stderr
+    assert "This machine" in result.stdout and "Bundled example node" in result.stdout
+    assert "rocep194s0" in result.stdout
