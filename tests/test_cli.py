@@ -88,5 +88,49 @@ def test_unknown_option_is_a_usage_error() -> None:
 def test_demo_prints_both_inventories() -> None:
     result = halo("demo")
     assert result.returncode == 0, result.stderr
-    assert "This machine" in result.stdout and "Bundled example node" in result.stdout
+    assert "Inventory of this machine" in result.stdout and "bundled Strix Halo + E810 node" in result.stdout
     assert "rocep194s0" in result.stdout
+    assert "export NCCL_IB_HCA==rocep194s0:1" in result.stdout
+    assert "PASS rccl-roce-2rank.log" in result.stdout and "FAIL nccl-socket-fallback.log" in result.stdout
+
+
+def test_demo_json() -> None:
+    result = halo("demo", "--json")
+    data = json.loads(result.stdout)
+    assert set(data) == {"inventory", "plans", "verify_log"}
+    assert data["plans"]["strix-e810"]["gid_index"] == 1
+    assert data["verify_log"]["nccl-socket-fallback.log"]["ok"] is False
+
+
+def test_env_shell_eval_in_bash() -> None:
+    root = str(ROOTS / "strix-e810")
+    script = (
+        f'eval "$({sys.executable} -m halo_cluster env --root {root} --peer 192.168.100.2)"; env'
+    )
+    result = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "NCCL_IB_HCA==rocep194s0:1" in result.stdout
+    assert "NCCL_IB_GID_INDEX=1" in result.stdout
+
+
+def test_env_json_keys_exactly() -> None:
+    result = halo("env", "--root", str(ROOTS / "connectx-roce"), "--peer", "10.200.1.20", "--json")
+    data = json.loads(result.stdout)
+    assert list(data) == [
+        "transport",
+        "hca",
+        "gid_index",
+        "socket_ifname",
+        "address",
+        "env",
+        "reasons",
+        "warnings",
+    ]
+    assert data["hca"] == "mlx5_10:1" and data["gid_index"] == 3
+
+
+def test_env_impossible_transport_is_one_line_error() -> None:
+    result = halo("env", "--root", str(ROOTS / "port-down"), "--transport", "infiniband")
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "infiniband requested" in result.stderr

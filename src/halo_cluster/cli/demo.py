@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+HEALTHY, MISCONFIGURED = "strix-e810", "strix-e810-misconfigured"
+PEERS = {HEALTHY: "192.168.100.2", MISCONFIGURED: "192.168.100.1"}
+LOGS = {"rccl-roce-2rank.log": "roce", "nccl-socket-fallback.log": "roce"}
 
 
 @click.command()
@@ -10,18 +19,76 @@ import click
     "--json", "as_json", is_flag=True, help="Print what the demo gathered as one JSON object."
 )
 def demo(as_json: bool) -> int:
-    """Run every capability on this machine and on the bundled example nodes."""
-    from halo_cluster.cli.inventory import render_inventory
+    """Run every capability on this machine and on the bundled example nodes (a Strix Halo +
+    E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs)."""
     from halo_cluster.cli.output import console, emit_json
-    from halo_cluster.examples import example_root
+
+    gathered = gather()
+    if as_json:
+        emit_json(gathered["json"])
+        return 0
+    show(console(), gathered)
+    return 0
+
+
+def gather() -> dict[str, Any]:
+    from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
+    from halo_cluster.nccl_log import parse_log
+    from halo_cluster.transport import plan_transport
 
     local = collect_inventory("/")
-    example = collect_inventory(str(example_root("strix-e810")))
-    if as_json:
-        emit_json({"inventory": {"local": local.to_dict(), "strix-e810": example.to_dict()}})
-        return 0
-    out = console()
-    render_inventory(out, local, f"This machine: {local.hostname or '?'}")
-    render_inventory(out, example, "Bundled example node: Strix Halo + Intel E810 (RoCE v2)")
-    return 0
+    examples = {
+        name: collect_inventory(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)
+    }
+    plans = {name: plan_transport(inv, "auto", PEERS[name]) for name, inv in examples.items()}
+    verdicts = {name: parse_log(example_log(name)) for name in LOGS}
+    return {
+        "local": local,
+        "examples": examples,
+        "plans": plans,
+        "verdicts": verdicts,
+        "json": {
+            "inventory": {
+                "local": local.to_dict(),
+                **{n: i.to_dict() for n, i in examples.items()},
+            },
+            "plans": {name: plan.to_dict() for name, plan in plans.items()},
+            "verify_log": {
+                name: {**v.to_dict(), "expect": LOGS[name], "ok": v.meets(LOGS[name])}
+                for name, v in verdicts.items()
+            },
+        },
+    }
+
+
+def show(out: Console, gathered: dict[str, Any]) -> None:
+    from halo_cluster.cli.inventory import render_inventory
+    from halo_cluster.cli.transport import render_env
+
+    local = gathered["local"]
+    render_inventory(out, local, f"1. Inventory of this machine: {local.hostname or '?'}")
+    render_inventory(
+        out, gathered["examples"][HEALTHY], "2. Inventory of the bundled Strix Halo + E810 node"
+    )
+    out.rule("[bold]3. Transport plan per node (halo env --explain)")
+    for name, plan in gathered["plans"].items():
+        out.print(
+            f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.hca}, "
+            f"GID index {plan.gid_index}, interface {plan.socket_ifname}"
+        )
+        out.print(render_env(plan, "shell", explain=True), markup=False, end="")
+        for warning in plan.warnings:
+            out.print(f"[yellow]warning:[/] {warning}")
+    out.rule("[bold]4. Proof of transport (halo verify-log --expect roce)")
+    for name, verdict in gathered["verdicts"].items():
+        ok = verdict.meets(LOGS[name])
+        mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
+        out.print(
+            f"{mark} {name}: transport {verdict.transport}, networks {dict(verdict.networks)}, "
+            f"NCCL/RCCL {verdict.nccl_version}"
+        )
+        if not ok:
+            out.print("     RDMA was wanted but the log shows another transport; evidence:")
+            for line in verdict.evidence[:4]:
+                out.print(f"       {line}", markup=False)

@@ -19,9 +19,9 @@ def emit_json(data: Any) -> None:
 def console() -> Console:
     from rich.console import Console
 
-    out = Console(highlight=False)
+    out = Console(highlight=False, emoji=False)
     if not out.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        out = Console(highlight=False, width=160)
+        out = Console(highlight=False, emoji=False, width=160)
     return out
 
 

@@ -14,3 +14,10 @@ def example_root(name: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"no bundled example root named {name!r}")
     return path
+
+
+def example_log(name: str) -> str:
+    path = EXAMPLES / "logs" / name
+    if not path.is_file():
+        raise UsageError(f"no bundled example log named {name!r}")
+    return path.read_text(encoding="utf-8")

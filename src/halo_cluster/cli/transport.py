@@ -1,0 +1,170 @@
+"""``halo env`` (the transport plan of this node) and ``halo verify-log`` (the proof)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from halo_cluster.cli.output import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.nccl_log import LogVerdict
+    from halo_cluster.transport import TransportPlan
+
+TRANSPORT_CHOICES = ["auto", "infiniband", "roce", "ethernet", "thunderbolt"]
+
+
+@click.command("env")
+@click.option(
+    "--root", default="/", show_default=True, metavar="DIR", help="Read the node below DIR."
+)
+@click.option(
+    "--transport",
+    "wanted",
+    type=click.Choice(TRANSPORT_CHOICES),
+    default="auto",
+    show_default=True,
+    help="The transport wanted; anything but auto fails when this node cannot provide it.",
+)
+@click.option(
+    "--peer",
+    metavar="ADDR",
+    help="IPv4 address of the other node: choose the port that reaches it.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["shell", "json", "dotenv"]),
+    default="shell",
+    show_default=True,
+    help='shell: export lines for eval; dotenv: NAME="value" lines.',
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--explain", is_flag=True, help="Add each variable's reason (as comments in shell/dotenv)."
+)
+def env_command(
+    root: str, wanted: str, peer: str | None, fmt: str, as_json: bool, explain: bool
+) -> int:
+    """Print the NCCL/RCCL, Gloo and vLLM environment this node needs, derived from its own
+    facts. Use it as: eval "$(halo env --peer 192.168.100.2)"."""
+    from halo_cluster.facts.inventory import collect_inventory
+    from halo_cluster.transport import plan_transport
+
+    inv = collect_inventory(root)
+    plan = plan_transport(inv, wanted, peer)
+    if as_json or fmt == "json":
+        emit_json(plan.to_dict())
+    else:
+        sys.stdout.write(render_env(plan, fmt, explain))
+    for warning in plan.warnings:
+        click.echo(f"halo: warning: {warning}", err=True)
+    return 0
+
+
+def render_env(plan: TransportPlan, fmt: str, explain: bool) -> str:
+    lines = []
+    if explain:
+        lines.append(_comment(f"transport: {plan.reasons.get('transport', plan.transport)}"))
+        lines += [_comment(f"warning: {w}") for w in plan.warnings]
+    for name, value in plan.env.items():
+        if explain and name in plan.reasons:
+            lines.append(_comment(f"{name}: {plan.reasons[name]}"))
+        lines.append(
+            f"export {name}={shlex.quote(value)}"
+            if fmt == "shell"
+            else f"{name}={dotenv_quote(value)}"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+def _comment(text: str) -> str:
+    return "# " + " ".join(text.split())  # one line: a newline must not end the comment
+
+
+def dotenv_quote(value: str) -> str:
+    """Double-quoted, safe to ``source`` from bash: \\, ", $ and ` escaped; newlines as \\n."""
+    for char in ("\\", '"', "$", "`"):
+        value = value.replace(char, "\\" + char)
+    return '"' + value.replace("\n", "\\n") + '"'
+
+
+@click.command("verify-log")
+@click.argument("files", nargs=-1, required=True, metavar="FILE...")
+@click.option(
+    "--expect",
+    type=click.Choice(["roce", "infiniband", "rdma", "socket"]),
+    help="The transport that should have run; exit 1 when the log shows another or a mix.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def verify_log(files: tuple[str, ...], expect: str | None, as_json: bool) -> int:
+    """Prove from NCCL/RCCL debug output (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET) which
+    transport carried the data. FILE may be '-' for stdin; give every rank's log at once.
+
+    Exit codes: 0 expectation met (or, without --expect, one transport found), 1 another
+    transport or a mix, 3 no transport in the log at all."""
+    from halo_cluster.nccl_log import parse_logs
+
+    verdict = parse_logs(_read_sources(files))
+    code = verdict_exit_code(verdict, expect)
+    if as_json:
+        emit_json({**verdict.to_dict(), "expect": expect, "ok": code == 0})
+    else:
+        _render_verdict(verdict, expect, code)
+    return code
+
+
+def verdict_exit_code(verdict: LogVerdict, expect: str | None) -> int:
+    if verdict.transport == "unknown":
+        return 3
+    if expect is not None:
+        return 0 if verdict.meets(expect) else 1
+    return 1 if verdict.transport == "mixed" else 0
+
+
+def _read_sources(files: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    from halo_cluster.errors import UsageError
+
+    sources = []
+    for name in files:
+        if name == "-":
+            sources.append(
+                ("stdin", sys.stdin.buffer.read().decode("utf-8", "replace").splitlines())
+            )
+            continue
+        try:
+            with open(name, "rb") as handle:
+                sources.append((name, handle.read().decode("utf-8", "replace").splitlines()))
+        except OSError as err:
+            raise UsageError(f"cannot read log {name}: {err.strerror or err}") from None
+    return sources
+
+
+def _render_verdict(verdict: LogVerdict, expect: str | None, code: int) -> None:
+    from halo_cluster.cli.output import console
+
+    out = console()
+    colour = {0: "green", 1: "red", 3: "yellow"}[code]
+    wanted = f" (expected {expect})" if expect else ""
+    out.print(f"[bold {colour}]transport: {verdict.transport}[/]{wanted}")
+    version = verdict.nccl_version or "not in the log"
+    out.print(f"NCCL/RCCL version: {version}; ranks seen: {verdict.ranks_seen}")
+    out.print(f"HCAs: {', '.join(verdict.hcas) or 'none'}; GPUDirect RDMA: {_tri(verdict.gdr)}")
+    for process, network in verdict.networks.items():
+        out.print(f"  {process}: Using network {network}", markup=False)
+    if verdict.evidence:
+        out.print("evidence:")
+        for line in verdict.evidence:
+            out.print(f"  {line}", markup=False)
+    if code == 3:
+        out.print(
+            "no transport lines found: was the log written with "
+            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET?"
+        )
+
+
+def _tri(value: bool | None) -> str:
+    return "unknown" if value is None else "yes" if value else "no"
