@@ -280,3 +280,9 @@ def test_link_leaving_the_root_is_a_warning(root_copy) -> None:
     inv = collect_inventory(str(root))
     assert any("outside the root" in w for w in inv.warnings)
     assert inv.interface("eno1").kind == "virtual"  # type: ignore[union-attr]
+
+
+def test_fixture_roots_survive_git() -> None:
+    """git keeps no empty directory: a fixture fact must never rest on one."""
+    empty = [str(d) for d in ROOTS.glob("*/**/") if d.is_dir() and not d.is_symlink() and not any(d.iterdir())]
+    assert empty == []

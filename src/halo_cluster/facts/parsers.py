@@ -20,6 +20,11 @@ _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _EMPTY_LINK_LOCAL_GID = "fe80:0000:0000:0000:0000:0000:0000:0000"
 
 
+def is_uint(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also accepts characters such as '²')."""
+    return text.isascii() and text.isdigit()
+
+
 def _one_line(text: str, what: str) -> str:
     """The single non-empty line of ``text`` (blank lines and missing newlines tolerated)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -46,7 +51,7 @@ def parse_counter(text: str) -> int | None:
     line = _one_line(text, "a counter")
     if line.startswith("N/A"):
         return None
-    if not line.isdigit():
+    if not is_uint(line):
         raise ParseError("not a counter value", text)
     return int(line)
 
@@ -143,7 +148,7 @@ def parse_meminfo_total_kib(text: str) -> int:
     for line in text.splitlines():
         if line.startswith("MemTotal:"):
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
+            if len(parts) >= 2 and is_uint(parts[1]):
                 return int(parts[1])
             break
     raise ParseError("no 'MemTotal: N kB' line", text)
@@ -156,7 +161,7 @@ def parse_memlock_bytes(text: str) -> int | None:
             soft = line[len("Max locked memory") :].split()
             if soft and soft[0] == "unlimited":
                 return None
-            if soft and soft[0].isdigit():
+            if soft and is_uint(soft[0]):
                 return int(soft[0])
             break
     raise ParseError("no 'Max locked memory' line", text)
@@ -218,7 +223,7 @@ def parse_route(text: str) -> list[Route]:
     routes: list[Route] = []
     for line in lines[1:]:
         cols = line.split()
-        if len(cols) < 8 or not cols[6].isdigit():
+        if len(cols) < 8 or not is_uint(cols[6]):
             raise ParseError("route row with too few columns", text)
         routes.append(
             Route(
@@ -257,7 +262,7 @@ def parse_properties(text: str) -> dict[str, int]:
         cols = line.split()
         if not cols:
             continue
-        if len(cols) != 2 or not cols[1].lstrip("-").isdigit():
+        if len(cols) != 2 or not is_uint(cols[1].removeprefix("-")):
             raise ParseError("expected 'name integer' lines", text)
         values[cols[0]] = int(cols[1])
     return values

@@ -24,7 +24,7 @@ def _read_device(root: Root, name: str) -> RdmaDevice:
     ports = tuple(
         _read_port(root, base, int(port), device_path)
         for port in root.listdir(f"{base}/ports")
-        if port.isdigit()
+        if p.is_uint(port)
     )
     return RdmaDevice(
         name=name,
@@ -76,7 +76,7 @@ def _read_port(root: Root, base: str, port: int, device_path: str | None) -> Rdm
 def _read_gids(root: Root, pbase: str) -> tuple[Gid, ...]:
     gids: list[Gid] = []
     for entry in root.listdir(f"{pbase}/gids"):
-        if not entry.isdigit():
+        if not p.is_uint(entry):
             continue
         gid = root.parse(f"{pbase}/gids/{entry}", p.parse_gid)
         if gid is None or not p.gid_is_populated(gid):
