@@ -88,10 +88,16 @@ def test_unknown_option_is_a_usage_error() -> None:
 def test_demo_prints_both_inventories() -> None:
     result = halo("demo")
     assert result.returncode == 0, result.stderr
-    assert "Inventory of this machine" in result.stdout and "bundled Strix Halo + E810 node" in result.stdout
+    assert (
+        "Inventory of this machine" in result.stdout
+        and "bundled Strix Halo + E810 node" in result.stdout
+    )
     assert "rocep194s0" in result.stdout
     assert "export NCCL_IB_HCA==rocep194s0:1" in result.stdout
-    assert "PASS rccl-roce-2rank.log" in result.stdout and "FAIL nccl-socket-fallback.log" in result.stdout
+    assert (
+        "PASS rccl-roce-2rank.log" in result.stdout
+        and "FAIL nccl-socket-fallback.log" in result.stdout
+    )
 
 
 def test_demo_json() -> None:

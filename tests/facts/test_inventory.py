@@ -284,5 +284,17 @@ def test_link_leaving_the_root_is_a_warning(root_copy) -> None:
 
 def test_fixture_roots_survive_git() -> None:
     """git keeps no empty directory: a fixture fact must never rest on one."""
-    empty = [str(d) for d in ROOTS.glob("*/**/") if d.is_dir() and not d.is_symlink() and not any(d.iterdir())]
+    empty = [
+        str(d)
+        for d in ROOTS.glob("*/**/")
+        if d.is_dir() and not d.is_symlink() and not any(d.iterdir())
+    ]
     assert empty == []
+
+
+@pytest.mark.parametrize("scenario", ["strix-e810", "strix-e810-misconfigured"])
+def test_bundled_example_roots_match_the_fixtures(scenario: str) -> None:
+    from halo_cluster.examples import example_root
+
+    expected = json.loads((EXPECTED / f"{scenario}.inventory.json").read_text())
+    assert collect_inventory(str(example_root(scenario))).to_dict() == expected

@@ -1,19 +1,39 @@
-"""Example data shipped with halo: filesystem roots of real-looking nodes, sample logs."""
+"""Example data shipped with halo: filesystem roots of real-looking nodes, sample logs.
+
+The roots travel as ``roots.tar.gz`` (symlinks kept; sysfs symlink cycles would make
+packaging tools walk a plain directory forever) and are unpacked once per process into
+a temporary directory that is removed at exit.
+"""
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 
 from halo_cluster.errors import UsageError
 
 EXAMPLES = Path(__file__).resolve().parent
+_unpacked: list[Path] = []
 
 
 def example_root(name: str) -> Path:
-    path = EXAMPLES / "roots" / name
+    path = _unpack() / name
     if not path.is_dir():
         raise UsageError(f"no bundled example root named {name!r}")
     return path
+
+
+def _unpack() -> Path:
+    if not _unpacked:
+        target = Path(tempfile.mkdtemp(prefix="halo-examples-"))
+        atexit.register(shutil.rmtree, target, ignore_errors=True)
+        with tarfile.open(EXAMPLES / "roots.tar.gz") as tar:
+            tar.extractall(target, filter="data")
+        _unpacked.append(target)
+    return _unpacked[0]
 
 
 def example_log(name: str) -> str:
