@@ -292,9 +292,7 @@ def _rate(port: RdmaPort) -> str:
 # -- TCP plans --------------------------------------------------------------------------------
 def _tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -> TransportPlan:
     warnings: list[str] = []
-    candidates = [
-        i for i in inv.net if i.kind not in ("loopback", "virtual") and i.ipv4 and i.state != "down"
-    ]
+    candidates = _ip_interfaces(inv)
     if wanted == "thunderbolt":
         candidates = [i for i in candidates if i.kind == "thunderbolt"]
         if not candidates:
@@ -346,13 +344,14 @@ def _tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -
 def _why_no_rdma(inv: Inventory) -> str:
     reasons = []
     for kind in RDMA_TRANSPORTS:
+        usable = _usable(inv, kind, allow_software=False)
         for cand in _candidates(inv, kind):
             if cand.device.driver in SOFTWARE_RDMA_DRIVERS and cand.port.state == "ACTIVE":
                 reasons.append(
                     f"{cand.label} is software RDMA, slower than TCP "
                     "(ask --transport roce to use it anyway)"
                 )
-            elif cand in _usable(inv, kind, allow_software=False):
+            elif cand in usable:
                 reasons.append(f"{cand.label} does not reach the peer")
             else:
                 reasons.append(_why_unusable([cand]))
@@ -360,6 +359,13 @@ def _why_no_rdma(inv: Inventory) -> str:
 
 
 # -- shared -----------------------------------------------------------------------------------
+def _ip_interfaces(inv: Inventory) -> list[NetInterface]:
+    """Physical interfaces that can carry IP traffic now: not down, with an IPv4 address."""
+    return [
+        i for i in inv.net if i.kind not in ("loopback", "virtual") and i.ipv4 and i.state != "down"
+    ]
+
+
 def _interface_address(
     iface: NetInterface | None, peer: ipaddress.IPv4Address | None
 ) -> str | None:
@@ -382,7 +388,7 @@ def _socket_interface(
     address (IPoIB for InfiniBand), else the one that reaches the peer."""
     if iface is not None and iface.ipv4:
         return iface
-    others = [i for i in inv.net if i.kind not in ("loopback", "virtual") and i.ipv4]
+    others = _ip_interfaces(inv)
     if peer is not None:
         others = [i for i in others if _network_address(i, peer)] or others
     chosen = others[0] if others else None

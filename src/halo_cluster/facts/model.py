@@ -115,8 +115,7 @@ class Inventory:
     warnings: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        data = {"schema": SCHEMA, **_plain(self)}
-        return data
+        return {"schema": SCHEMA, **_plain(self)}
 
     def interface(self, name: str | None) -> NetInterface | None:
         return next((iface for iface in self.net if iface.name == name), None)
