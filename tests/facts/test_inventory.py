@@ -202,6 +202,11 @@ def test_no_rdma_node_complete() -> None:
         },
         "gpus": [],
         "devices": {"infiniband": [], "kfd": False, "dri": []},
+        "rdma_core": {"release": None, "library": None, "providers": []},
+        "firewall": {"backend": None, "default_zone": None, "zones": {}, "trusted_interfaces": []},
+        "amd_memory": {"gttsize_mib": None, "ttm_pages_limit": None},
+        "container": None,
+        "versions": {},
         "warnings": [],
     }
 

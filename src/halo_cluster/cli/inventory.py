@@ -25,13 +25,18 @@ if TYPE_CHECKING:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the inventory as JSON (docs/inventory.md)."
 )
-def inventory(root: str, as_json: bool) -> int:
+@click.option(
+    "--versions",
+    is_flag=True,
+    help="Add the versions of Python, halo, Ray, vLLM and torch installed here (for the doctor).",
+)
+def inventory(root: str, as_json: bool, versions: bool) -> int:
     """Show every fact of one node: RDMA devices, ports and GIDs, interfaces and addresses,
     PCIe links, kernel settings, limits and GPUs. Reads files only; no tool is needed."""
     from halo_cluster.cli.output import console
     from halo_cluster.facts.inventory import collect_inventory
 
-    inv = collect_inventory(root)
+    inv = collect_inventory(root, versions=versions)
     if as_json:
         emit_json(inv.to_dict())
     else:

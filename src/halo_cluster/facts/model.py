@@ -101,6 +101,34 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class RdmaCore:
+    """rdma-core in this environment: the release (from ``libibverbs.so.1.14.<release>.0``)
+    and the verbs providers installed (``libirdma-rdmav34.so`` -> ``irdma``)."""
+
+    release: int | None
+    library: str | None
+    providers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Firewall:
+    """Host firewall configuration: which backend is configured and which interfaces it trusts."""
+
+    backend: str | None  # firewalld / ufw / None
+    default_zone: str | None
+    zones: Mapping[str, str]  # interface -> firewalld zone
+    trusted_interfaces: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AmdMemory:
+    """Kernel limits on GPU-visible system memory (``sys/module/*/parameters``)."""
+
+    gttsize_mib: int | None
+    ttm_pages_limit: int | None
+
+
+@dataclass(frozen=True)
 class Inventory:
     hostname: str | None
     os: OsInfo
@@ -112,6 +140,11 @@ class Inventory:
     pci: Mapping[str, PciLink]
     gpus: tuple[Gpu, ...]
     devices: Devices
+    rdma_core: RdmaCore = field(default=RdmaCore(None, None, ()))
+    firewall: Firewall = field(default=Firewall(None, None, {}, ()))
+    amd_memory: AmdMemory = field(default=AmdMemory(None, None))
+    container: str | None = None
+    versions: Mapping[str, str | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,6 +185,18 @@ def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
             kfd=data["devices"]["kfd"],
             dri=tuple(data["devices"]["dri"]),
         ),
+        rdma_core=RdmaCore(
+            **{**data["rdma_core"], "providers": tuple(data["rdma_core"]["providers"])}
+        ),
+        firewall=Firewall(
+            **{
+                **data["firewall"],
+                "trusted_interfaces": tuple(data["firewall"]["trusted_interfaces"]),
+            }
+        ),
+        amd_memory=AmdMemory(**data["amd_memory"]),
+        container=data.get("container"),
+        versions=dict(data.get("versions", {})),
         warnings=tuple(data.get("warnings", ())),
     )
 
