@@ -1,0 +1,58 @@
+"""What a node check looks at: the node's inventory plus what the cluster config says of it."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from halo_cluster.checks.fixes import family
+from halo_cluster.errors import HaloError
+from halo_cluster.facts.model import Gpu, Inventory, NetInterface, RdmaDevice, RdmaPort
+from halo_cluster.transport import AMD_APU_TARGETS, RDMA_TRANSPORTS, plan_transport
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    inv: Inventory
+    wanted: str = "auto"
+    fabric_address: str | None = None
+    gpus: bool = True
+    # interface -> `ethtool -i` output; None when ethtool could not be run
+    ethtool: Mapping[str, str] | None = None
+
+    @cached_property
+    def family(self) -> str:
+        return family(self.inv.os.id)
+
+    @property
+    def wants_rdma(self) -> bool:
+        return self.wanted in RDMA_TRANSPORTS or (self.wanted == "auto" and bool(self.inv.rdma))
+
+    @cached_property
+    def fabric_iface(self) -> NetInterface | None:
+        """The interface holding the configured fabric address, else the one the transport
+        plan of this node would use."""
+        if self.fabric_address:
+            address = ipaddress.IPv4Address(self.fabric_address)
+            for iface in self.inv.net:
+                if any(ipaddress.IPv4Interface(c).ip == address for c in iface.ipv4):
+                    return iface
+            return None
+        try:
+            return self.inv.interface(plan_transport(self.inv, self.wanted).socket_ifname)
+        except HaloError:
+            return None
+
+    @cached_property
+    def fabric_ports(self) -> list[tuple[RdmaDevice, RdmaPort]]:
+        """RDMA ports on the fabric interface; every port when that is unknown."""
+        every = [(dev, port) for dev in self.inv.rdma for port in dev.ports]
+        iface = self.fabric_iface
+        on_fabric = [(d, p) for d, p in every if iface is not None and p.netdev == iface.name]
+        return on_fabric or every
+
+    @cached_property
+    def apus(self) -> list[Gpu]:
+        return [g for g in self.inv.gpus if g.vendor == "amd" and g.name in AMD_APU_TARGETS]

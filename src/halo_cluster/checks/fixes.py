@@ -1,0 +1,100 @@
+"""The commands that fix a finding, per distribution family, exactly as a person types them."""
+
+from __future__ import annotations
+
+import shlex
+
+FEDORA_LIKE = {"fedora", "rhel", "centos", "rocky", "almalinux", "nobara", "bazzite"}
+DEBIAN_LIKE = {"ubuntu", "debian", "pop", "linuxmint"}
+
+
+def family(os_id: str | None) -> str:
+    if os_id in FEDORA_LIKE:
+        return "fedora"
+    if os_id in DEBIAN_LIKE:
+        return "debian"
+    return "other"
+
+
+def q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def set_mtu(fam: str, iface: str, mtu: int = 9000) -> list[str]:
+    if fam == "fedora":
+        return [
+            f"sudo nmcli connection modify {q(iface)} ethernet.mtu {mtu}",
+            f"sudo nmcli connection up {q(iface)}",
+        ]
+    if fam == "debian":
+        return [
+            f"# set 'mtu: {mtu}' for {iface} in /etc/netplan/*.yaml, then:",
+            "sudo netplan apply",
+        ]
+    return [f"sudo ip link set dev {q(iface)} mtu {mtu}"]
+
+
+def set_address(fam: str, iface: str, cidr: str) -> list[str]:
+    if fam == "fedora":
+        return [
+            f"sudo nmcli connection modify {q(iface)} ipv4.method manual ipv4.addresses {q(cidr)}",
+            f"sudo nmcli connection up {q(iface)}",
+        ]
+    if fam == "debian":
+        return [
+            f"# add '{cidr}' under {iface}: addresses: in /etc/netplan/*.yaml, then:",
+            "sudo netplan apply",
+        ]
+    return [f"sudo ip addr add {q(cidr)} dev {q(iface)}"]
+
+
+def link_up(fam: str, iface: str) -> list[str]:
+    if fam == "fedora":
+        return [f"sudo nmcli connection up {q(iface)}", "# check the cable and the peer's port"]
+    return [f"sudo ip link set dev {q(iface)} up", "# check the cable and the peer's port"]
+
+
+def kernel_args(fam: str, add: list[str], remove: list[str]) -> list[str]:
+    if fam == "fedora":
+        parts = []
+        if add:
+            parts.append(f"--args={q(' '.join(add))}")
+        if remove:
+            parts.append(f"--remove-args={q(' '.join(remove))}")
+        return [f"sudo grubby --update-kernel=ALL {' '.join(parts)}", "sudo reboot"]
+    steps = []
+    if add:
+        steps.append(f"# add '{' '.join(add)}' to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub")
+    if remove:
+        steps.append(
+            f"# remove '{' '.join(remove)}' from GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub"
+        )
+    tool = "sudo update-grub" if fam == "debian" else "sudo grub2-mkconfig -o /boot/grub2/grub.cfg"
+    return [*steps, tool, "sudo reboot"]
+
+
+def trust_interface(fam: str, backend: str | None, iface: str) -> list[str]:
+    if backend == "ufw" or (backend is None and fam == "debian"):
+        return [f"sudo ufw allow in on {q(iface)}"]
+    return [
+        f"sudo firewall-cmd --permanent --zone=trusted --change-interface={q(iface)}",
+        "sudo firewall-cmd --reload",
+    ]
+
+
+def install(fam: str, *packages: str) -> list[str]:
+    names = " ".join(q(p) for p in packages)
+    if fam == "fedora":
+        return [f"sudo dnf install -y {names}"]
+    if fam == "debian":
+        return [f"sudo apt install -y {names}"]
+    return [f"# install {names} with your distribution's package manager"]
+
+
+def memlock_unlimited() -> list[str]:
+    return [
+        "printf '* soft memlock unlimited\\n* hard memlock unlimited\\n' | "
+        "sudo tee /etc/security/limits.d/90-halo-memlock.conf",
+        "# containers: add --ulimit memlock=-1; systemd services: LimitMEMLOCK=infinity",
+        "# then log in again",
+    ]
