@@ -17,6 +17,7 @@ from halo_cluster.errors import HaloError
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
     "demo": "halo_cluster.cli.demo:demo",
+    "doctor": "halo_cluster.cli.doctor:doctor",
     "env": "halo_cluster.cli.transport:env_command",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "verify-log": "halo_cluster.cli.transport:verify_log",

@@ -1,0 +1,198 @@
+"""Cluster checks: pure functions over every node's report."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+
+from halo_cluster.checks import Finding, fail, info, ok, warn
+from halo_cluster.cluster.gather import NodeReport
+from halo_cluster.errors import HaloError
+from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.transport import plan_transport
+
+MUST_MATCH = ("python", "ray", "vllm", "torch")
+
+
+def _reached(reports: Sequence[NodeReport]) -> list[tuple[NodeReport, Inventory]]:
+    return [(r, r.inventory) for r in reports if r.inventory is not None]
+
+
+def _fabric_iface(report: NodeReport, inv: Inventory) -> NetInterface | None:
+    address = report.node.fabric_address
+    if not address:
+        return None
+    return next((i for i in inv.net if any(c.split("/")[0] == address for c in i.ipv4)), None)
+
+
+def check_reachable(reports: Sequence[NodeReport]) -> list[Finding]:
+    down = [r for r in reports if r.inventory is None]
+    if not down:
+        return [ok("cluster.reachable", f"all {len(reports)} nodes answered over SSH")]
+    return [
+        fail(
+            "cluster.reachable",
+            f"{r.node.name} did not answer",
+            r.error or "",
+            fix=[
+                f"ssh -o BatchMode=yes {r.node.ssh} true   # test by hand",
+                f'# is halo installed there? set halo = "/path/to/halo" for {r.node.name}',
+            ],
+        )
+        for r in down
+    ]
+
+
+def check_fabric_ping(reports: Sequence[NodeReport]) -> Finding:
+    failed = [
+        f"{r.node.name} -> {peer}"
+        for r, _ in _reached(reports)
+        for peer, good in r.pings.items()
+        if not good
+    ]
+    tried = sum(len(r.pings) for r, _ in _reached(reports))
+    if failed:
+        return fail(
+            "cluster.fabric_ping",
+            f"{len(failed)} of {tried} fabric paths fail",
+            *failed,
+            fix=["# check cables, addresses (same subnet) and firewalls on the fabric interfaces"],
+        )
+    if not tried:
+        return info(
+            "cluster.fabric_ping", "no fabric addresses to ping (set fabric_address per node)"
+        )
+    return ok("cluster.fabric_ping", f"all {tried} fabric paths answer ping")
+
+
+def check_same_subnet(reports: Sequence[NodeReport]) -> Finding:
+    networks: dict[str, str] = {}
+    for report, inv in _reached(reports):
+        iface = _fabric_iface(report, inv)
+        cidr = (
+            next((c for c in iface.ipv4 if c.split("/")[0] == report.node.fabric_address), None)
+            if iface
+            else None
+        )
+        networks[report.node.name] = (
+            str(ipaddress.IPv4Interface(cidr).network) if cidr else "no such address"
+        )
+    evidence = [f"{name}: {net}" for name, net in networks.items()]
+    if len(set(networks.values())) == 1 and "no such address" not in networks.values():
+        return ok(
+            "cluster.same_subnet",
+            f"all fabric addresses in {next(iter(networks.values()))}",
+            *evidence,
+        )
+    return fail(
+        "cluster.same_subnet",
+        "fabric addresses are not on one subnet",
+        *evidence,
+        fix=["# give every node an address in the same subnet, e.g. 192.168.100.1/30 and .2/30"],
+    )
+
+
+def check_mtu_match(reports: Sequence[NodeReport]) -> Finding:
+    mtus = {}
+    for report, inv in _reached(reports):
+        iface = _fabric_iface(report, inv)
+        mtus[report.node.name] = iface.mtu if iface else None
+    evidence = [f"{name}: {mtu}" for name, mtu in mtus.items()]
+    if len(set(mtus.values())) <= 1:
+        return ok(
+            "cluster.mtu_match",
+            f"fabric MTU {next(iter(mtus.values()), None)} everywhere",
+            *evidence,
+        )
+    return fail(
+        "cluster.mtu_match",
+        "fabric MTUs differ: large frames are dropped one way",
+        *evidence,
+        fix=["# set the same MTU (9000) on every fabric interface"],
+    )
+
+
+def check_transport_match(reports: Sequence[NodeReport], wanted: str) -> Finding:
+    """Every node resolves its own transport on its own hardware, towards a peer."""
+    results: dict[str, str] = {}
+    for report, inv in _reached(reports):
+        peer = next(
+            (r.node.fabric_address for r in reports if r is not report and r.node.fabric_address),
+            None,
+        )
+        try:
+            plan = plan_transport(inv, wanted, peer)
+            results[report.node.name] = f"{plan.transport} ({plan.hca or plan.socket_ifname})"
+        except HaloError as err:
+            results[report.node.name] = f"error: {err}"
+    kinds = {value.split(" ")[0] for value in results.values()}
+    evidence = [f"{name}: {value}" for name, value in results.items()]
+    if len(kinds) == 1 and "error:" not in kinds:
+        return ok("cluster.transport_match", f"every node resolves {kinds.pop()}", *evidence)
+    return fail(
+        "cluster.transport_match",
+        "nodes resolve different transports (or none)",
+        *evidence,
+        fix=["halo env --explain   # on each node, to see why"],
+    )
+
+
+def check_versions(reports: Sequence[NodeReport]) -> list[Finding]:
+    def value(inv: Inventory, key: str) -> str | None:
+        if key == "python":
+            found = inv.versions.get("python")
+            return ".".join(found.split(".")[:2]) if found else None
+        if key == "rdma-core":
+            return str(inv.rdma_core.release) if inv.rdma_core.release else None
+        if key == "kernel":
+            return inv.kernel.release
+        return inv.versions.get(key)
+
+    findings = []
+    reached = _reached(reports)
+    for keys, severity in ((MUST_MATCH, "fail"), (("rdma-core", "kernel"), "warn")):
+        differ = []
+        for key in keys:
+            seen = {r.node.name: value(inv, key) for r, inv in reached}
+            if len(set(seen.values())) > 1:
+                differ.append(f"{key}: " + ", ".join(f"{n}={v}" for n, v in seen.items()))
+        if differ:
+            maker = fail if severity == "fail" else warn
+            what = "must match" if severity == "fail" else "should match"
+            findings.append(
+                maker(
+                    "cluster.versions_match",
+                    f"versions that {what} differ",
+                    *differ,
+                    fix=["# install the same versions on every node (same container image)"],
+                )
+            )
+    return findings or [
+        ok("cluster.versions_match", "Python, Ray, vLLM, torch, rdma-core and kernel match")
+    ]
+
+
+def check_ssh_path(reports: Sequence[NodeReport]) -> Finding:
+    fabric = {r.node.fabric_address for r in reports if r.node.fabric_address}
+    over = [r.node.name for r in reports if r.node.host in fabric]
+    if over:
+        return info(
+            "cluster.ssh_path",
+            f"SSH to {', '.join(over)} runs over the fabric: a broken fabric "
+            "link also blocks diagnosis; prefer the management network",
+        )
+    return ok("cluster.ssh_path", "SSH uses a separate network from the fabric")
+
+
+def cluster_checks(reports: Sequence[NodeReport], wanted: str) -> list[Finding]:
+    findings = check_reachable(reports)
+    if len(_reached(reports)) >= 2:
+        findings += [
+            check_fabric_ping(reports),
+            check_same_subnet(reports),
+            check_mtu_match(reports),
+            check_transport_match(reports, wanted),
+            *check_versions(reports),
+        ]
+    findings.append(check_ssh_path(reports))
+    return findings

@@ -1,0 +1,1 @@
+"""Cluster-wide work: gathering facts from every node, and (later) the lifecycle."""

@@ -1,0 +1,88 @@
+"""Gather every node's inventory (and fabric reachability) in parallel over its Runner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.facts.model import Inventory, inventory_from_dict
+from halo_cluster.runner import Runner, SSHRunner
+
+INVENTORY_TIMEOUT_S = 30.0
+PING_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: NodeConfig
+    inventory: Inventory | None
+    error: str | None = None
+    pings: Mapping[str, bool] = field(default_factory=dict)  # peer node name -> reached
+    ethtool: Mapping[str, str] | None = None
+
+
+def ssh_runners(config: Config) -> dict[str, Runner]:
+    return {n.name: SSHRunner(n.ssh, config.ssh_config) for n in config.nodes}
+
+
+def gather(
+    config: Config,
+    runners: Mapping[str, Runner],
+    nodes: list[NodeConfig] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[NodeReport]:
+    chosen = nodes if nodes is not None else list(config.nodes)
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        futures = [
+            pool.submit(_gather_node, config, node, runners[node.name], progress) for node in chosen
+        ]
+        return [future.result() for future in futures]
+
+
+def _gather_node(
+    config: Config, node: NodeConfig, runner: Runner, progress: Callable[[str], None] | None
+) -> NodeReport:
+    argv = [*node.exec_prefix, node.halo, "inventory", "--json", "--versions"]
+    result = runner.run(argv, timeout=INVENTORY_TIMEOUT_S)
+    if not result.ok:
+        return _done(progress, NodeReport(node, None, f"{node.ssh}: {result.error_text()}"))
+    try:
+        inv = inventory_from_dict(json.loads(result.stdout))
+    except (ValueError, KeyError, TypeError) as err:
+        return _done(
+            progress,
+            NodeReport(node, None, f"{node.ssh}: unreadable inventory from {node.halo} ({err})"),
+        )
+    pings = {
+        peer.name: runner.run(
+            ["ping", "-c", "1", "-W", "2", peer.fabric_address], timeout=PING_TIMEOUT_S
+        ).ok
+        for peer in config.nodes
+        if peer.name != node.name and peer.fabric_address
+    }
+    return _done(progress, NodeReport(node, inv, None, pings, _ethtool(runner, inv, node)))
+
+
+def _ethtool(runner: Runner, inv: Inventory, node: NodeConfig) -> dict[str, str] | None:
+    """``ethtool -i`` of the fabric interface; None when ethtool is not there."""
+    iface = next(
+        (
+            i
+            for i in inv.net
+            if node.fabric_address and any(c.split("/")[0] == node.fabric_address for c in i.ipv4)
+        ),
+        None,
+    )
+    if iface is None:
+        return None
+    result = runner.run(["ethtool", "-i", iface.name], timeout=PING_TIMEOUT_S)
+    return {iface.name: result.stdout} if result.ok else None
+
+
+def _done(progress: Callable[[str], None] | None, report: NodeReport) -> NodeReport:
+    if progress is not None:
+        progress(report.node.name)
+    return report

@@ -1,0 +1,215 @@
+"""``halo.toml`` -> one frozen, validated Config. The only module that reads the environment
+for settings (``XDG_CONFIG_HOME``).
+
+    [cluster]
+    name = "strix"
+    transport = "auto"            # auto / infiniband / roce / ethernet / thunderbolt
+    ssh_config = "ssh_config"     # optional, relative to this file
+
+    [[node]]
+    name = "strix1"
+    ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
+    fabric_address = "192.168.100.1"
+    exec_prefix = "toolbox run -c vllm --"   # optional: string or list
+    halo = "/opt/halo/.venv/bin/halo"        # optional, default "halo"
+    gpus = 0                                 # optional: CPU-only node, GPU checks skipped
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.errors import UsageError
+from halo_cluster.transport import WANTED
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+CLUSTER_KEYS = {"name", "transport", "ssh_config"}
+NODE_KEYS = {"name", "ssh", "fabric_address", "exec_prefix", "halo", "gpus"}
+
+
+class ConfigError(UsageError):
+    """A bad halo.toml: names the file, the field and (when it can) the line."""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str
+    ssh: str
+    fabric_address: str | None
+    exec_prefix: tuple[str, ...] = ()
+    halo: str = "halo"
+    gpus: int | None = None  # None: as many as the node has; 0: CPU-only
+
+    @property
+    def host(self) -> str:
+        """The host part of the ssh target (``user@host`` -> ``host``)."""
+        return self.ssh.rsplit("@", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    name: str
+    transport: str
+    nodes: tuple[NodeConfig, ...]
+    ssh_config: Path | None = None
+
+    def node(self, name: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes)
+        raise UsageError(f"no node named {name!r} in {self.path} (nodes: {known})")
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """--config FILE, else ./halo.toml, else $XDG_CONFIG_HOME/halo/halo.toml; None if none."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise UsageError(f"config file {explicit} does not exist")
+        return path
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    for candidate in (Path("halo.toml"), Path(xdg) / "halo" / "halo.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path) -> Config:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    return _validate(path, text, data)
+
+
+def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
+    where = _Locator(path, text)
+    for key in data:
+        if key not in ("cluster", "node"):
+            raise where.error(key, f"unknown section [{key}] (known: [cluster], [[node]])")
+    cluster = data.get("cluster", {})
+    if not isinstance(cluster, dict):
+        raise where.error("cluster", "[cluster] must be a table")
+    _unknown(where, cluster, CLUSTER_KEYS, "cluster")
+    transport = _string(where, cluster, "transport", "cluster", default="auto")
+    if transport not in WANTED:
+        raise where.error(
+            "transport", f"cluster.transport must be one of {', '.join(WANTED)}, not {transport!r}"
+        )
+    raw_nodes = data.get("node", [])
+    if not isinstance(raw_nodes, list) or not raw_nodes:
+        raise ConfigError(f"{path}: no [[node]] entries: declare at least one node")
+    nodes = tuple(_node(where, raw, index) for index, raw in enumerate(raw_nodes))
+    names = [n.name for n in nodes]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise where.error("name", f"node name {duplicate!r} appears twice")
+    ssh_config = _string(where, cluster, "ssh_config", "cluster", default="")
+    return Config(
+        path=path,
+        name=_string(where, cluster, "name", "cluster", default=path.parent.resolve().name),
+        transport=transport,
+        nodes=nodes,
+        ssh_config=(path.parent / ssh_config) if ssh_config else None,
+    )
+
+
+def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
+    label = f"node[{index}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where.path}: {label} must be a table")
+    _unknown(where, raw, NODE_KEYS, label, index)
+    name = _string(where, raw, "name", label, index=index)
+    if not _NAME.match(name):
+        raise where.error(
+            "name", f"{label}.name {name!r}: use letters, digits, '.', '_' or '-'", index
+        )
+    fabric = _string(where, raw, "fabric_address", label, index=index, default="") or None
+    if fabric is not None:
+        try:
+            ipaddress.IPv4Address(fabric)
+        except ValueError:
+            raise where.error(
+                "fabric_address", f"{label}.fabric_address {fabric!r} is not an IPv4 address", index
+            ) from None
+    prefix = raw.get("exec_prefix", [])
+    if isinstance(prefix, str):
+        prefix = shlex.split(prefix)
+    if not isinstance(prefix, list) or not all(isinstance(p, str) for p in prefix):
+        raise where.error(
+            "exec_prefix", f"{label}.exec_prefix must be a string or a list of strings", index
+        )
+    gpus = raw.get("gpus")
+    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0):
+        raise where.error("gpus", f"{label}.gpus must be a whole number >= 0", index)
+    return NodeConfig(
+        name=name,
+        ssh=_string(where, raw, "ssh", label, index=index, default=name),
+        fabric_address=fabric,
+        exec_prefix=tuple(prefix),
+        halo=_string(where, raw, "halo", label, index=index, default="halo"),
+        gpus=gpus,
+    )
+
+
+def _unknown(
+    where: _Locator, table: dict[str, Any], known: set[str], label: str, index: int | None = None
+) -> None:
+    for key in table:
+        if key not in known:
+            raise where.error(
+                key, f"unknown field {label}.{key} (known: {', '.join(sorted(known))})", index
+            )
+
+
+def _string(
+    where: _Locator,
+    table: dict[str, Any],
+    key: str,
+    label: str,
+    *,
+    index: int | None = None,
+    default: str | None = None,
+) -> str:
+    value = table.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where.path}: {label}.{key} is required")
+    if not isinstance(value, str):
+        raise where.error(key, f"{label}.{key} must be a string", index)
+    return value
+
+
+class _Locator:
+    """Finds the line of a key (tomllib reports no positions for valid documents)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def error(self, key: str, message: str, node_index: int | None = None) -> ConfigError:
+        line = self._line(key, node_index)
+        at = f":{line}" if line else ""
+        return ConfigError(f"{self.path}{at}: {message}")
+
+    def _line(self, key: str, node_index: int | None) -> int | None:
+        seen = -1
+        pattern = re.compile(rf"^\s*(\[+\s*)?{re.escape(key)}\b")
+        for number, line in enumerate(self.lines, start=1):
+            if re.match(r"^\s*\[\[\s*node\s*\]\]", line):
+                seen += 1
+            if (node_index is None or seen == node_index) and pattern.match(line):
+                return number
+        return None
