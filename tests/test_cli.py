@@ -95,6 +95,9 @@ def test_demo_prints_both_inventories() -> None:
     assert "rocep194s0" in result.stdout
     assert "export NCCL_IB_HCA==rocep194s0:1" in result.stdout
     assert (
+        "checks that pass on strix-e810 fail or warn on strix-e810-misconfigured" in result.stdout
+    )
+    assert (
         "PASS rccl-roce-2rank.log" in result.stdout
         and "FAIL nccl-socket-fallback.log" in result.stdout
     )
@@ -103,7 +106,8 @@ def test_demo_prints_both_inventories() -> None:
 def test_demo_json() -> None:
     result = halo("demo", "--json")
     data = json.loads(result.stdout)
-    assert set(data) == {"inventory", "plans", "verify_log"}
+    assert set(data) == {"inventory", "doctor", "plans", "verify_log"}
+    assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2
     assert data["plans"]["strix-e810"]["gid_index"] == 1
     assert data["verify_log"]["nccl-socket-fallback.log"]["ok"] is False
 
@@ -140,3 +144,34 @@ def test_env_impossible_transport_is_one_line_error() -> None:
     result = halo("env", "--root", str(ROOTS / "port-down"), "--transport", "infiniband")
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "infiniband requested" in result.stderr
+
+
+def test_doctor_exit_codes_and_json() -> None:
+    bad = halo("doctor", "--root", str(ROOTS / "strix-e810-misconfigured"), "--json")
+    assert bad.returncode == 1
+    data = json.loads(bad.stdout)
+    assert set(data) == {"nodes", "cluster", "summary"}
+    findings = data["nodes"]["strix2"]["findings"]
+    assert findings[0]["severity"] == "fail"  # worst first
+    assert set(findings[0]) == {"check", "severity", "summary", "evidence", "fix"}
+    assert data["summary"]["fail"] == 2
+    assert halo("doctor", "--root", str(ROOTS / "strix-e810")).returncode == 0
+    assert halo("doctor", "--root", str(ROOTS / "strix-e810"), "--strict").returncode == 0
+    assert halo("doctor", "--root", str(ROOTS / "connectx-roce"), "--strict").returncode == 1
+
+
+def test_doctor_tables_show_fixes() -> None:
+    result = halo("doctor", "--root", str(ROOTS / "strix-e810-misconfigured"))
+    assert "FAIL" in result.stdout and "dev.infiniband" in result.stdout
+    assert "sudo firewall-cmd --permanent --zone=trusted" in result.stdout
+
+
+def test_doctor_config_errors(tmp_path: Path) -> None:
+    (tmp_path / "halo.toml").write_text('[cluster]\ntransport = "pigeon"\n[[node]]\nname = "a"\n')
+    result = halo("doctor", "--config", str(tmp_path / "halo.toml"))
+    assert result.returncode == 2 and "halo.toml:2: cluster.transport" in result.stderr
+    missing = halo("doctor", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    (tmp_path / "halo.toml").write_text('[[node]]\nname = "a"\n')
+    unknown = halo("doctor", "--config", str(tmp_path / "halo.toml"), "--node", "b")
+    assert unknown.returncode == 2 and "no node named 'b'" in unknown.stderr

@@ -20,7 +20,8 @@ LOGS = {"rccl-roce-2rank.log": "roce", "nccl-socket-fallback.log": "roce"}
 )
 def demo(as_json: bool) -> int:
     """Run every capability on this machine and on the bundled example nodes (a Strix Halo +
-    E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs)."""
+    E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs): inventory, doctor,
+    transport plan, transport proof."""
     from halo_cluster.cli.output import console, emit_json
 
     gathered = gather()
@@ -32,6 +33,7 @@ def demo(as_json: bool) -> int:
 
 
 def gather() -> dict[str, Any]:
+    from halo_cluster.cluster.doctor import doctor_local
     from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
     from halo_cluster.nccl_log import parse_log
@@ -43,12 +45,15 @@ def gather() -> dict[str, Any]:
     }
     plans = {name: plan_transport(inv, "auto", PEERS[name]) for name, inv in examples.items()}
     verdicts = {name: parse_log(example_log(name)) for name in LOGS}
+    doctors = {name: doctor_local(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)}
     return {
         "local": local,
         "examples": examples,
         "plans": plans,
         "verdicts": verdicts,
+        "doctors": doctors,
         "json": {
+            "doctor": {name: report.to_dict() for name, report in doctors.items()},
             "inventory": {
                 "local": local.to_dict(),
                 **{n: i.to_dict() for n, i in examples.items()},
@@ -71,7 +76,8 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
     render_inventory(
         out, gathered["examples"][HEALTHY], "2. Inventory of the bundled Strix Halo + E810 node"
     )
-    out.rule("[bold]3. Transport plan per node (halo env --explain)")
+    _show_doctor(out, gathered["doctors"])
+    out.rule("[bold]4. Transport plan per node (halo env --explain)")
     for name, plan in gathered["plans"].items():
         out.print(
             f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.hca}, "
@@ -80,7 +86,7 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
         out.print(render_env(plan, "shell", explain=True), markup=False, end="")
         for warning in plan.warnings:
             out.print(f"[yellow]warning:[/] {warning}")
-    out.rule("[bold]4. Proof of transport (halo verify-log --expect roce)")
+    out.rule("[bold]5. Proof of transport (halo verify-log --expect roce)")
     for name, verdict in gathered["verdicts"].items():
         ok = verdict.meets(LOGS[name])
         mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
@@ -92,3 +98,22 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
             out.print("     RDMA was wanted but the log shows another transport; evidence:")
             for line in verdict.evidence[:4]:
                 out.print(f"       {line}", markup=False)
+
+
+def _show_doctor(out: Console, doctors: dict[str, Any]) -> None:
+    from halo_cluster.checks import summarize
+    from halo_cluster.cli.doctor import render_report
+    from halo_cluster.cluster.doctor import DoctorReport
+
+    out.rule("[bold]3. Preflight (halo doctor): healthy vs misconfigured Strix Halo node")
+    healthy, broken = doctors[HEALTHY], doctors[MISCONFIGURED]
+    out.print(f"{HEALTHY}: {summarize(healthy.all_findings())} -> exit {healthy.exit_code(False)}")
+    out.print(
+        f"{MISCONFIGURED}: {summarize(broken.all_findings())} -> exit {broken.exit_code(False)}"
+    )
+    good = {f.check for f in healthy.all_findings() if f.severity == "ok"}
+    changed = [
+        f for f in broken.all_findings() if f.check in good and f.severity in ("warn", "fail")
+    ]
+    out.print(f"{len(changed)} checks that pass on {HEALTHY} fail or warn on {MISCONFIGURED}:")
+    render_report(out, DoctorReport({MISCONFIGURED: changed}, []))
