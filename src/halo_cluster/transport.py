@@ -292,7 +292,10 @@ def _rate(port: RdmaPort) -> str:
 # -- TCP plans --------------------------------------------------------------------------------
 def _tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -> TransportPlan:
     warnings: list[str] = []
-    candidates = _ip_interfaces(inv)
+    # Physical interfaces first; virtual ones (bonds, veths, bridges) only when they are all
+    # there is, or when they are the ones on the peer's network.
+    every = _ip_interfaces(inv, include_virtual=True)
+    candidates = _ip_interfaces(inv) or every
     if wanted == "thunderbolt":
         candidates = [i for i in candidates if i.kind == "thunderbolt"]
         if not candidates:
@@ -301,7 +304,8 @@ def _tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -
                 "with an IPv4 address"
             )
     if peer is not None:
-        reaching = [i for i in candidates if _network_address(i, peer)]
+        pool = candidates if wanted == "thunderbolt" else every
+        reaching = [i for i in pool if _network_address(i, peer)]
         if not reaching:
             if wanted == "thunderbolt":
                 raise TransportError(
@@ -359,11 +363,11 @@ def _why_no_rdma(inv: Inventory) -> str:
 
 
 # -- shared -----------------------------------------------------------------------------------
-def _ip_interfaces(inv: Inventory) -> list[NetInterface]:
-    """Physical interfaces that can carry IP traffic now: not down, with an IPv4 address."""
-    return [
-        i for i in inv.net if i.kind not in ("loopback", "virtual") and i.ipv4 and i.state != "down"
-    ]
+def _ip_interfaces(inv: Inventory, include_virtual: bool = False) -> list[NetInterface]:
+    """Interfaces that can carry IP traffic now: not down, with an IPv4 address; physical
+    ones only unless ``include_virtual``."""
+    skipped = ("loopback",) if include_virtual else ("loopback", "virtual")
+    return [i for i in inv.net if i.kind not in skipped and i.ipv4 and i.state != "down"]
 
 
 def _interface_address(
@@ -388,9 +392,12 @@ def _socket_interface(
     address (IPoIB for InfiniBand), else the one that reaches the peer."""
     if iface is not None and iface.ipv4:
         return iface
-    others = _ip_interfaces(inv)
+    others = _ip_interfaces(inv) or _ip_interfaces(inv, include_virtual=True)
     if peer is not None:
-        others = [i for i in others if _network_address(i, peer)] or others
+        reaching = [
+            i for i in _ip_interfaces(inv, include_virtual=True) if _network_address(i, peer)
+        ]
+        others = reaching or others
     chosen = others[0] if others else None
     port_if = iface.name if iface else "the RDMA port"
     warnings.append(

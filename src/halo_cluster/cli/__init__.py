@@ -20,6 +20,7 @@ COMMANDS = {
     "doctor": "halo_cluster.cli.doctor:doctor",
     "env": "halo_cluster.cli.transport:env_command",
     "inventory": "halo_cluster.cli.inventory:inventory",
+    "lab": "halo_cluster.cli.lab:lab",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }
 

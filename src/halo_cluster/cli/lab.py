@@ -1,0 +1,198 @@
+"""``halo lab``: a real multi-node cluster on this machine (network namespaces + sshd)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from halo_cluster.cli.output import emit_json, table
+
+NAME_HELP = "Lab name (default: the only lab in ./.halo-lab, else 'lab')."
+DIR_HELP = "Lab directory (default ./.halo-lab/NAME)."
+
+
+@click.group()
+def lab() -> None:
+    """A local lab: N nodes with their own network, process tree, hostname and /tmp, linked by
+    a management network (eno1, SSH) and a fabric (enp194s0np0). Needs root."""
+
+
+def _resolve(name: str | None, directory: str | None) -> tuple[str, Path]:
+    from halo_cluster.lab.lab import find_labs, lab_dir
+    from halo_cluster.lab.state import check_name
+
+    if name is None:
+        labs = find_labs()
+        name = labs[0] if len(labs) == 1 else "lab"
+    return check_name(name), lab_dir(name, directory)
+
+
+def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-def]
+    from halo_cluster.errors import UsageError
+    from halo_cluster.lab.state import read_state
+
+    lab_name, path = _resolve(name, directory)
+    state = read_state(path)
+    if state is None:
+        raise UsageError(
+            f"no lab named {lab_name} in {path}: start one with 'halo lab up --name {lab_name}'"
+        )
+    return state
+
+
+@lab.command("up")
+@click.option(
+    "--nodes",
+    default=2,
+    show_default=True,
+    type=click.IntRange(2, 8),
+    help="Number of nodes (2-8).",
+)
+@click.option("--name", help=NAME_HELP)
+@click.option("--fabric-mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
+def up(nodes: int, name: str | None, fabric_mtu: int, directory: str | None, as_json: bool) -> int:
+    """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
+    from halo_cluster.lab.lab import Lab
+
+    lab_name, path = _resolve(name or "lab", directory)
+    start = time.monotonic()
+    halo = str(Path(sys.executable).parent / "halo")
+    state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
+        lab_name, path, nodes, fabric_mtu, halo
+    )
+    if as_json:
+        emit_json(_status(state))
+    else:
+        click.echo(f"lab {lab_name} up: {nodes} nodes in {time.monotonic() - start:.1f} s")
+        click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
+        click.echo(f"  ssh -F {Path(state.dir) / 'ssh_config'} node1")
+    return 0
+
+
+@lab.command("down")
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+def down(name: str | None, directory: str | None) -> int:
+    """Remove every process, namespace, link and bridge of the lab (a missing lab is fine)."""
+    from halo_cluster.lab.lab import Lab, require_tools
+    from halo_cluster.lab.state import read_state
+
+    require_tools()
+    lab_name, path = _resolve(name, directory)
+    state = read_state(path)
+    if state is None:
+        click.echo(f"no lab named {lab_name}: nothing to remove")
+        return 0
+    Lab().down(state)
+    click.echo(f"lab {lab_name} removed")
+    return 0
+
+
+def _status(state) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from halo_cluster.lab.lab import sshd_answers
+
+    return {
+        "name": state.name,
+        "dir": state.dir,
+        "config": str(Path(state.dir) / "halo.toml"),
+        "nodes": [
+            {
+                "name": n.name,
+                "mgmt_address": n.mgmt_address,
+                "fabric_address": n.fabric_address,
+                "sshd": sshd_answers(n.mgmt_address),
+            }
+            for n in state.nodes
+        ],
+    }
+
+
+@lab.command("status")
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {name, dir, config, nodes: [...]} as JSON."
+)
+def status(name: str | None, directory: str | None, as_json: bool) -> int:
+    """Show the lab's nodes, addresses and whether each node's sshd answers."""
+    data = _status(_state(name, directory))
+    if as_json:
+        emit_json(data)
+        return 0
+    from halo_cluster.cli.output import console
+
+    grid = table(f"Lab {data['name']} ({data['config']})", "node", "management", "fabric", "sshd")
+    for node in data["nodes"]:  # type: ignore[attr-defined]
+        grid.add_row(
+            node["name"],
+            node["mgmt_address"],
+            node["fabric_address"],
+            "[green]up[/]" if node["sshd"] else "[red]down[/]",
+        )
+    console().print(grid)
+    return 0
+
+
+@lab.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.argument("node")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(name: str | None, directory: str | None, node: str, command: tuple[str, ...]) -> int:
+    """Run COMMAND inside NODE (its network, PID, mount and UTS namespaces).
+
+    Example: halo lab exec node1 -- ip -br addr"""
+    from halo_cluster.lab.lab import Lab
+
+    state = _state(name, directory)
+    argv = Lab().exec_argv(state.node(node), command)
+    return subprocess.run(argv, check=False).returncode
+
+
+def _fault(name: str | None, directory: str | None, node: str, net: str, up: bool) -> int:
+    from halo_cluster.lab.lab import Lab
+
+    state = _state(name, directory)
+    Lab().set_link(state.node(node), net, up)
+    click.echo(f"{node}: {net} link {'up' if up else 'down'}")
+    return 0
+
+
+@lab.command("cut")
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
+@click.argument("node")
+def cut(name: str | None, directory: str | None, net: str, node: str) -> int:
+    """Take NODE's link down (a pulled cable)."""
+    return _fault(name, directory, node, net, up=False)
+
+
+@lab.command("heal")
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
+@click.argument("node")
+def heal(name: str | None, directory: str | None, net: str, node: str) -> int:
+    """Bring NODE's link back up."""
+    return _fault(name, directory, node, net, up=True)
+
+
+@lab.command("kill")
+@click.option("--name", help=NAME_HELP)
+@click.option("--dir", "directory", help=DIR_HELP)
+@click.argument("node")
+def kill(name: str | None, directory: str | None, node: str) -> int:
+    """Stop every process of NODE, sshd included (a crashed machine)."""
+    from halo_cluster.lab.lab import Lab
+
+    state = _state(name, directory)
+    Lab().kill(state, state.node(node))
+    click.echo(f"{node}: every process stopped")
+    return 0

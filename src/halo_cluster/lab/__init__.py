@@ -1,0 +1,1 @@
+"""A local multi-node lab on network namespaces + sshd."""

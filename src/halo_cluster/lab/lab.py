@@ -1,0 +1,361 @@
+"""``halo lab``: N nodes on one Linux host. Each node is a network namespace plus its own
+PID, mount and UTS namespaces (started with ``unshare``), reachable only by SSH, on two
+bridged networks: management (eno1, carries SSH) and fabric (enp194s0np0).
+
+Killing a node's PID-namespace init ends every process of that node, which is how
+``down`` and ``kill`` leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.lab.files import write_lab_files
+from halo_cluster.lab.state import (
+    FABRIC_IF,
+    MGMT_IF,
+    LabNode,
+    LabState,
+    plan_lab,
+    read_state,
+    write_state,
+)
+from halo_cluster.runner import LocalRunner, Runner
+
+TOOLS = {
+    "ip": "iproute2 (Debian and Fedora)",
+    "unshare": "util-linux (Debian and Fedora)",
+    "nsenter": "util-linux (Debian and Fedora)",
+    "sshd": "openssh-server (Debian and Fedora)",
+    "ssh-keygen": "openssh-client (Debian) / openssh (Fedora)",
+}
+SSHD_WAIT_S = 10.0
+
+
+class LabError(HaloError):
+    """A lab operation that could not be done (the message says what to do)."""
+
+
+def require_tools() -> dict[str, str]:
+    if os.geteuid() != 0:
+        raise LabError("halo lab needs root (network namespaces, bridges): run it with sudo")
+    found = {}
+    for tool, package in TOOLS.items():
+        path = shutil.which(tool) or (
+            f"/usr/sbin/{tool}" if os.path.exists(f"/usr/sbin/{tool}") else None
+        )
+        if path is None:
+            raise LabError(f"'{tool}' not found: install {package}")
+        found[tool] = path
+    return found
+
+
+def lab_dir(name: str, directory: str | None) -> Path:
+    return Path(directory) if directory else Path(".halo-lab") / name
+
+
+def find_labs(base: Path = Path(".halo-lab")) -> list[str]:
+    return sorted(p.parent.name for p in base.glob("*/state.json"))
+
+
+class Lab:
+    def __init__(
+        self, runner: Runner | None = None, progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.runner = runner or LocalRunner()
+        self.progress = progress or (lambda _msg: None)
+
+    # -- helpers ------------------------------------------------------------------------
+    def sh(self, *argv: str, check: bool = True) -> str:
+        result = self.runner.run(list(argv), timeout=30)
+        if check and not result.ok:
+            raise LabError(f"{shlex.join(argv)} failed: {result.error_text()}")
+        return result.stdout
+
+    def _free_subnet(self) -> int:
+        used = self.sh("ip", "-o", "-4", "addr", "show")
+        for subnet in range(1, 255):
+            if f" 198.18.{subnet}.1/" not in used:
+                return subnet
+        raise LabError("no free 198.18.X.0/24 subnet left: remove old labs with 'halo lab down'")
+
+    # -- up -----------------------------------------------------------------------------
+    def up(self, name: str, directory: Path, nodes: int, fabric_mtu: int, halo: str) -> LabState:
+        tools = require_tools()
+        if not 2 <= nodes <= 8:
+            raise UsageError("--nodes must be between 2 and 8")
+        if read_state(directory) is not None:
+            raise LabError(
+                f"a lab named {name} already exists in {directory}: "
+                f"'halo lab down --name {name}' first"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        state = plan_lab(name, directory.resolve(), nodes, fabric_mtu, self._free_subnet())
+        write_state(state)  # first, so that a failed 'up' can always be taken down
+        try:
+            write_lab_files(state, halo, tools["ssh-keygen"])
+            self._bridges(state)
+            started = []
+            for node in state.nodes:
+                self.progress(f"starting {node.name}")
+                self._links(state, node)
+                started.append(self._start(state, node, tools))
+                state = _with_nodes(state, started + list(state.nodes[len(started) :]))
+                write_state(state)
+            self._wait_sshd(state)
+        except BaseException:
+            self.down(state)
+            raise
+        return state
+
+    def _bridges(self, state: LabState) -> None:
+        for bridge, mtu in ((state.mgmt_bridge, 1500), (state.fabric_bridge, state.fabric_mtu)):
+            self.sh("ip", "link", "add", bridge, "type", "bridge")
+            self.sh("ip", "link", "set", bridge, "mtu", str(mtu), "up")
+        self.sh("ip", "addr", "add", f"{state.host_address}/24", "dev", state.mgmt_bridge)
+
+    def _links(self, state: LabState, node: LabNode) -> None:
+        self.sh("ip", "netns", "add", node.netns)
+        ns = node.netns
+        pairs = (
+            (node.host_mgmt_veth, MGMT_IF, state.mgmt_bridge, node.mgmt_address, 1500),
+            (
+                node.host_fabric_veth,
+                FABRIC_IF,
+                state.fabric_bridge,
+                node.fabric_address,
+                state.fabric_mtu,
+            ),
+        )
+        for host_end, inner, bridge, address, mtu in pairs:
+            self.sh(
+                "ip",
+                "link",
+                "add",
+                host_end,
+                "mtu",
+                str(mtu),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                inner,
+                "mtu",
+                str(mtu),
+                "netns",
+                ns,
+            )
+            self.sh("ip", "link", "set", host_end, "master", bridge, "up")
+            self.sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", inner)
+            self.sh("ip", "-n", ns, "link", "set", inner, "up")
+        self.sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def _start(self, state: LabState, node: LabNode, tools: dict[str, str]) -> LabNode:
+        """The node's init: its own PID, mount and UTS namespaces inside its network
+        namespace; private /tmp and /run; sshd; then it only reaps orphans."""
+        sshd_config = Path(state.dir) / f"sshd_config.{node.name}"
+        script = (
+            "set -e\n"
+            f"hostname {shlex.quote(node.name)}\n"
+            "mount -t tmpfs -o mode=755 tmpfs /run\n"
+            "mkdir -p /run/sshd\n"
+            f"{_private_tmp_script(keep_paths(state))}"
+            f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
+            "trap 'exit 0' TERM\n"
+            "while :; do sleep 3600 & wait $! || true; done\n"
+        )
+        argv = [
+            tools["ip"],
+            "netns",
+            "exec",
+            node.netns,
+            tools["unshare"],
+            "--pid",
+            "--fork",
+            "--mount",
+            "--uts",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            script,
+        ]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return _replace_pid(node, _child_of(proc.pid))
+
+    def _wait_sshd(self, state: LabState) -> None:
+        deadline = time.monotonic() + SSHD_WAIT_S
+        for node in state.nodes:
+            while not sshd_answers(node.mgmt_address):
+                if time.monotonic() > deadline:
+                    raise LabError(
+                        f"sshd on {node.name} ({node.mgmt_address}) did not start within "
+                        f"{SSHD_WAIT_S:g} s"
+                    )
+                time.sleep(0.02)
+
+    # -- down ---------------------------------------------------------------------------
+    def down(self, state: LabState) -> None:
+        """Remove everything the state names; what is already gone is skipped."""
+        for node in state.nodes:
+            kill_tree(node.init_pid)
+        for node in state.nodes:
+            self.sh("ip", "netns", "del", node.netns, check=False)
+            for veth in (node.host_mgmt_veth, node.host_fabric_veth):
+                self.sh("ip", "link", "del", veth, check=False)
+        for bridge in (state.mgmt_bridge, state.fabric_bridge):
+            self.sh("ip", "link", "del", bridge, check=False)
+        shutil.rmtree(state.dir, ignore_errors=True)
+
+    # -- faults -------------------------------------------------------------------------
+    def set_link(self, node: LabNode, net: str, up: bool) -> None:
+        inner = FABRIC_IF if net == "fabric" else MGMT_IF
+        self.sh("ip", "-n", node.netns, "link", "set", inner, "up" if up else "down")
+
+    def kill(self, state: LabState, node: LabNode) -> LabState:
+        kill_tree(node.init_pid)
+        nodes = [_replace_pid(n, None) if n.name == node.name else n for n in state.nodes]
+        new = _with_nodes(state, nodes)
+        write_state(new)
+        return new
+
+    def exec_argv(self, node: LabNode, command: Sequence[str]) -> list[str]:
+        if node.init_pid is None or not pid_alive(node.init_pid):
+            raise LabError(f"{node.name} is not running (killed?): 'halo lab down' and 'up' again")
+        nsenter = shutil.which("nsenter") or "nsenter"
+        return [
+            nsenter,
+            "--target",
+            str(node.init_pid),
+            "--net",
+            "--pid",
+            "--mount",
+            "--uts",
+            "--",
+            *command,
+        ]
+
+
+def keep_paths(state: LabState) -> list[str]:
+    """Host paths under /tmp that nodes still need behind their private /tmp: the lab
+    directory (keys, configs) and halo's own installation."""
+    import halo_cluster
+
+    wanted = {state.dir, sys.prefix, str(Path(halo_cluster.__file__).resolve().parents[1])}
+    under_tmp = sorted(
+        os.path.realpath(p) for p in wanted if os.path.realpath(p).startswith("/tmp/")
+    )
+    kept: list[str] = []
+    for path in under_tmp:
+        if not any(path.startswith(k + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _private_tmp_script(kept: list[str]) -> str:
+    """A fresh /tmp, with the kept host paths bound back at their own places."""
+    lines = []
+    for i, path in enumerate(kept):
+        lines += [
+            f"mkdir -p /run/halo-keep/{i}",
+            f"mount --bind {shlex.quote(path)} /run/halo-keep/{i}",
+        ]
+    lines.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
+    for i, path in enumerate(kept):
+        lines += [
+            f"mkdir -p {shlex.quote(path)}",
+            f"mount --bind /run/halo-keep/{i} {shlex.quote(path)}",
+        ]
+    return "".join(line + "\n" for line in lines)
+
+
+def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:
+    return LabState(
+        state.name,
+        state.dir,
+        state.subnet,
+        state.fabric_mtu,
+        state.mgmt_bridge,
+        state.fabric_bridge,
+        tuple(nodes),
+    )
+
+
+def _replace_pid(node: LabNode, pid: int | None) -> LabNode:
+    return LabNode(
+        node.name,
+        node.netns,
+        node.mgmt_address,
+        node.fabric_address,
+        node.host_mgmt_veth,
+        node.host_fabric_veth,
+        pid,
+    )
+
+
+def _child_of(pid: int, timeout_s: float = 5.0) -> int:
+    """unshare --fork runs the namespace's init as its child: that child is PID 1 inside."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        if children:
+            return int(children[0])
+        time.sleep(0.005)
+    raise LabError(f"the node's init did not start (unshare pid {pid})")
+
+
+def pid_alive(pid: int) -> bool:
+    """Running (a zombie waiting for its parent to reap it counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def kill_tree(pid: int | None) -> None:
+    """SIGKILL to a PID-namespace init ends every process in that namespace."""
+    if pid is None or not pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 5
+    while pid_alive(pid) and time.monotonic() < deadline:
+        _reap()
+        time.sleep(0.005)
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def sshd_answers(address: str, port: int = 22, timeout_s: float = 0.3) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(timeout_s)
+        return sock.connect_ex((address, port)) == 0

@@ -1,0 +1,111 @@
+"""The lab's state file and names: everything ``down`` needs to remove what ``up`` made."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.errors import UsageError
+
+MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
+FABRIC_NET = "198.19"
+MGMT_IF = "eno1"
+FABRIC_IF = "enp194s0np0"
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
+
+
+@dataclass(frozen=True)
+class LabNode:
+    name: str
+    netns: str
+    mgmt_address: str
+    fabric_address: str
+    host_mgmt_veth: str
+    host_fabric_veth: str
+    init_pid: int | None = None  # host PID of the node's PID-namespace init
+
+
+@dataclass(frozen=True)
+class LabState:
+    name: str
+    dir: str
+    subnet: int  # third octet shared by both networks
+    fabric_mtu: int
+    mgmt_bridge: str
+    fabric_bridge: str
+    nodes: tuple[LabNode, ...]
+
+    @property
+    def host_address(self) -> str:
+        return f"{MGMT_NET}.{self.subnet}.1"
+
+    def node(self, name: str) -> LabNode:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise UsageError(
+            f"lab {self.name} has no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> LabState:
+        nodes = tuple(LabNode(**node) for node in data["nodes"])
+        return LabState(**{**data, "nodes": nodes})
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise UsageError(
+            f"lab name {name!r}: use 1-8 lowercase letters and digits, starting with a letter"
+        )
+    return name
+
+
+def plan_lab(name: str, directory: Path, nodes: int, fabric_mtu: int, subnet: int) -> LabState:
+    """Names and addresses, computed before anything is created. Interface names stay
+    within the kernel's 15 characters."""
+    members = tuple(
+        LabNode(
+            name=f"node{i}",
+            netns=f"halo-{name}-node{i}",
+            mgmt_address=f"{MGMT_NET}.{subnet}.{10 + i}",
+            fabric_address=f"{FABRIC_NET}.{subnet}.{10 + i}",
+            host_mgmt_veth=f"hv{name}{i}m",
+            host_fabric_veth=f"hv{name}{i}f",
+        )
+        for i in range(1, nodes + 1)
+    )
+    return LabState(name, str(directory), subnet, fabric_mtu, f"hb{name}m", f"hb{name}f", members)
+
+
+def state_path(directory: Path) -> Path:
+    return directory / "state.json"
+
+
+def write_state(state: LabState) -> None:
+    """Atomically: a crash mid-write never leaves half a state file."""
+    path = state_path(Path(state.dir))
+    fd, tmp = tempfile.mkstemp(dir=state.dir, prefix=".state.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(state.to_dict(), handle, indent=2)
+    os.replace(tmp, path)
+
+
+def read_state(directory: Path) -> LabState | None:
+    path = state_path(directory)
+    try:
+        return LabState.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as err:
+        raise UsageError(
+            f"{path} is not a lab state file ({err}); remove the lab with 'halo lab down'"
+        ) from None

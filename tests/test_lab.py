@@ -1,0 +1,266 @@
+"""halo lab for real: namespaces, bridges, sshd, faults, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+
+pytestmark = pytest.mark.lab
+HALO = str(Path(sys.executable).parent / "halo")
+
+
+def halo(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [HALO, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def leftovers(name: str) -> dict[str, list[str]]:
+    """Live processes, namespaces and links that belong to lab ``name`` (zombies excluded:
+    this sandbox's PID 1 does not reap re-parented children)."""
+    netns = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["ip", "netns", "list"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.startswith(f"halo-{name}-")
+    ]
+    links = [
+        line.split()[0]
+        for line in subprocess.run(
+            ["ip", "-br", "link"], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
+        if line.startswith((f"hb{name}", f"hv{name}"))
+    ]
+    procs = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[-1].split()[0] != "Z" and f".halo-lab/{name}/" in cmd:
+            procs.append(cmd)
+    return {"netns": netns, "links": links, "processes": procs}
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    require(os.geteuid() == 0, "halo lab needs root")
+    for tool in ("ip", "unshare", "nsenter", "ssh-keygen", "ssh", "ping"):
+        require(shutil.which(tool) is not None, f"{tool} missing")
+    require(os.path.exists("/usr/sbin/sshd"), "openssh-server missing")
+    yield tmp_path
+    for lab in (tmp_path / ".halo-lab").glob("*"):
+        halo("lab", "down", "--name", lab.name, cwd=tmp_path, check=False)
+
+
+def ssh(workdir: Path, name: str, node: str, *command: str) -> subprocess.CompletedProcess[str]:
+    config = workdir / ".halo-lab" / name / "ssh_config"
+    return subprocess.run(
+        ["ssh", "-F", str(config), node, *command],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_up_ssh_isolation_mtu_faults_down(workdir: Path) -> None:
+    halo("lab", "up", "--name", "ta", "--nodes", "3", cwd=workdir)
+    status = json.loads(halo("lab", "status", "--json", cwd=workdir).stdout)
+    assert [(n["name"], n["sshd"]) for n in status["nodes"]] == [
+        ("node1", True),
+        ("node2", True),
+        ("node3", True),
+    ]
+    assert status["nodes"][0]["mgmt_address"].startswith("198.18.")
+    assert status["nodes"][0]["fabric_address"].startswith("198.19.")
+    # SSH from the host to each node, with its own hostname and process tree
+    for node in ("node1", "node2", "node3"):
+        result = ssh(workdir, "ta", node, "hostname; ps -e -o pid= | wc -l")
+        assert result.returncode == 0, result.stderr
+        hostname, count = result.stdout.split()
+        assert hostname == node and int(count) < 15
+    # node to node over the fabric
+    config = workdir / ".halo-lab" / "ta" / "ssh_config"
+    hop = ssh(workdir, "ta", "node1", "ssh", "-F", str(config), "node2-fabric", "hostname")
+    assert hop.stdout.strip() == "node2", hop.stderr
+    # private /tmp
+    ssh(workdir, "ta", "node1", "touch /tmp/only-on-node1")
+    assert ssh(workdir, "ta", "node2", "ls /tmp/only-on-node1").returncode != 0
+    assert not Path("/tmp/only-on-node1").exists()
+    # MTU 9000 carried on the fabric: 8972 bytes + 28 header, do not fragment
+    fabric2 = status["nodes"][1]["fabric_address"]
+    ping = halo(
+        "lab",
+        "exec",
+        "--name",
+        "ta",
+        "node1",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "2",
+        "-M",
+        "do",
+        "-s",
+        "8972",
+        fabric2,
+        cwd=workdir,
+        check=False,
+    )
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    too_big = halo(
+        "lab",
+        "exec",
+        "--name",
+        "ta",
+        "node1",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        "-M",
+        "do",
+        "-s",
+        "8973",
+        fabric2,
+        cwd=workdir,
+        check=False,
+    )
+    assert too_big.returncode != 0
+    # isolation: kill -9 -1 inside node2 leaves node1 (and node3) alone
+    halo("lab", "exec", "--name", "ta", "node2", "--", "kill", "-9", "-1", cwd=workdir, check=False)
+    after = json.loads(halo("lab", "status", "--json", "--name", "ta", cwd=workdir).stdout)
+    assert [n["sshd"] for n in after["nodes"]] == [True, False, True]
+    # cut / heal
+    halo("lab", "cut", "--name", "ta", "node3", cwd=workdir)
+    cut = halo(
+        "lab",
+        "exec",
+        "--name",
+        "ta",
+        "node1",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "1",
+        status["nodes"][2]["fabric_address"],
+        cwd=workdir,
+        check=False,
+    )
+    assert cut.returncode != 0
+    halo("lab", "heal", "--name", "ta", "node3", cwd=workdir)
+    healed = halo(
+        "lab",
+        "exec",
+        "--name",
+        "ta",
+        "node1",
+        "--",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "2",
+        status["nodes"][2]["fabric_address"],
+        cwd=workdir,
+        check=False,
+    )
+    assert healed.returncode == 0
+    # kill: a crashed machine
+    halo("lab", "kill", "--name", "ta", "node1", cwd=workdir)
+    killed = json.loads(halo("lab", "status", "--json", "--name", "ta", cwd=workdir).stdout)
+    assert killed["nodes"][0]["sshd"] is False
+    assert (
+        halo(
+            "lab", "exec", "--name", "ta", "node1", "--", "true", cwd=workdir, check=False
+        ).returncode
+        == 1
+    )
+    # down leaves nothing
+    halo("lab", "down", "--name", "ta", cwd=workdir)
+    assert leftovers("ta") == {"netns": [], "links": [], "processes": []}
+    assert not (workdir / ".halo-lab" / "ta").exists()
+    assert "nothing to remove" in halo("lab", "down", "--name", "ta", cwd=workdir).stdout
+
+
+def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
+    halo("lab", "up", "--name", "one", cwd=workdir)
+    halo("lab", "up", "--name", "two", cwd=workdir)
+    again = halo("lab", "up", "--name", "one", cwd=workdir, check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    one = json.loads(halo("lab", "status", "--name", "one", "--json", cwd=workdir).stdout)
+    two = json.loads(halo("lab", "status", "--name", "two", "--json", cwd=workdir).stdout)
+    assert one["nodes"][0]["mgmt_address"] != two["nodes"][0]["mgmt_address"]
+    assert all(n["sshd"] for n in one["nodes"] + two["nodes"])
+    doctor = halo("doctor", "--config", one["config"], "--json", cwd=workdir, check=False)
+    data = json.loads(doctor.stdout)
+    cluster = {f["check"]: f["severity"] for f in data["cluster"]["findings"]}
+    assert cluster["cluster.reachable"] == "ok" and cluster["cluster.fabric_ping"] == "ok"
+    assert cluster["cluster.transport_match"] == "ok" and cluster["cluster.mtu_match"] == "ok"
+    halo("lab", "down", "--name", "one", cwd=workdir)
+    assert json.loads(halo("lab", "status", "--name", "two", "--json", cwd=workdir).stdout)[
+        "nodes"
+    ][0]["sshd"]
+    halo("lab", "down", "--name", "two", cwd=workdir)
+    assert leftovers("one") == leftovers("two") == {"netns": [], "links": [], "processes": []}
+
+
+def test_half_built_lab_goes_down(workdir: Path) -> None:
+    from halo_cluster.lab.lab import Lab
+    from halo_cluster.lab.state import plan_lab, write_state
+
+    directory = workdir / ".halo-lab" / "half"
+    directory.mkdir(parents=True)
+    state = plan_lab("half", directory, 2, 9000, 250)
+    write_state(state)
+    subprocess.run(["ip", "netns", "add", state.nodes[0].netns], check=True)
+    subprocess.run(["ip", "link", "add", state.mgmt_bridge, "type", "bridge"], check=True)
+    halo("lab", "down", "--name", "half", cwd=workdir)
+    assert leftovers("half") == {"netns": [], "links": [], "processes": []}
+    assert Lab  # the same code path the CLI uses
+
+
+def test_usage_errors(workdir: Path) -> None:
+    bad = halo("lab", "up", "--name", "Bad_Name", cwd=workdir, check=False)
+    assert bad.returncode == 2 and "lowercase" in bad.stderr
+    assert halo("lab", "up", "--nodes", "9", cwd=workdir, check=False).returncode == 2
+    missing = halo("lab", "status", "--name", "nope", cwd=workdir, check=False)
+    assert missing.returncode == 2 and "halo lab up --name nope" in missing.stderr
+
+
+def test_clear_errors_without_root_or_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    from halo_cluster.lab import lab as lab_module
+
+    monkeypatch.setattr(lab_module.os, "geteuid", lambda: 1000)
+    with pytest.raises(lab_module.LabError, match="needs root"):
+        lab_module.require_tools()
+    monkeypatch.setattr(lab_module.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        lab_module.shutil, "which", lambda tool: None if tool == "sshd" else f"/usr/bin/{tool}"
+    )
+    monkeypatch.setattr(lab_module.os.path, "exists", lambda path: False)
+    with pytest.raises(lab_module.LabError, match="'sshd' not found: install openssh-server"):
+        lab_module.require_tools()
