@@ -106,7 +106,7 @@ def test_demo_prints_both_inventories() -> None:
 def test_demo_json() -> None:
     result = halo("demo", "--json")
     data = json.loads(result.stdout)
-    assert set(data) == {"inventory", "doctor", "plans", "verify_log"}
+    assert set(data) == {"inventory", "doctor", "plans", "verify_log", "lab"}
     assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2
     assert data["plans"]["strix-e810"]["gid_index"] == 1
     assert data["verify_log"]["nccl-socket-fallback.log"]["ok"] is False

@@ -169,6 +169,7 @@ class Lab:
             f"hostname {shlex.quote(node.name)}\n"
             "mount -t tmpfs -o mode=755 tmpfs /run\n"
             "mkdir -p /run/sshd\n"
+            "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{_private_tmp_script(keep_paths(state))}"
             f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
             "trap 'exit 0' TERM\n"
