@@ -73,13 +73,21 @@ def kernel_args(fam: str, add: list[str], remove: list[str]) -> list[str]:
     return [*steps, tool, "sudo reboot"]
 
 
-def trust_interface(fam: str, backend: str | None, iface: str) -> list[str]:
+def trust_interface_argv(fam: str, backend: str | None, iface: str) -> list[list[str]]:
     if backend == "ufw" or (backend is None and fam == "debian"):
-        return [f"sudo ufw allow in on {q(iface)}"]
+        return [["ufw", "allow", "in", "on", iface]]
     return [
-        f"sudo firewall-cmd --permanent --zone=trusted --change-interface={q(iface)}",
-        "sudo firewall-cmd --reload",
+        ["firewall-cmd", "--permanent", "--zone=trusted", f"--change-interface={iface}"],
+        ["firewall-cmd", "--reload"],
     ]
+
+
+def trust_interface(fam: str, backend: str | None, iface: str) -> list[str]:
+    return sudo(trust_interface_argv(fam, backend, iface))
+
+
+def sudo(commands: list[list[str]]) -> list[str]:
+    return ["sudo " + shlex.join(argv) for argv in commands]
 
 
 def install(fam: str, *packages: str) -> list[str]:

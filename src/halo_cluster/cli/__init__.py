@@ -16,11 +16,13 @@ from halo_cluster.errors import HaloError
 
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
+    "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
     "env": "halo_cluster.cli.transport:env_command",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
+    "setup": "halo_cluster.cli.setup:setup",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }
 

@@ -1,0 +1,231 @@
+"""``halo setup`` (the guide's host steps as an idempotent plan) and ``halo container``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from halo_cluster.cli.output import emit_json, table
+
+if TYPE_CHECKING:
+    from halo_cluster.setup.plan import SetupOptions
+
+STEP_IDS = ["packages", "nic_firmware", "network", "firewall", "kernel", "memlock", "ssh_key"]
+
+
+@click.command()
+@click.option(
+    "--node",
+    "names",
+    multiple=True,
+    metavar="NAME",
+    help="Set up these nodes of halo.toml over SSH.",
+)
+@click.option("--local", is_flag=True, help="Set up this machine (the default without --node).")
+@click.option("--config", "config_path", metavar="FILE", help="Cluster config for --node.")
+@click.option(
+    "--root", default="/", show_default=True, metavar="DIR", help="Plan for the node below DIR."
+)
+@click.option(
+    "--distro",
+    type=click.Choice(["auto", "fedora", "ubuntu", "debian"]),
+    default="auto",
+    show_default=True,
+)
+@click.option(
+    "--fabric-iface", metavar="IF", help="The fabric interface (default: the transport plan's)."
+)
+@click.option("--address", metavar="CIDR", help="Static fabric address, e.g. 192.168.100.1/30.")
+@click.option("--mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
+@click.option(
+    "--step", "steps", multiple=True, type=click.Choice(STEP_IDS), help="Only these steps."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {nodes: {name: {steps, reboot_needed, applied}}}.",
+)
+@click.option(
+    "--apply", "do_apply", is_flag=True, help="Run the pending steps (nothing changes without it)."
+)
+@click.option("--yes", is_flag=True, help="Do not ask before applying.")
+def setup(
+    names: tuple[str, ...],
+    local: bool,
+    config_path: str | None,
+    root: str,
+    distro: str,
+    fabric_iface: str | None,
+    address: str | None,
+    mtu: int,
+    steps: tuple[str, ...],
+    as_json: bool,
+    do_apply: bool,
+    yes: bool,
+) -> int:
+    """Show (and with --apply, run) the host setup of the reference guide: packages, NIC
+    firmware check, fabric address and MTU, firewall, kernel command line (GTT sized from
+    this node's memory), memlock and SSH key. Each step says whether it is done, the exact
+    commands, and whether a reboot follows. Running it twice changes nothing the second time."""
+    from halo_cluster.setup.plan import SetupOptions
+
+    opts = SetupOptions(distro, fabric_iface, address, mtu, str(Path.home()).lstrip("/"))
+    only = set(steps) or None
+    if names and not local:
+        data = _remote(names, config_path, opts, steps, do_apply, yes)
+    else:
+        data = {_hostname(root): _local(root, opts, only, do_apply, yes, quiet=as_json)}
+    if as_json:
+        emit_json({"nodes": data})
+    else:
+        _render(data)
+    return 0
+
+
+def _hostname(root: str) -> str:
+    from halo_cluster.facts.inventory import collect_inventory
+
+    return collect_inventory(root).hostname or "local"
+
+
+def _local(
+    root: str, opts: SetupOptions, only: set[str] | None, do_apply: bool, yes: bool, quiet: bool
+) -> dict[str, Any]:
+    from halo_cluster.errors import UsageError
+    from halo_cluster.runner import LocalRunner
+    from halo_cluster.setup.apply import apply_plan, current_plan
+
+    plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+    applied: list[str] = []
+    pending = [s for s in plan if not s.done and s.actions]
+    if do_apply and pending:
+        if root != "/" or os.geteuid() != 0:
+            raise UsageError(
+                "--apply changes this machine: run it as root (sudo) and without --root"
+            )
+        if not yes:
+            click.confirm(f"apply {', '.join(s.id for s in pending)}?", abort=True, err=True)
+        outcomes = apply_plan(
+            root,
+            opts,
+            LocalRunner(),
+            only,
+            None if quiet else lambda m: click.echo(f"applying {m}", err=True),
+        )
+        applied = [o.step for o in outcomes if o.changed]
+        plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+    return {
+        "steps": [s.to_dict() for s in plan],
+        "reboot_needed": any(s.reboot and s.id in applied for s in plan),
+        "applied": applied,
+    }
+
+
+def _remote(
+    names: tuple[str, ...],
+    config_path: str | None,
+    opts: SetupOptions,
+    steps: tuple[str, ...],
+    do_apply: bool,
+    yes: bool,
+) -> dict[str, Any]:
+    from halo_cluster.cluster.gather import ssh_runners
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.errors import UsageError
+
+    path = find_config(config_path)
+    if path is None:
+        raise UsageError("--node needs a cluster config: --config halo.toml")
+    config = load_config(path)
+    runners = ssh_runners(config)
+    if do_apply and not yes:
+        click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
+    data = {}
+    for name in names:
+        node = config.node(name)
+        argv = [
+            *node.exec_prefix,
+            node.halo,
+            "setup",
+            "--local",
+            "--json",
+            "--distro",
+            opts.distro,
+            "--mtu",
+            str(opts.mtu),
+        ]
+        argv += [f"--step={s}" for s in steps]
+        argv += ["--fabric-iface", opts.fabric_iface] if opts.fabric_iface else []
+        argv += ["--address", opts.address] if opts.address else []
+        argv += ["--apply", "--yes"] if do_apply else []
+        result = runners[name].run(argv, timeout=900)
+        if not result.ok:
+            raise UsageError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
+        data[name] = next(iter(json.loads(result.stdout)["nodes"].values()))
+    return data
+
+
+def _render(data: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    from halo_cluster.cli.output import console
+
+    out = console()
+    for name, node in data.items():
+        grid = table(f"Setup of {name}", "step", "state", "commands", "note")
+        for step in node["steps"]:
+            state = "[green]done[/]" if step["done"] else "[yellow]pending[/]"
+            if step["reboot"]:
+                state += " (reboot)"
+            grid.add_row(
+                step["id"], state, escape("\n".join(step["commands"])) or "-", escape(step["note"])
+            )
+        out.print(grid)
+        if node["applied"]:
+            out.print(
+                f"applied: {', '.join(node['applied'])}"
+                + ("; reboot now" if node["reboot_needed"] else "")
+            )
+
+
+@click.command()
+@click.option(
+    "--root", default="/", show_default=True, metavar="DIR", help="The node whose devices to pass."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["podman", "docker", "toolbox", "distrobox"]),
+    default="podman",
+    show_default=True,
+)
+@click.option(
+    "--image", required=True, help="The serving image (vLLM with ROCm/CUDA and rdma-core >= 62)."
+)
+@click.option("--name", default="halo-vllm", show_default=True, help="Container name.")
+@click.option(
+    "--run", "do_run", is_flag=True, help="Create it now instead of printing the command."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {argv, command} as JSON.")
+def container(root: str, engine: str, image: str, name: str, do_run: bool, as_json: bool) -> int:
+    """Print (or with --run, execute) the command that creates the serving container with this
+    node's /dev/dri, /dev/kfd and /dev/infiniband, unlimited memlock, host network and IPC."""
+    import subprocess
+
+    from halo_cluster.facts.inventory import collect_inventory
+    from halo_cluster.setup.container import container_argv, device_gids
+
+    inv = collect_inventory(root)
+    argv = container_argv(inv, engine, image, name, device_gids(root, inv))
+    if as_json:
+        emit_json({"argv": argv, "command": shlex.join(argv)})
+    elif not do_run:
+        click.echo(shlex.join(argv))
+    if do_run:
+        return subprocess.run(argv, check=False).returncode
+    return 0

@@ -1,0 +1,79 @@
+"""Applying a setup plan: pending steps in order, each verified afterwards by re-reading the
+node and planning again; the first failure stops the run with the command's own error."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from halo_cluster.errors import HaloError
+from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.facts.root import Root
+from halo_cluster.runner import Runner
+from halo_cluster.setup.plan import Action, SetupOptions, Step, plan_setup
+
+APPLY_TIMEOUT_S = 600.0
+
+
+class SetupError(HaloError):
+    """A setup step failed; the message carries the command's own error."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    step: str
+    changed: bool
+
+
+def current_plan(root_path: str, opts: SetupOptions) -> list[Step]:
+    root = Root(root_path)
+    return plan_setup(root, collect_inventory(root_path), opts)
+
+
+def apply_plan(
+    root_path: str,
+    opts: SetupOptions,
+    runner: Runner,
+    only: set[str] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
+    outcomes = []
+    for step in current_plan(root_path, opts):
+        if only is not None and step.id not in only:
+            continue
+        if step.done or not step.actions:
+            outcomes.append(Outcome(step.id, False))
+            continue
+        if progress:
+            progress(f"{step.id}: {step.title}")
+        for action in step.actions:
+            _run(root_path, action, runner)
+        after = next(s for s in current_plan(root_path, opts) if s.id == step.id)
+        if not after.done:
+            raise SetupError(
+                f"step {step.id} ran but is still not done ({after.note or after.check})"
+            )
+        outcomes.append(Outcome(step.id, True))
+    return outcomes
+
+
+def _run(root_path: str, action: Action, runner: Runner) -> None:
+    if action.path:
+        write_atomically(os.path.join(root_path, action.path), action.content)
+        return
+    result = runner.run(list(action.argv), timeout=APPLY_TIMEOUT_S)
+    if not result.ok:
+        raise SetupError(f"{action.display()} failed: {result.error_text()}")
+
+
+def write_atomically(path: str, content: str) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".halo-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
