@@ -106,7 +106,7 @@ def test_demo_prints_both_inventories() -> None:
 def test_demo_json() -> None:
     result = halo("demo", "--json")
     data = json.loads(result.stdout)
-    assert set(data) == {"inventory", "doctor", "plans", "verify_log", "lab"}
+    assert set(data) == {"inventory", "doctor", "setup", "plans", "verify_log", "lab"}
     assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2
     assert data["plans"]["strix-e810"]["gid_index"] == 1
     assert data["verify_log"]["nccl-socket-fallback.log"]["ok"] is False
@@ -175,3 +175,19 @@ def test_doctor_config_errors(tmp_path: Path) -> None:
     (tmp_path / "halo.toml").write_text('[[node]]\nname = "a"\n')
     unknown = halo("doctor", "--config", str(tmp_path / "halo.toml"), "--node", "b")
     assert unknown.returncode == 2 and "no node named 'b'" in unknown.stderr
+
+
+def test_setup_and_container_commands() -> None:
+    plan = halo("setup", "--root", str(ROOTS / "strix-e810-misconfigured"), "--json")
+    assert plan.returncode == 0, plan.stderr
+    steps = {s["id"]: s for s in next(iter(json.loads(plan.stdout)["nodes"].values()))["steps"]}
+    assert steps["kernel"]["reboot"] and not steps["kernel"]["done"]
+    refused = halo("setup", "--root", str(ROOTS / "strix-e810-misconfigured"), "--apply", "--yes")
+    assert refused.returncode == 2 and "without --root" in refused.stderr
+    table_out = halo("setup", "--root", str(ROOTS / "connectx-roce"))
+    assert "sudo ufw allow in on ens1f0np0" in table_out.stdout
+    made = halo("container", "--root", str(ROOTS / "strix-e810"), "--image", "img", "--json")
+    assert json.loads(made.stdout)["argv"][:2] == ["podman", "run"]
+    assert (
+        halo("container", "--root", str(ROOTS / "strix-e810")).returncode == 2
+    )  # --image is required

@@ -264,3 +264,81 @@ def test_clear_errors_without_root_or_tools(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(lab_module.os.path, "exists", lambda path: False)
     with pytest.raises(lab_module.LabError, match="'sshd' not found: install openssh-server"):
         lab_module.require_tools()
+
+
+def test_setup_apply_inside_a_lab_node(workdir: Path) -> None:
+    """--apply for real where it can run: fabric address and MTU through ip, the limits file."""
+    memlock_file = Path("/etc/security/limits.d/90-halo-memlock.conf")
+    existed = memlock_file.exists()
+    halo("lab", "up", "--name", "st", "--fabric-mtu", "1500", cwd=workdir)
+    status = json.loads(halo("lab", "status", "--name", "st", "--json", cwd=workdir).stdout)
+    new_address = status["nodes"][0]["fabric_address"].rsplit(".", 1)[0] + ".77/24"
+    args = [
+        "lab",
+        "exec",
+        "--name",
+        "st",
+        "node1",
+        "--",
+        HALO,
+        "setup",
+        "--local",
+        "--step",
+        "network",
+        "--step",
+        "memlock",
+        "--fabric-iface",
+        "enp194s0np0",
+        "--address",
+        new_address,
+        "--mtu",
+        "9000",
+        "--json",
+        "--apply",
+        "--yes",
+    ]
+    try:
+        first = json.loads(halo(*args, cwd=workdir).stdout)
+        node = next(iter(first["nodes"].values()))
+        expected_applied = ["network"] if existed else ["network", "memlock"]
+        assert node["applied"] == expected_applied
+        assert all(step["done"] for step in node["steps"])
+        shown = halo(
+            "lab",
+            "exec",
+            "--name",
+            "st",
+            "node1",
+            "--",
+            "ip",
+            "-br",
+            "addr",
+            "show",
+            "enp194s0np0",
+            cwd=workdir,
+        ).stdout
+        assert new_address in shown
+        mtu = halo(
+            "lab",
+            "exec",
+            "--name",
+            "st",
+            "node1",
+            "--",
+            "cat",
+            "/sys/class/net/enp194s0np0/mtu",
+            cwd=workdir,
+        ).stdout
+        assert mtu.strip() == "9000"
+        second = json.loads(halo(*args, cwd=workdir).stdout)
+        assert next(iter(second["nodes"].values()))["applied"] == []
+        doctor = json.loads(
+            halo("doctor", "--config", status["config"], "--json", cwd=workdir, check=False).stdout
+        )
+        node1 = {f["check"]: f["severity"] for f in doctor["nodes"]["node1"]["findings"]}
+        assert node1["net.mtu_jumbo"] == "ok"
+        cluster = {f["check"]: f["severity"] for f in doctor["cluster"]["findings"]}
+        assert cluster["cluster.mtu_match"] == "fail"  # node2 still at 1500
+    finally:
+        if not existed:
+            memlock_file.unlink(missing_ok=True)

@@ -39,6 +39,8 @@ def gather() -> dict[str, Any]:
     from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
     from halo_cluster.nccl_log import parse_log
+    from halo_cluster.setup.apply import current_plan
+    from halo_cluster.setup.plan import SetupOptions
     from halo_cluster.transport import plan_transport
 
     local = collect_inventory("/")
@@ -48,13 +50,19 @@ def gather() -> dict[str, Any]:
     plans = {name: plan_transport(inv, "auto", PEERS[name]) for name, inv in examples.items()}
     verdicts = {name: parse_log(example_log(name)) for name in LOGS}
     doctors = {name: doctor_local(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)}
+    setups = {
+        name: current_plan(str(example_root(name)), SetupOptions(home="root"))
+        for name in (HEALTHY, MISCONFIGURED)
+    }
     return {
         "local": local,
         "examples": examples,
         "plans": plans,
         "verdicts": verdicts,
         "doctors": doctors,
+        "setups": setups,
         "json": {
+            "setup": {name: [step.to_dict() for step in plan] for name, plan in setups.items()},
             "doctor": {name: report.to_dict() for name, report in doctors.items()},
             "inventory": {
                 "local": local.to_dict(),
@@ -79,7 +87,8 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
         out, gathered["examples"][HEALTHY], "2. Inventory of the bundled Strix Halo + E810 node"
     )
     _show_doctor(out, gathered["doctors"])
-    out.rule("[bold]4. Transport plan per node (halo env --explain)")
+    _show_setup(out, gathered["setups"])
+    out.rule("[bold]5. Transport plan per node (halo env --explain)")
     for name, plan in gathered["plans"].items():
         out.print(
             f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.hca}, "
@@ -88,7 +97,7 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
         out.print(render_env(plan, "shell", explain=True), markup=False, end="")
         for warning in plan.warnings:
             out.print(f"[yellow]warning:[/] {warning}")
-    out.rule("[bold]5. Proof of transport (halo verify-log --expect roce)")
+    out.rule("[bold]6. Proof of transport (halo verify-log --expect roce)")
     for name, verdict in gathered["verdicts"].items():
         ok = verdict.meets(LOGS[name])
         mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
@@ -172,3 +181,17 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
             lab.down(state)
             if out is not None:
                 out.print("lab removed")
+
+
+def _show_setup(out: Console, setups: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    out.rule("[bold]4. Host setup as code (halo setup): what the misconfigured node still needs")
+    for name, plan in setups.items():
+        pending = [step for step in plan if not step.done]
+        out.print(f"[bold]{name}[/]: {len(plan) - len(pending)} of {len(plan)} steps done")
+        for step in pending:
+            reboot = " [yellow](reboot)[/]" if step.reboot else ""
+            out.print(f"  {step.id}: {escape(step.title)}{reboot}")
+            for action in step.actions:
+                out.print("    " + escape(action.display().rstrip()).replace("\n", "\n    "))
