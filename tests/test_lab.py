@@ -69,6 +69,12 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
         halo("lab", "down", "--name", lab.name, cwd=tmp_path, check=False)
 
 
+def lab_exec(
+    workdir: Path, name: str, node: str, *command: str
+) -> subprocess.CompletedProcess[str]:
+    return halo("lab", "exec", "--name", name, node, "--", *command, cwd=workdir, check=False)
+
+
 def ssh(workdir: Path, name: str, node: str, *command: str) -> subprocess.CompletedProcess[str]:
     config = workdir / ".halo-lab" / name / "ssh_config"
     return subprocess.run(
@@ -106,99 +112,34 @@ def test_up_ssh_isolation_mtu_faults_down(workdir: Path) -> None:
     assert not Path("/tmp/only-on-node1").exists()
     # MTU 9000 carried on the fabric: 8972 bytes + 28 header, do not fragment
     fabric2 = status["nodes"][1]["fabric_address"]
-    ping = halo(
-        "lab",
-        "exec",
-        "--name",
-        "ta",
-        "node1",
-        "--",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "2",
-        "-M",
-        "do",
-        "-s",
-        "8972",
-        fabric2,
-        cwd=workdir,
-        check=False,
+    ping = lab_exec(
+        workdir, "ta", "node1", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "8972", fabric2
     )
     assert ping.returncode == 0, ping.stdout + ping.stderr
-    too_big = halo(
-        "lab",
-        "exec",
-        "--name",
-        "ta",
-        "node1",
-        "--",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "1",
-        "-M",
-        "do",
-        "-s",
-        "8973",
-        fabric2,
-        cwd=workdir,
-        check=False,
+    too_big = lab_exec(
+        workdir, "ta", "node1", "ping", "-c", "1", "-W", "1", "-M", "do", "-s", "8973", fabric2
     )
     assert too_big.returncode != 0
     # isolation: kill -9 -1 inside node2 leaves node1 (and node3) alone
-    halo("lab", "exec", "--name", "ta", "node2", "--", "kill", "-9", "-1", cwd=workdir, check=False)
+    lab_exec(workdir, "ta", "node2", "kill", "-9", "-1")
     after = json.loads(halo("lab", "status", "--json", "--name", "ta", cwd=workdir).stdout)
     assert [n["sshd"] for n in after["nodes"]] == [True, False, True]
     # cut / heal
     halo("lab", "cut", "--name", "ta", "node3", cwd=workdir)
-    cut = halo(
-        "lab",
-        "exec",
-        "--name",
-        "ta",
-        "node1",
-        "--",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "1",
-        status["nodes"][2]["fabric_address"],
-        cwd=workdir,
-        check=False,
+    cut = lab_exec(
+        workdir, "ta", "node1", "ping", "-c", "1", "-W", "1", status["nodes"][2]["fabric_address"]
     )
     assert cut.returncode != 0
     halo("lab", "heal", "--name", "ta", "node3", cwd=workdir)
-    healed = halo(
-        "lab",
-        "exec",
-        "--name",
-        "ta",
-        "node1",
-        "--",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "2",
-        status["nodes"][2]["fabric_address"],
-        cwd=workdir,
-        check=False,
+    healed = lab_exec(
+        workdir, "ta", "node1", "ping", "-c", "1", "-W", "2", status["nodes"][2]["fabric_address"]
     )
     assert healed.returncode == 0
     # kill: a crashed machine
     halo("lab", "kill", "--name", "ta", "node1", cwd=workdir)
     killed = json.loads(halo("lab", "status", "--json", "--name", "ta", cwd=workdir).stdout)
     assert killed["nodes"][0]["sshd"] is False
-    assert (
-        halo(
-            "lab", "exec", "--name", "ta", "node1", "--", "true", cwd=workdir, check=False
-        ).returncode
-        == 1
-    )
+    assert lab_exec(workdir, "ta", "node1", "true").returncode == 1
     # down leaves nothing
     halo("lab", "down", "--name", "ta", cwd=workdir)
     assert leftovers("ta") == {"netns": [], "links": [], "processes": []}
@@ -303,32 +244,9 @@ def test_setup_apply_inside_a_lab_node(workdir: Path) -> None:
         expected_applied = ["network"] if existed else ["network", "memlock"]
         assert node["applied"] == expected_applied
         assert all(step["done"] for step in node["steps"])
-        shown = halo(
-            "lab",
-            "exec",
-            "--name",
-            "st",
-            "node1",
-            "--",
-            "ip",
-            "-br",
-            "addr",
-            "show",
-            "enp194s0np0",
-            cwd=workdir,
-        ).stdout
+        shown = lab_exec(workdir, "st", "node1", "ip", "-br", "addr", "show", "enp194s0np0").stdout
         assert new_address in shown
-        mtu = halo(
-            "lab",
-            "exec",
-            "--name",
-            "st",
-            "node1",
-            "--",
-            "cat",
-            "/sys/class/net/enp194s0np0/mtu",
-            cwd=workdir,
-        ).stdout
+        mtu = lab_exec(workdir, "st", "node1", "cat", "/sys/class/net/enp194s0np0/mtu").stdout
         assert mtu.strip() == "9000"
         second = json.loads(halo(*args, cwd=workdir).stdout)
         assert next(iter(second["nodes"].values()))["applied"] == []

@@ -5,14 +5,24 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from halo_cluster.cli.output import emit_json, table
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 NAME_HELP = "Lab name (default: the only lab in ./.halo-lab, else 'lab')."
 DIR_HELP = "Lab directory (default ./.halo-lab/NAME)."
+
+
+def lab_options(command: F) -> F:
+    """--name and --dir, shared by every lab command."""
+    command = click.option("--dir", "directory", help=DIR_HELP)(command)
+    return click.option("--name", help=NAME_HELP)(command)
 
 
 @click.group()
@@ -52,9 +62,8 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     type=click.IntRange(2, 8),
     help="Number of nodes (2-8).",
 )
-@click.option("--name", help=NAME_HELP)
+@lab_options
 @click.option("--fabric-mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
-@click.option("--dir", "directory", help=DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
 def up(nodes: int, name: str | None, fabric_mtu: int, directory: str | None, as_json: bool) -> int:
     """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
@@ -76,8 +85,7 @@ def up(nodes: int, name: str | None, fabric_mtu: int, directory: str | None, as_
 
 
 @lab.command("down")
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 def down(name: str | None, directory: str | None) -> int:
     """Remove every process, namespace, link and bridge of the lab (a missing lab is fine)."""
     from halo_cluster.lab.lab import Lab, require_tools
@@ -114,8 +122,7 @@ def _status(state) -> dict[str, object]:  # type: ignore[no-untyped-def]
 
 
 @lab.command("status")
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {name, dir, config, nodes: [...]} as JSON."
 )
@@ -140,8 +147,7 @@ def status(name: str | None, directory: str | None, as_json: bool) -> int:
 
 
 @lab.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 @click.argument("node")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def exec_(name: str | None, directory: str | None, node: str, command: tuple[str, ...]) -> int:
@@ -165,8 +171,7 @@ def _fault(name: str | None, directory: str | None, node: str, net: str, up: boo
 
 
 @lab.command("cut")
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 @click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
 @click.argument("node")
 def cut(name: str | None, directory: str | None, net: str, node: str) -> int:
@@ -175,8 +180,7 @@ def cut(name: str | None, directory: str | None, net: str, node: str) -> int:
 
 
 @lab.command("heal")
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 @click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
 @click.argument("node")
 def heal(name: str | None, directory: str | None, net: str, node: str) -> int:
@@ -185,8 +189,7 @@ def heal(name: str | None, directory: str | None, net: str, node: str) -> int:
 
 
 @lab.command("kill")
-@click.option("--name", help=NAME_HELP)
-@click.option("--dir", "directory", help=DIR_HELP)
+@lab_options
 @click.argument("node")
 def kill(name: str | None, directory: str | None, node: str) -> int:
     """Stop every process of NODE, sshd included (a crashed machine)."""
