@@ -257,6 +257,28 @@ def test_setup_apply_inside_a_lab_node(workdir: Path) -> None:
         assert node1["net.mtu_jumbo"] == "ok"
         cluster = {f["check"]: f["severity"] for f in doctor["cluster"]["findings"]}
         assert cluster["cluster.mtu_match"] == "fail"  # node2 still at 1500
+        # the same plan, asked from the host over SSH for both nodes
+        remote = json.loads(
+            halo(
+                "setup",
+                "--node",
+                "node1",
+                "--node",
+                "node2",
+                "--config",
+                status["config"],
+                "--step",
+                "network",
+                "--fabric-iface",
+                "enp194s0np0",
+                "--json",
+                cwd=workdir,
+            ).stdout
+        )
+        assert [remote["nodes"][n]["steps"][0]["done"] for n in ("node1", "node2")] == [True, False]
+        assert remote["nodes"]["node2"]["steps"][0]["commands"] == [
+            "sudo ip link set dev enp194s0np0 mtu 9000"
+        ]
     finally:
         if not existed:
             memlock_file.unlink(missing_ok=True)
