@@ -22,6 +22,7 @@ COMMANDS = {
     "env": "halo_cluster.cli.transport:env_command",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
+    "plan": "halo_cluster.cli.plan:plan",
     "setup": "halo_cluster.cli.setup:setup",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }

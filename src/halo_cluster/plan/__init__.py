@@ -1,0 +1,1 @@
+"""The planner: will a model fit on these nodes, and what will the fabric cost per token."""
