@@ -106,7 +106,8 @@ def test_demo_prints_both_inventories() -> None:
 def test_demo_json() -> None:
     result = halo("demo", "--json")
     data = json.loads(result.stdout)
-    assert set(data) == {"inventory", "doctor", "setup", "plans", "verify_log", "lab"}
+    assert set(data) == {"inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab"}
+    assert data["plan"]["collectives_per_token"] == 162
     assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2
     assert data["plans"]["strix-e810"]["gid_index"] == 1
     assert data["verify_log"]["nccl-socket-fallback.log"]["ok"] is False
@@ -191,3 +192,29 @@ def test_setup_and_container_commands() -> None:
     assert (
         halo("container", "--root", str(ROOTS / "strix-e810")).returncode == 2
     )  # --image is required
+
+
+def test_plan_command() -> None:
+    result = halo("plan", "llama-3.3-70b", "--json")
+    data = json.loads(result.stdout)
+    assert set(data["rows"][0]) == {
+        "layout",
+        "tp",
+        "pp",
+        "link",
+        "fits",
+        "weights_gib_per_node",
+        "kv_gib_per_node",
+        "max_context",
+        "decode_ms_compute",
+        "decode_ms_network",
+        "tokens_per_s",
+        "network_share",
+        "tokens_per_s_batch1",
+    }
+    assert (
+        data["recommendation"]["layout"] == "TP2" and data["recommendation"]["link"] == "roce-e810"
+    )
+    assert "qwen3-235b-a22b" in halo("plan", "--list").stdout
+    assert halo("plan", "no-such-model").returncode == 2
+    assert halo("plan").returncode == 2
