@@ -1,0 +1,1 @@
+"""Benchmarks: tool wrappers with pure parsers (more to come: collective, TP replay, results)."""

@@ -1,0 +1,255 @@
+"""Benchmark tools: argv builders and pure parsers of their output (perftest, sockperf,
+qperf, iperf3). Results are normalised: latency in µs (one way, as perftest and sockperf
+ping-pong report it), bandwidth in Gb/s."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.errors import ParseError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NUMBER = r"(\d+(?:\.\d+)?)"
+
+
+@dataclass(frozen=True)
+class Latency:
+    typical_us: float  # p50 (perftest t_typical, sockperf percentile 50, qperf mean)
+    p99_us: float | None
+    avg_us: float | None
+    samples: int | None
+    tool: str
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    gbps: float
+    retransmits: int | None
+    tool: str
+
+
+# -- perftest --------------------------------------------------------------------------------
+def perftest_argv(
+    tool: str,
+    device: str,
+    gid_index: int | None,
+    server: str | None,
+    *,
+    size: int,
+    iterations: int,
+    port: int,
+    report_gbits: bool = True,
+) -> list[str]:
+    """``ib_write_lat`` / ``ib_write_bw``; server side when ``server`` is None."""
+    argv = [tool, "-d", device, "-F", "-s", str(size), "-n", str(iterations), "-p", str(port)]
+    if gid_index is not None:
+        argv += ["-x", str(gid_index)]
+    if report_gbits and tool.endswith("_bw"):
+        argv.append("--report_gbits")
+    if server is not None:
+        argv.append(server)
+    return argv
+
+
+def _table_rows(text: str, header_start: str) -> tuple[str, list[list[str]]]:
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip().startswith(header_start):
+            rows = []
+            for row in lines[index + 1 :]:
+                cols = row.split()
+                if not cols or not cols[0].isdigit():
+                    break
+                rows.append(cols)
+            return line, rows
+    raise ParseError(f"no '{header_start}' results table", text[-400:])
+
+
+def parse_perftest_lat(text: str) -> Latency:
+    _header, rows = _table_rows(text, "#bytes #iterations")
+    if not rows or len(rows[-1]) < 7:
+        raise ParseError("latency table without a full result row", text[-400:])
+    cols = rows[-1]
+    try:
+        values = [float(c) for c in cols[:9]]
+    except ValueError:
+        raise ParseError("non-numeric latency result", text[-400:]) from None
+    p99 = values[7] if len(values) > 7 else None
+    return Latency(
+        typical_us=values[4], p99_us=p99, avg_us=values[5], samples=int(values[1]), tool="perftest"
+    )
+
+
+def parse_perftest_bw(text: str) -> Bandwidth:
+    header, rows = _table_rows(text, "#bytes")
+    if not rows or len(rows[-1]) < 4:
+        raise ParseError("bandwidth table without a result row", text[-400:])
+    try:
+        average = float(rows[-1][3])
+    except ValueError:
+        raise ParseError("non-numeric bandwidth result", text[-400:]) from None
+    return Bandwidth(_to_gbps(average, header), None, "perftest")
+
+
+def _to_gbps(value: float, header: str) -> float:
+    """perftest < 24.07 printed [MB/sec] for what later versions call [MiB/sec]: same numbers."""
+    if "[Gb/sec]" in header:
+        return value
+    if "[MB/sec]" in header or "[MiB/sec]" in header:
+        return value * 2**20 * 8 / 1e9
+    raise ParseError("unknown bandwidth unit in perftest header", header)
+
+
+def parse_perftest_json(text: str) -> Latency | Bandwidth:
+    """The ``--out_json`` file; the test name says latency or bandwidth. BW values are in
+    the report's unit: Gb/s when run with ``--report_gbits`` (as halo does), else MiB/s."""
+    try:
+        data = json.loads(text)
+        test = data["test_info"]["test"]
+        results = data["results"]
+    except (ValueError, KeyError, TypeError):
+        raise ParseError("not a perftest JSON report", text[:400]) from None
+    try:
+        if "Latency" in test:
+            return Latency(
+                float(results["t_typical"]),
+                float(results["percentile_99"]),
+                float(results["t_avg"]),
+                int(results["n_iterations"]),
+                "perftest",
+            )
+        return Bandwidth(float(results["BW_average"]), None, "perftest")
+    except (KeyError, TypeError, ValueError):
+        raise ParseError("perftest JSON report without its results", text[:400]) from None
+
+
+# -- sockperf --------------------------------------------------------------------------------
+def sockperf_server_argv(address: str, port: int) -> list[str]:
+    return ["sockperf", "server", "--tcp", "-i", address, "-p", str(port)]
+
+
+def sockperf_client_argv(address: str, port: int, seconds: float, size: int = 64) -> list[str]:
+    return [
+        "sockperf",
+        "ping-pong",
+        "--tcp",
+        "-i",
+        address,
+        "-p",
+        str(port),
+        "-t",
+        f"{seconds:g}",
+        "-m",
+        str(size),
+    ]
+
+
+def parse_sockperf(text: str) -> Latency:
+    """``sockperf ping-pong`` reports half the round trip (one way)."""
+    clean = _ANSI.sub("", text)
+    avg = re.search(rf"avg-latency={_NUMBER}", clean)
+    p50 = re.search(rf"percentile 50\.000 =\s*{_NUMBER}", clean)
+    p99 = re.search(rf"percentile 99\.000 =\s*{_NUMBER}", clean)
+    count = re.search(r"Total (\d+) observations", clean)
+    if not (avg and p50):
+        raise ParseError("no sockperf latency summary (avg-latency, percentile 50)", clean[-400:])
+    return Latency(
+        float(p50.group(1)),
+        float(p99.group(1)) if p99 else None,
+        float(avg.group(1)),
+        int(count.group(1)) if count else None,
+        "sockperf",
+    )
+
+
+# -- qperf -----------------------------------------------------------------------------------
+_QPERF_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}
+_QPERF_BW = {
+    "bytes/sec": 8e-9,
+    "KB/sec": 8e-6,
+    "MB/sec": 8e-3,
+    "GB/sec": 8.0,
+    "Kb/sec": 1e-6,
+    "Mb/sec": 1e-3,
+    "Gb/sec": 1.0,
+}
+
+
+def qperf_argv(address: str, port: int, seconds: float, *tests: str) -> list[str]:
+    return ["qperf", "--listen_port", str(port), "-t", f"{seconds:g}", address, *tests]
+
+
+def parse_qperf(text: str) -> dict[str, dict[str, Any]]:
+    """``test:`` blocks of ``name = value unit`` lines -> {test: {name: (value, unit)}}."""
+    tests: dict[str, dict[str, Any]] = {}
+    current: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if re.match(r"^\w+:\s*$", line):
+            current = tests.setdefault(line.strip()[:-1], {})
+            continue
+        match = re.match(r"^\s+(\w+)\s*=\s*([\d,.]+)\s*(\S*)", line)
+        if match and current is not None:
+            current[match.group(1)] = (float(match.group(2).replace(",", "")), match.group(3))
+        elif line.strip() and current is None:
+            raise ParseError("qperf output before any 'test:' line", text[:400])
+    if not tests:
+        raise ParseError("no qperf results", text[:400])
+    return tests
+
+
+def qperf_latency(text: str) -> Latency:
+    tests = parse_qperf(text)
+    value, unit = tests.get("tcp_lat", {}).get("latency", (None, None))
+    if value is None or unit not in _QPERF_UNITS:
+        raise ParseError("no tcp_lat latency in qperf output", text[:400])
+    return Latency(value * _QPERF_UNITS[unit], None, value * _QPERF_UNITS[unit], None, "qperf")
+
+
+def qperf_bandwidth(text: str) -> Bandwidth:
+    tests = parse_qperf(text)
+    value, unit = tests.get("tcp_bw", {}).get("bw", (None, None))
+    if value is None or unit not in _QPERF_BW:
+        raise ParseError("no tcp_bw bw in qperf output", text[:400])
+    return Bandwidth(value * _QPERF_BW[unit], None, "qperf")
+
+
+# -- iperf3 ----------------------------------------------------------------------------------
+def iperf3_server_argv(address: str, port: int) -> list[str]:
+    return ["iperf3", "-s", "-1", "-B", address, "-p", str(port)]
+
+
+def iperf3_client_argv(address: str, port: int, seconds: float, streams: int = 4) -> list[str]:
+    return [
+        "iperf3",
+        "-c",
+        address,
+        "-p",
+        str(port),
+        "-t",
+        f"{seconds:g}",
+        "-P",
+        str(streams),
+        "-J",
+    ]
+
+
+def parse_iperf3(text: str) -> Bandwidth:
+    """Goodput is what the receiver got (``end.sum_received``)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ParseError("iperf3 output is not JSON (was -J given?)", text[:400]) from None
+    if not isinstance(data, dict):
+        raise ParseError("iperf3 JSON is not an object", text[:400])
+    if data.get("error"):
+        raise ParseError(f"iperf3 failed: {data['error']}", text[:400])
+    try:
+        end = data["end"]
+        bps = float(end["sum_received"]["bits_per_second"])
+        retransmits = end.get("sum_sent", {}).get("retransmits")
+    except (KeyError, TypeError, ValueError):
+        raise ParseError("iperf3 JSON without end.sum_received", text[:400]) from None
+    return Bandwidth(bps / 1e9, int(retransmits) if retransmits is not None else None, "iperf3")
