@@ -31,7 +31,7 @@ from halo_cluster.transport import WANTED
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
-NODE_KEYS = {"name", "ssh", "fabric_address", "exec_prefix", "halo", "gpus"}
+NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus"}
 
 
 class ConfigError(UsageError):
@@ -46,6 +46,7 @@ class NodeConfig:
     exec_prefix: tuple[str, ...] = ()
     halo: str = "halo"
     gpus: int | None = None  # None: as many as the node has; 0: CPU-only
+    mgmt_address: str | None = None  # the management (SSH) network address, for probes
 
     @property
     def host(self) -> str:
@@ -137,14 +138,8 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         raise where.error(
             "name", f"{label}.name {name!r}: use letters, digits, '.', '_' or '-'", index
         )
-    fabric = _string(where, raw, "fabric_address", label, index=index, default="") or None
-    if fabric is not None:
-        try:
-            ipaddress.IPv4Address(fabric)
-        except ValueError:
-            raise where.error(
-                "fabric_address", f"{label}.fabric_address {fabric!r} is not an IPv4 address", index
-            ) from None
+    fabric = _address(where, raw, "fabric_address", label, index)
+    mgmt = _address(where, raw, "mgmt_address", label, index)
     prefix = raw.get("exec_prefix", [])
     if isinstance(prefix, str):
         prefix = shlex.split(prefix)
@@ -162,7 +157,20 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         exec_prefix=tuple(prefix),
         halo=_string(where, raw, "halo", label, index=index, default="halo"),
         gpus=gpus,
+        mgmt_address=mgmt,
     )
+
+
+def _address(where: _Locator, raw: dict[str, Any], key: str, label: str, index: int) -> str | None:
+    value = _string(where, raw, key, label, index=index, default="") or None
+    if value is not None:
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            raise where.error(
+                key, f"{label}.{key} {value!r} is not an IPv4 address", index
+            ) from None
+    return value
 
 
 def _unknown(

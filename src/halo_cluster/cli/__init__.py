@@ -20,10 +20,13 @@ COMMANDS = {
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
     "env": "halo_cluster.cli.transport:env_command",
+    "exporter": "halo_cluster.cli.monitor:exporter",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
+    "monitoring": "halo_cluster.cli.monitor:monitoring",
     "plan": "halo_cluster.cli.plan:plan",
     "setup": "halo_cluster.cli.setup:setup",
+    "top": "halo_cluster.cli.monitor:top",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }
 

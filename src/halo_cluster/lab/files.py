@@ -71,6 +71,7 @@ def _ssh_config(d: Path, state: LabState) -> str:
 def _halo_toml(state: LabState, halo: str) -> str:
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
+        f'mgmt_address = "{n.mgmt_address}"\n'
         f'halo = "{halo}"\ngpus = 0\n'
         for n in state.nodes
     )

@@ -1,0 +1,269 @@
+"""``halo exporter``, ``halo top`` and ``halo monitoring``: live fabric monitoring."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from halo_cluster.cli.output import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.config import Config, NodeConfig
+    from halo_cluster.monitor.probes import Target
+
+DEFAULT_PORT = 9877
+PROBE_PORT = 9878
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(text: str) -> float:
+    """``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 1s or 5m")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
+    value = float(match.group(1)) * scale
+    if value <= 0:
+        raise click.BadParameter("must be more than zero")
+    return value
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{text!r}: use ADDR:PORT, e.g. 127.0.0.1:9877")
+    return host.strip("[]"), int(port)
+
+
+def _this_node(config: Config, name: str | None) -> NodeConfig | None:
+    """--node, else the node whose fabric or management address this host has."""
+    if name:
+        return config.node(name)
+    from halo_cluster.facts.inventory import collect_inventory
+
+    own = {c.split("/")[0] for iface in collect_inventory("/").net for c in iface.ipv4}
+    return next((n for n in config.nodes if n.fabric_address in own or n.mgmt_address in own), None)
+
+
+def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Target]:
+    from halo_cluster.monitor.probes import Target
+
+    targets = []
+    for node in config.nodes:
+        if me is not None and node.name == me.name:
+            continue
+        for path, address in (("fabric", node.fabric_address), ("mgmt", node.mgmt_address)):
+            if address:
+                targets.append(Target(node.name, path, address, port))
+    return targets
+
+
+@click.command()
+@click.option(
+    "--root", default="/", show_default=True, metavar="DIR", help="Read counters below DIR."
+)
+@click.option(
+    "--listen",
+    default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    metavar="ADDR:PORT",
+    help="Where /metrics is served; any address but 127.0.0.1 must be given explicitly.",
+)
+@click.option(
+    "--config", "config_path", metavar="FILE", help="Cluster config: probe every other node."
+)
+@click.option(
+    "--node",
+    "node_name",
+    metavar="NAME",
+    help="Which node of the config this is (default: by address).",
+)
+@click.option(
+    "--interval", default="1s", show_default=True, help="Sample and probe interval (500ms, 1s, 5s)."
+)
+@click.option(
+    "--probe",
+    "probes",
+    multiple=True,
+    metavar="ADDR",
+    help="Also probe this address (path 'extra').",
+)
+@click.option(
+    "--probe-port", default=PROBE_PORT, show_default=True, type=int, help="TCP echo port."
+)
+@click.option("--once", is_flag=True, help="Print one /metrics page and exit (no server).")
+def exporter(
+    root: str,
+    listen: str,
+    config_path: str | None,
+    node_name: str | None,
+    interval: str,
+    probes: tuple[str, ...],
+    probe_port: int,
+    once: bool,
+) -> int:
+    """Prometheus exporter of the fabric: RDMA port and driver counters, normalised RDMA
+    bytes, interface statistics, PCIe width, GPU memory, TCP echo round trips to every peer
+    on each path, and alerts (link down, errors rising, latency over twice its baseline)."""
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.monitor.exporter import Exporter, serve
+    from halo_cluster.monitor.probes import EchoServer, Target
+    from halo_cluster.monitor.sampler import Sampler
+
+    interval_s = parse_duration(interval)
+    address, port = _listen(listen)
+    path = find_config(config_path) if config_path else None
+    targets: list[Target] = [Target(a, "extra", a, probe_port) for a in probes]
+    echo_addresses: list[str] = []
+    if path is not None:
+        config = load_config(path)
+        me = _this_node(config, node_name)
+        targets += probe_targets(config, me, probe_port)
+        if me is not None:
+            echo_addresses = [a for a in (me.fabric_address, me.mgmt_address) if a]
+    state = Exporter(Sampler(root), targets, interval_s)
+    if once:
+        state.tick()
+        sys.stdout.write(state.metrics())
+        return 0
+    echoes = [EchoServer(a, probe_port) for a in echo_addresses or ([address] if probes else [])]
+    for echo in echoes:
+        echo.start()
+    server = serve(state, address, port)
+    state.start()
+    click.echo(
+        f"halo exporter on http://{address}:{port}/metrics, sampling every {interval_s:g} s, "
+        f"{len(targets)} probe target(s)",
+        err=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        state.stop()
+        for echo in echoes:
+            echo.shutdown()
+            echo.server_close()
+    return 0
+
+
+def scrape(target: str, timeout_s: float = 3.0) -> dict[Any, float] | str:
+    """One exporter's samples, or the error text."""
+    import urllib.error
+    import urllib.request
+
+    from halo_cluster.errors import ParseError
+    from halo_cluster.monitor.exposition import parse
+
+    url = target if target.startswith("http") else f"http://{target}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return parse(response.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ParseError) as err:
+        return f"{target}: {getattr(err, 'reason', err)}"
+
+
+def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.errors import UsageError
+
+    if targets:
+        return [t.strip() for t in targets.split(",") if t.strip()]
+    path = find_config(config_path)
+    if path is None:
+        raise UsageError("give --targets HOST:PORT,… or a cluster config (--config halo.toml)")
+    config = load_config(path)
+    return [f"{n.mgmt_address or n.host}:{port}" for n in config.nodes]
+
+
+@click.command()
+@click.option(
+    "--config", "config_path", metavar="FILE", help="Cluster config: every node's exporter."
+)
+@click.option("--targets", metavar="HOST:PORT,…", help="Exporters to watch.")
+@click.option(
+    "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port with --config."
+)
+@click.option("--interval", default="1s", show_default=True)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Print one plain-text frame (two scrapes one interval apart) and exit.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --once: the frame as JSON.")
+def top(
+    config_path: str | None,
+    targets: str | None,
+    port: int,
+    interval: str,
+    once: bool,
+    as_json: bool,
+) -> int:
+    """A live dashboard of every node's exporter: Gb/s per port and interface, packet and
+    error rates, probe latency p50/p99 per peer and path, link state and alerts."""
+    from halo_cluster.monitor.frame import build_frame, render_frame
+
+    interval_s = parse_duration(interval)
+    names = top_targets(config_path, targets, port)
+    if once:
+        first = {t: scrape(t) for t in names}
+        time.sleep(interval_s)
+        second = {t: scrape(t) for t in names}
+        frame = build_frame(first, second, interval_s)
+        if as_json:
+            emit_json(frame)
+        else:
+            sys.stdout.write(render_frame(frame))
+        return 0
+    try:
+        from halo_cluster.monitor.tui import run_tui
+    except ImportError:
+        from halo_cluster.errors import UsageError
+
+        raise UsageError(
+            "the live dashboard needs textual: pip install 'halo-cluster[tui]' (or use --once)"
+        ) from None
+    run_tui(names, interval_s)
+    return 0
+
+
+@click.group()
+def monitoring() -> None:
+    """Monitoring ecosystem helpers (Prometheus, Grafana, systemd)."""
+
+
+@monitoring.command("prometheus-config")
+@click.option("--config", "config_path", metavar="FILE", help="Cluster config.")
+@click.option(
+    "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port on every node."
+)
+@click.option("--interval", default="5s", show_default=True, help="Scrape interval.")
+def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
+    """Print a Prometheus scrape config for every node's exporter."""
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.errors import UsageError
+
+    path = find_config(config_path)
+    if path is None:
+        raise UsageError("no cluster config: --config halo.toml")
+    config = load_config(path)
+    lines = [
+        f"# halo exporters of cluster {config.name} (generated from {path})",
+        "scrape_configs:",
+        "  - job_name: halo",
+        f"    scrape_interval: {interval}",
+        "    static_configs:",
+    ]
+    for node in config.nodes:
+        lines += [
+            f"      - targets: ['{node.mgmt_address or node.host}:{port}']",
+            f"        labels: {{node: '{node.name}', cluster: '{config.name}'}}",
+        ]
+    click.echo("\n".join(lines))
+    return 0

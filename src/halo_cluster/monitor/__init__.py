@@ -1,0 +1,1 @@
+"""Live fabric monitoring: sampler, rates, probes, alerts, Prometheus exporter, dashboard."""

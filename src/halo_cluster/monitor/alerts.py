@@ -1,0 +1,59 @@
+"""Alerts as a pure function of the latest snapshot, the rates since the previous one and
+the probe latencies: link down, error/retransmit counters rising, latency above twice its
+baseline."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from halo_cluster.monitor.sampler import Key
+
+# Counter names that only move when something is wrong on the wire.
+BAD_COUNTER = re.compile(
+    r"(error|errors|discard|drop|retrans|RetransSegs|out_of_sequence|seq_err|timeout|RTO|Nak|cnp|CNP|"
+    r"symbol_error|link_downed|ECNMrkd|rnr)",
+)
+
+
+@dataclass(frozen=True)
+class Alert:
+    name: str  # link_down / errors_rising / latency_high
+    subject: str
+    detail: str
+
+
+def evaluate_alerts(
+    values: Mapping[Key, float],
+    rates: Mapping[Key, float],
+    latency_p50_s: Mapping[tuple[str, str], float | None],
+    baseline_s: Mapping[tuple[str, str], float],
+) -> list[Alert]:
+    alerts = []
+    for (metric, labels), value in values.items():
+        subject = ",".join(f"{k}={v}" for k, v in labels)
+        if metric == "halo_rdma_port_state" and value != 4:
+            alerts.append(Alert("link_down", subject, f"RDMA port state {int(value)}"))
+        if metric == "halo_net_up" and value == 0 and dict(labels).get("interface") != "lo":
+            alerts.append(Alert("link_down", subject, "interface not up"))
+    for (metric, labels), rate in rates.items():
+        if rate <= 0:
+            continue
+        counter = dict(labels).get("counter", metric)
+        if (
+            "errors" in metric or "drop" in metric or BAD_COUNTER.search(counter)
+        ) and "bytes" not in metric:
+            subject = ",".join(f"{k}={v}" for k, v in labels)
+            alerts.append(Alert("errors_rising", subject, f"{counter} +{rate:.3g}/s"))
+    for target, p50 in latency_p50_s.items():
+        base = baseline_s.get(target)
+        if p50 is not None and base and p50 > 2 * base:
+            alerts.append(
+                Alert(
+                    "latency_high",
+                    f"peer={target[0]},path={target[1]}",
+                    f"p50 {p50 * 1e6:.0f} µs > 2 × baseline {base * 1e6:.0f} µs",
+                )
+            )
+    return alerts

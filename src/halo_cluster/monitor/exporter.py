@@ -1,0 +1,115 @@
+"""``halo exporter``: samples every interval in the background, probes peers, evaluates
+alerts, and serves the latest state at ``/metrics`` (never failing a scrape)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from halo_cluster.monitor.alerts import Alert, evaluate_alerts
+from halo_cluster.monitor.exposition import render
+from halo_cluster.monitor.probes import Prober, Target
+from halo_cluster.monitor.rates import rates
+from halo_cluster.monitor.sampler import Labels, Sampler, Snapshot
+
+
+@dataclass
+class State:
+    current: Snapshot
+    previous: Snapshot | None
+    alerts: list[Alert]
+
+
+class Exporter:
+    def __init__(
+        self,
+        sampler: Sampler,
+        targets: list[Target],
+        interval_s: float,
+        baseline_s: Mapping[tuple[str, str], float] | None = None,
+    ) -> None:
+        self.sampler = sampler
+        self.targets = targets
+        self.interval_s = interval_s
+        self.baseline_s = dict(baseline_s or {})
+        self.lock = threading.Lock()
+        first = sampler.sample()
+        self.state = State(first, None, [])
+        self.prober = Prober(targets, interval_s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="halo-sampler", daemon=True)
+
+    def start(self) -> None:
+        self.prober.start()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.prober.stop()
+        self.sampler.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def tick(self) -> None:
+        snapshot = self.sampler.sample()
+        with self.lock:
+            previous = self.state.current
+        latency = {(t.peer, t.path): t.quantile(0.5) for t in self.targets}
+        for target, p50 in latency.items():  # no measured baseline: the first steady value
+            if p50 is not None and len(self._target(target).rtts_s) >= 10:
+                self.baseline_s.setdefault(target, p50)
+        alerts = evaluate_alerts(
+            snapshot.values, rates(previous, snapshot), latency, self.baseline_s
+        )
+        with self.lock:
+            self.state = State(snapshot, previous, alerts)
+
+    def _target(self, key: tuple[str, str]) -> Target:
+        return next(t for t in self.targets if (t.peer, t.path) == key)
+
+    def metrics(self) -> str:
+        with self.lock:
+            state = self.state
+        extra: list[tuple[str, Labels, float]] = []
+        for t in self.targets:
+            labels: Labels = (("peer", t.peer), ("path", t.path))
+            for q in (0.5, 0.9, 0.99):
+                value = t.quantile(q)
+                if value is not None:
+                    extra.append(("halo_probe_rtt_seconds", (*labels, ("quantile", str(q))), value))
+            extra.append(("halo_probe_rtt_seconds_sum", labels, t.total_s))
+            extra.append(("halo_probe_rtt_seconds_count", labels, float(t.count)))
+            extra.append(("halo_probe_failures_total", labels, float(t.failures)))
+        for alert in state.alerts:
+            extra.append(("halo_alert", (("alert", alert.name), ("subject", alert.subject)), 1.0))
+        return render(state.current.values, extra)
+
+
+def serve(exporter: Exporter, address: str, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] not in ("/metrics", "/"):
+                self.send_error(404, "only /metrics here")
+                return
+            body = (
+                exporter.metrics().encode()
+                if self.path.startswith("/metrics")
+                else (b"halo exporter: see /metrics\n")
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # quiet: a scrape a second would flood the terminal
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    return server

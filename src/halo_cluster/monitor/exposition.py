@@ -1,0 +1,107 @@
+"""Prometheus text exposition: rendering our series, and parsing it back (for ``halo top``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from halo_cluster.errors import ParseError
+from halo_cluster.monitor.sampler import Key, Labels
+
+METRICS: dict[str, tuple[str, str]] = {
+    "halo_rdma_port_state": ("gauge", "RDMA port state (4 = ACTIVE, 1 = DOWN)."),
+    "halo_rdma_port_rate_bytes_per_second": ("gauge", "RDMA port link rate."),
+    "halo_rdma_port_transmit_bytes_total": (
+        "counter",
+        "RDMA bytes sent (PMA data x4, or irdma IP octets).",
+    ),
+    "halo_rdma_port_receive_bytes_total": (
+        "counter",
+        "RDMA bytes received (PMA data x4, or irdma IP octets).",
+    ),
+    "halo_rdma_port_counter_total": ("counter", "RDMA port PMA counter (counters/)."),
+    "halo_rdma_hw_counter_total": ("counter", "RDMA driver counter (hw_counters/)."),
+    "halo_net_receive_bytes_total": ("counter", "Bytes received by the interface."),
+    "halo_net_transmit_bytes_total": ("counter", "Bytes sent by the interface."),
+    "halo_net_receive_packets_total": ("counter", "Packets received."),
+    "halo_net_transmit_packets_total": ("counter", "Packets sent."),
+    "halo_net_receive_errors_total": ("counter", "Receive errors."),
+    "halo_net_transmit_errors_total": ("counter", "Transmit errors."),
+    "halo_net_receive_drop_total": ("counter", "Received packets dropped."),
+    "halo_net_transmit_drop_total": ("counter", "Sent packets dropped."),
+    "halo_net_up": ("gauge", "1 when the interface's operstate is up."),
+    "halo_net_mtu_bytes": ("gauge", "Interface MTU."),
+    "halo_net_speed_bytes_per_second": ("gauge", "Interface link speed."),
+    "halo_pcie_link_width": ("gauge", "Negotiated PCIe link width (lanes)."),
+    "halo_gpu_gtt_used_bytes": ("gauge", "GPU GTT (system memory) in use."),
+    "halo_gpu_vram_used_bytes": ("gauge", "GPU VRAM in use."),
+    "halo_scrape_errors_total": (
+        "counter",
+        "Counter files that could not be read, and devices that vanished.",
+    ),
+    "halo_probe_rtt_seconds": ("summary", "TCP echo round trip to a peer, per path."),
+    "halo_probe_failures_total": ("counter", "Probes that got no answer."),
+    "halo_alert": ("gauge", "1 for every firing alert."),
+}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def format_labels(labels: Labels) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
+
+
+def render(series: Mapping[Key, float], extra: Iterable[tuple[str, Labels, float]] = ()) -> str:
+    """All series grouped by metric, each group with its HELP and TYPE."""
+    grouped: dict[str, list[tuple[str, Labels, float]]] = {}
+    for (name, labels), value in series.items():
+        grouped.setdefault(name, []).append((name, labels, value))
+    for name, labels, value in extra:
+        family = (
+            re.sub(r"_(sum|count)$", "", name)
+            if name.startswith("halo_probe_rtt_seconds")
+            else name
+        )
+        grouped.setdefault(family, []).append((name, labels, value))
+    lines = []
+    for family in sorted(grouped):
+        kind, text = METRICS.get(family, ("untyped", family))
+        lines.append(f"# HELP {family} {text}")
+        lines.append(f"# TYPE {family} {kind}")
+        for name, labels, value in grouped[family]:
+            lines.append(f"{name}{format_labels(labels)} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float) -> str:
+    if value == int(value) and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+\d+)?$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str) -> dict[Key, float]:
+    """Samples of a text exposition (comments skipped)."""
+    out: dict[Key, float] = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line.strip())
+        if not match:
+            raise ParseError("not a Prometheus sample line", line)
+        labels = tuple(
+            (k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
+            for k, v in _LABEL.findall(match.group(3) or "")
+        )
+        try:
+            out[(match.group(1), labels)] = float(match.group(4))
+        except ValueError:
+            raise ParseError("sample value is not a number", line) from None
+    return out

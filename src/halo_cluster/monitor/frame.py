@@ -1,0 +1,125 @@
+"""One dashboard frame from two scrapes of every exporter (pure), and its plain-text form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from halo_cluster.monitor.sampler import Key
+
+Samples = Mapping[Key, float]
+
+
+def _rate(first: Samples, second: Samples, key: Key, interval_s: float) -> float:
+    if key not in first or key not in second:
+        return 0.0
+    before, after = first[key], second[key]
+    return (after - before if after >= before else after) / interval_s
+
+
+def _by(samples: Samples, metric: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {labels: value for (name, labels), value in samples.items() if name == metric}
+
+
+def node_frame(
+    target: str, first: Samples | str, second: Samples | str, interval_s: float
+) -> dict[str, Any]:
+    if isinstance(second, str) or isinstance(first, str):
+        return {"target": target, "error": second if isinstance(second, str) else first}
+    ports = []
+    for labels, state in sorted(_by(second, "halo_rdma_port_state").items()):
+        tx = _rate(first, second, ("halo_rdma_port_transmit_bytes_total", labels), interval_s)
+        rx = _rate(first, second, ("halo_rdma_port_receive_bytes_total", labels), interval_s)
+        ports.append(
+            {
+                **dict(labels),
+                "state": "ACTIVE" if state == 4 else f"state {int(state)}",
+                "tx_gbps": tx * 8 / 1e9,
+                "rx_gbps": rx * 8 / 1e9,
+            }
+        )
+    interfaces = []
+    for labels, up in sorted(_by(second, "halo_net_up").items()):
+
+        def r(metric: str, labels: tuple[tuple[str, str], ...] = labels) -> float:
+            return _rate(first, second, (metric, labels), interval_s)
+
+        errors = sum(
+            r(m)
+            for m in (
+                "halo_net_receive_errors_total",
+                "halo_net_transmit_errors_total",
+                "halo_net_receive_drop_total",
+                "halo_net_transmit_drop_total",
+            )
+        )
+        interfaces.append(
+            {
+                **dict(labels),
+                "up": bool(up),
+                "tx_gbps": r("halo_net_transmit_bytes_total") * 8 / 1e9,
+                "rx_gbps": r("halo_net_receive_bytes_total") * 8 / 1e9,
+                "tx_pps": r("halo_net_transmit_packets_total"),
+                "rx_pps": r("halo_net_receive_packets_total"),
+                "errors_per_s": errors,
+            }
+        )
+    probes: dict[tuple[str, str], dict[str, Any]] = {}
+    for (name, labels), value in second.items():
+        if name == "halo_probe_rtt_seconds":
+            d = dict(labels)
+            entry = probes.setdefault(
+                (d["peer"], d["path"]), {"peer": d["peer"], "path": d["path"]}
+            )
+            entry[f"p{round(float(d['quantile']) * 100)}_us"] = value * 1e6
+    alerts = [dict(labels) for labels in _by(second, "halo_alert")]
+    return {
+        "target": target,
+        "ports": ports,
+        "interfaces": interfaces,
+        "probes": [probes[k] for k in sorted(probes)],
+        "alerts": alerts,
+    }
+
+
+def build_frame(
+    first: Mapping[str, Samples | str], second: Mapping[str, Samples | str], interval_s: float
+) -> dict[str, Any]:
+    return {
+        "interval_s": interval_s,
+        "nodes": [node_frame(t, first[t], second[t], interval_s) for t in second],
+    }
+
+
+def render_frame(frame: dict[str, Any]) -> str:
+    out = []
+    for node in frame["nodes"]:
+        out.append(f"== {node['target']}")
+        if "error" in node:
+            out.append(f"   unreachable: {node['error']}")
+            continue
+        out += [_port_line(p) for p in node["ports"]]
+        out += [_interface_line(i) for i in node["interfaces"]]
+        for p in node["probes"]:
+            p50, p99 = p.get("p50_us"), p.get("p99_us")
+            shown = (
+                "no answer"
+                if p50 is None or p99 is None
+                else f"p50 {p50:8.1f} µs  p99 {p99:8.1f} µs"
+            )
+            out.append(f"   probe {p['peer']:<10} {p['path']:<7} {shown}")
+        out += [f"   ALERT {a.get('alert')}: {a.get('subject')}" for a in node["alerts"]]
+    return "\n".join(out) + "\n"
+
+
+def _port_line(p: dict[str, Any]) -> str:
+    where = f"{p['device']}/{p['port']}"
+    rates = f"tx {p['tx_gbps']:8.3f} Gb/s  rx {p['rx_gbps']:8.3f} Gb/s"
+    return f"   rdma {where:<16} {p['state']:<8} {rates}"
+
+
+def _interface_line(i: dict[str, Any]) -> str:
+    state = "up" if i["up"] else "DOWN"
+    rates = f"tx {i['tx_gbps']:8.3f} Gb/s  rx {i['rx_gbps']:8.3f} Gb/s"
+    packets = f"{i['tx_pps']:9.0f}/{i['rx_pps']:9.0f} pkt/s  errors {i['errors_per_s']:.1f}/s"
+    return f"   net  {i['interface']:<16} {state:<8} {rates}  {packets}"
