@@ -110,6 +110,8 @@ def serve(exporter: Exporter, address: str, port: int) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:
             return  # quiet: a scrape a second would flood the terminal
 
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    return server
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # the default 5 refuses bursts of concurrent scrapers
+
+    return Server((address, port), Handler)

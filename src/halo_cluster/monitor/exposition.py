@@ -96,12 +96,16 @@ def parse(text: str) -> dict[Key, float]:
         match = _SAMPLE.match(line.strip())
         if not match:
             raise ParseError("not a Prometheus sample line", line)
-        labels = tuple(
-            (k, v.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"))
-            for k, v in _LABEL.findall(match.group(3) or "")
-        )
+        labels = tuple((k, _unescape(v)) for k, v in _LABEL.findall(match.group(3) or ""))
         try:
             out[(match.group(1), labels)] = float(match.group(4))
         except ValueError:
             raise ParseError("sample value is not a number", line) from None
     return out
+
+
+_UNESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: _UNESCAPES.get(m.group(1), m.group(0)), value)
