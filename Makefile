@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the test suite uses for real (installed when run as root and missing).
-DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool
+DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool iperf3 prometheus prometheus-node-exporter
 
 .PHONY: demo test lint typecheck unit deb-packages bench clean
 

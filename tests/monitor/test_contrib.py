@@ -1,0 +1,50 @@
+"""The Grafana dashboard, systemd unit and Prometheus example refer to metrics that exist."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from halo_cluster.monitor.exposition import METRICS
+
+CONTRIB = Path(__file__).parents[2] / "contrib"
+
+
+def test_grafana_dashboard_uses_real_metrics() -> None:
+    dashboard = json.loads((CONTRIB / "grafana" / "halo-fabric.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\bhalo_[a-z_]+", e)}
+    assert names and names <= set(METRICS)
+    assert len(dashboard["panels"]) >= 6
+
+
+def test_systemd_unit_runs_the_exporter_on_localhost() -> None:
+    unit = (CONTRIB / "systemd" / "halo-exporter.service").read_text()
+    assert "ExecStart=" in unit and " exporter " in unit and "--listen 127.0.0.1:9877" in unit
+
+
+def test_prometheus_config_command(tmp_path: Path) -> None:
+    config = tmp_path / "halo.toml"
+    config.write_text(
+        '[cluster]\nname = "strix"\n[[node]]\nname = "strix1"\nssh = "root@192.168.1.51"\n'
+        'mgmt_address = "192.168.1.51"\n[[node]]\nname = "strix2"\nssh = "strix2.lan"\n'
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "halo_cluster",
+            "monitoring",
+            "prometheus-config",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "- targets: ['192.168.1.51:9877']" in out and "- targets: ['strix2.lan:9877']" in out
+    assert "job_name: halo" in out
