@@ -17,6 +17,15 @@ BAD_COUNTER = re.compile(
 )
 
 
+def watched(key: Key) -> bool:
+    """Counters whose rise is an alert (the exporter computes rates for these only)."""
+    metric, labels = key
+    counter = dict(labels).get("counter", metric)
+    return (
+        "errors" in metric or "drop" in metric or bool(BAD_COUNTER.search(counter))
+    ) and "bytes" not in metric
+
+
 @dataclass(frozen=True)
 class Alert:
     name: str  # link_down / errors_rising / latency_high
@@ -32,11 +41,10 @@ def evaluate_alerts(
 ) -> list[Alert]:
     alerts = []
     for (metric, labels), value in values.items():
-        subject = ",".join(f"{k}={v}" for k, v in labels)
         if metric == "halo_rdma_port_state" and value != 4:
-            alerts.append(Alert("link_down", subject, f"RDMA port state {int(value)}"))
+            alerts.append(Alert("link_down", _subject(labels), f"RDMA port state {int(value)}"))
         if metric == "halo_net_up" and value == 0 and dict(labels).get("interface") != "lo":
-            alerts.append(Alert("link_down", subject, "interface not up"))
+            alerts.append(Alert("link_down", _subject(labels), "interface not up"))
     for (metric, labels), rate in rates.items():
         if rate <= 0:
             continue
@@ -44,8 +52,7 @@ def evaluate_alerts(
         if (
             "errors" in metric or "drop" in metric or BAD_COUNTER.search(counter)
         ) and "bytes" not in metric:
-            subject = ",".join(f"{k}={v}" for k, v in labels)
-            alerts.append(Alert("errors_rising", subject, f"{counter} +{rate:.3g}/s"))
+            alerts.append(Alert("errors_rising", _subject(labels), f"{counter} +{rate:.3g}/s"))
     for target, p50 in latency_p50_s.items():
         base = baseline_s.get(target)
         if p50 is not None and base and p50 > 2 * base:
@@ -57,3 +64,7 @@ def evaluate_alerts(
                 )
             )
     return alerts
+
+
+def _subject(labels: tuple[tuple[str, str], ...]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels)

@@ -12,7 +12,7 @@ from halo_cluster.monitor.alerts import Alert, evaluate_alerts
 from halo_cluster.monitor.exposition import render
 from halo_cluster.monitor.probes import Prober, Target
 from halo_cluster.monitor.rates import rates
-from halo_cluster.monitor.sampler import Labels, Sampler, Snapshot
+from halo_cluster.monitor.sampler import Key, Labels, Sampler, Snapshot
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Exporter:
         self.prober = Prober(targets, interval_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="halo-sampler", daemon=True)
+        self._watched: list[Key] | None = None
 
     def start(self) -> None:
         self.prober.start()

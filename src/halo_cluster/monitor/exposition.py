@@ -49,6 +49,20 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+_SERIES_NAMES: dict[tuple[str, Labels], str] = {}
+
+
+def series_name(name: str, labels: Labels) -> str:
+    """``name{labels}``, formatted once per series (the exporter renders every second)."""
+    key = (name, labels)
+    text = _SERIES_NAMES.get(key)
+    if text is None:
+        if len(_SERIES_NAMES) > 100_000:  # devices come and go: do not grow without bound
+            _SERIES_NAMES.clear()
+        text = _SERIES_NAMES[key] = name + format_labels(labels)
+    return text
+
+
 def format_labels(labels: Labels) -> str:
     if not labels:
         return ""
@@ -73,7 +87,7 @@ def render(series: Mapping[Key, float], extra: Iterable[tuple[str, Labels, float
         lines.append(f"# HELP {family} {text}")
         lines.append(f"# TYPE {family} {kind}")
         for name, labels, value in grouped[family]:
-            lines.append(f"{name}{format_labels(labels)} {_number(value)}")
+            lines.append(f"{series_name(name, labels)} {_number(value)}")
     return "\n".join(lines) + "\n"
 
 

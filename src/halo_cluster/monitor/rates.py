@@ -4,6 +4,8 @@ never negative."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from halo_cluster.monitor.sampler import Key, Snapshot
 
 
@@ -11,14 +13,18 @@ def is_counter(key: Key) -> bool:
     return key[0].endswith("_total")
 
 
-def rates(previous: Snapshot, current: Snapshot) -> dict[Key, float]:
-    """Per-second increase of every counter present in both snapshots."""
+def rates(
+    previous: Snapshot, current: Snapshot, keys: Iterable[Key] | None = None
+) -> dict[Key, float]:
+    """Per-second increase of every counter present in both snapshots (or only of ``keys``)."""
     elapsed = current.time_s - previous.time_s
     if elapsed <= 0:
         return {}
     out: dict[Key, float] = {}
-    for key, value in current.values.items():
-        if not is_counter(key) or key not in previous.values:
+    wanted = current.values.keys() if keys is None else keys
+    for key in wanted:
+        value = current.values.get(key)
+        if value is None or not is_counter(key) or key not in previous.values:
             continue
         before = previous.values[key]
         increase = value - before if value >= before else value
