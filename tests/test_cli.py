@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,10 @@ def test_demo_prints_both_inventories() -> None:
         "PASS rccl-roce-2rank.log" in result.stdout
         and "FAIL nccl-socket-fallback.log" in result.stdout
     )
-
+    assert "strix-e810: 7 of 7 steps done" in result.stdout
+    assert "162 all-reduces per token" in result.stdout
+    if os.geteuid() == 0:  # the lab part runs as root only
+        assert "halo top --once" in result.stdout and "probe node2      fabric" in result.stdout
 
 def test_demo_json() -> None:
     result = halo("demo", "--json")

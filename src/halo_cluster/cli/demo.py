@@ -26,10 +26,14 @@ def demo(as_json: bool) -> int:
 
     gathered = gather()
     if as_json:
+        from halo_cluster.cli.demo_lab import lab_demo
+
         emit_json({**gathered["json"], "lab": lab_demo(None)})
         return 0
     out = console()
     show(out, gathered)
+    from halo_cluster.cli.demo_lab import lab_demo
+
     lab_demo(out)
     return 0
 
@@ -132,59 +136,6 @@ def _show_doctor(out: Console, doctors: dict[str, Any]) -> None:
     ]
     out.print(f"{len(changed)} checks that pass on {HEALTHY} fail or warn on {MISCONFIGURED}:")
     render_report(out, DoctorReport({MISCONFIGURED: changed}, []))
-
-
-def lab_demo(out: Console | None) -> dict[str, Any]:
-    """A 2-node lab (as root): bring it up, run the doctor over real SSH, take it down."""
-    import os
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    from halo_cluster.cli.doctor import render_report
-    from halo_cluster.cluster.doctor import doctor_cluster
-    from halo_cluster.cluster.gather import ssh_runners
-    from halo_cluster.config import load_config
-    from halo_cluster.errors import HaloError
-    from halo_cluster.lab.lab import Lab
-
-    if out is not None:
-        out.rule(
-            "[bold]6. A 2-node lab cluster on this machine (halo lab up, halo doctor --config)"
-        )
-    if os.geteuid() != 0:
-        message = (
-            "not root: the lab needs network namespaces. As root, the demo starts two nodes "
-            "(own network, PID, mount and UTS namespaces, sshd), runs the doctor over SSH, "
-            "and removes them again."
-        )
-        if out is not None:
-            out.print(message)
-        return {"skipped": message}
-    lab = Lab()
-    with tempfile.TemporaryDirectory(prefix="halo-demo-") as tmp:
-        try:
-            state = lab.up(
-                "demo", Path(tmp) / "lab", 2, 9000, str(Path(sys.executable).parent / "halo")
-            )
-        except HaloError as err:
-            if out is not None:
-                out.print(f"[yellow]lab not started:[/] {err}")
-            return {"skipped": str(err)}
-        try:
-            config = load_config(Path(state.dir) / "halo.toml")
-            report = doctor_cluster(config, ssh_runners(config))
-            if out is not None:
-                shown = [
-                    f"{n.name} {n.mgmt_address} / fabric {n.fabric_address}" for n in state.nodes
-                ]
-                out.print(f"nodes: {', '.join(shown)}")
-                render_report(out, report)
-            return {"nodes": [n.name for n in state.nodes], "doctor": report.to_dict()}
-        finally:
-            lab.down(state)
-            if out is not None:
-                out.print("lab removed")
 
 
 def _show_setup(out: Console, setups: dict[str, Any]) -> None:

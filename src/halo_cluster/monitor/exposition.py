@@ -29,7 +29,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "halo_net_transmit_errors_total": ("counter", "Transmit errors."),
     "halo_net_receive_drop_total": ("counter", "Received packets dropped."),
     "halo_net_transmit_drop_total": ("counter", "Sent packets dropped."),
-    "halo_net_up": ("gauge", "1 when the interface's operstate is up."),
+    "halo_net_up": ("gauge", "0 when the interface's operstate is down, 1 otherwise."),
     "halo_net_mtu_bytes": ("gauge", "Interface MTU."),
     "halo_net_speed_bytes_per_second": ("gauge", "Interface link speed."),
     "halo_pcie_link_width": ("gauge", "Negotiated PCIe link width (lanes)."),

@@ -39,6 +39,7 @@ NET_METRIC = {
     "rx_dropped": "halo_net_receive_drop_total",
     "tx_dropped": "halo_net_transmit_drop_total",
 }
+_DOWN_STATES = ("down", "lowerlayerdown", "notpresent", "dormant")
 PORT_STATES = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
 
 
@@ -217,7 +218,8 @@ def _value(kind: str, text: str) -> float | None:
     if kind == "state":
         return float(PORT_STATES.get(p.parse_numbered_name(text), 0))
     if kind == "operstate":
-        return 1.0 if p.parse_text(text) == "up" else 0.0
+        # "unknown" is what loopback and many virtual drivers report while working
+        return 0.0 if p.parse_text(text) in _DOWN_STATES else 1.0
     if kind == "gauge":
         return float(p.parse_int(text))
     counter = p.parse_counter(text)
