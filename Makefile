@@ -23,6 +23,7 @@ typecheck: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_inventory.py
+	$(BIN)/python benchmarks/bench_exporter.py
 	if [ "$$(id -u)" = 0 ]; then $(BIN)/python benchmarks/bench_lab.py; fi
 
 $(VENV)/bin/python:

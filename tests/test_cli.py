@@ -107,6 +107,7 @@ def test_demo_prints_both_inventories() -> None:
     if os.geteuid() == 0:  # the lab part runs as root only
         assert "halo top --once" in result.stdout and "probe node2      fabric" in result.stdout
 
+
 def test_demo_json() -> None:
     result = halo("demo", "--json")
     data = json.loads(result.stdout)

@@ -95,6 +95,11 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
 @click.option(
     "--probe-port", default=PROBE_PORT, show_default=True, type=int, help="TCP echo port."
 )
+@click.option(
+    "--rdma-probe-every",
+    metavar="DURATION",
+    help="Also measure RDMA latency to every peer with perftest ib_write_lat (e.g. 5m).",
+)
 @click.option("--once", is_flag=True, help="Print one /metrics page and exit (no server).")
 def exporter(
     root: str,
@@ -104,6 +109,7 @@ def exporter(
     interval: str,
     probes: tuple[str, ...],
     probe_port: int,
+    rdma_probe_every: str | None,
     once: bool,
 ) -> int:
     """Prometheus exporter of the fabric: RDMA port and driver counters, normalised RDMA
@@ -126,6 +132,8 @@ def exporter(
         if me is not None:
             echo_addresses = [a for a in (me.fabric_address, me.mgmt_address) if a]
     state = Exporter(Sampler(root), targets, interval_s)
+    if rdma_probe_every:
+        state.rdma = rdma_prober(root, targets, parse_duration(rdma_probe_every))
     if once:
         state.tick()
         sys.stdout.write(state.metrics())
@@ -135,6 +143,8 @@ def exporter(
         echo.start()
     server = serve(state, address, port)
     state.start()
+    if state.rdma is not None:
+        state.rdma.start()
     click.echo(
         f"halo exporter on http://{address}:{port}/metrics, sampling every {interval_s:g} s, "
         f"{len(targets)} probe target(s)",
@@ -151,6 +161,26 @@ def exporter(
             echo.shutdown()
             echo.server_close()
     return 0
+
+
+def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
+    """The RDMA prober for this node's planned RoCE/IB port; None (with a warning) without one."""
+    from halo_cluster.errors import HaloError
+    from halo_cluster.facts.inventory import collect_inventory
+    from halo_cluster.monitor.rdma_probe import RdmaProber, RdmaTarget
+    from halo_cluster.runner import LocalRunner
+    from halo_cluster.transport import plan_transport
+
+    try:
+        plan = plan_transport(collect_inventory(root), "auto")
+    except HaloError as err:
+        click.echo(f"halo: warning: no RDMA probe: {err}", err=True)
+        return None
+    if not plan.is_rdma or plan.hca is None:
+        click.echo("halo: warning: no RDMA probe: this node has no usable RDMA port", err=True)
+        return None
+    peers = [RdmaTarget(t.peer, t.address) for t in targets if t.path == "fabric"]
+    return RdmaProber(LocalRunner(), plan.hca.split(":")[0], plan.gid_index, peers, every_s)
 
 
 def scrape(target: str, timeout_s: float = 3.0) -> dict[Any, float] | str:

@@ -12,6 +12,7 @@ from halo_cluster.monitor.alerts import Alert, evaluate_alerts
 from halo_cluster.monitor.exposition import render
 from halo_cluster.monitor.probes import Prober, Target
 from halo_cluster.monitor.rates import rates
+from halo_cluster.monitor.rdma_probe import RdmaProber
 from halo_cluster.monitor.sampler import Key, Labels, Sampler, Snapshot
 
 
@@ -73,10 +74,20 @@ class Exporter:
     def _target(self, key: tuple[str, str]) -> Target:
         return next(t for t in self.targets if (t.peer, t.path) == key)
 
+    rdma: RdmaProber | None = None
+
     def metrics(self) -> str:
         with self.lock:
             state = self.state
         extra: list[tuple[str, Labels, float]] = []
+        for rt in self.rdma.targets if self.rdma else []:
+            if rt.latency_s is not None:
+                extra.append(
+                    ("halo_rdma_probe_latency_seconds", (("peer", rt.peer),), rt.latency_s)
+                )
+            extra.append(
+                ("halo_rdma_probe_failures_total", (("peer", rt.peer),), float(rt.failures))
+            )
         for t in self.targets:
             labels: Labels = (("peer", t.peer), ("path", t.path))
             for q in (0.5, 0.9, 0.99):

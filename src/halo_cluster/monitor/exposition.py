@@ -42,6 +42,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "halo_probe_rtt_seconds": ("summary", "TCP echo round trip to a peer, per path."),
     "halo_probe_failures_total": ("counter", "Probes that got no answer."),
     "halo_alert": ("gauge", "1 for every firing alert."),
+    "halo_rdma_probe_latency_seconds": (
+        "gauge",
+        "Latest perftest ib_write_lat typical latency to a peer.",
+    ),
+    "halo_rdma_probe_failures_total": ("counter", "RDMA latency probes that failed."),
 }
 
 

@@ -1,0 +1,80 @@
+"""Optional periodic RDMA latency (``--rdma-probe-every``): perftest ``ib_write_lat`` to each
+peer's fabric address with this node's planned HCA and GID index. Every node runs a
+perftest server in a loop (one client per run, as perftest works)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from halo_cluster.bench.tools import parse_perftest_lat, perftest_argv
+from halo_cluster.errors import ParseError
+from halo_cluster.runner import Runner
+
+RDMA_PROBE_PORT = 18515
+SIZE, ITERATIONS = 2, 1000
+
+
+@dataclass
+class RdmaTarget:
+    peer: str
+    address: str
+    latency_s: float | None = None
+    failures: int = 0
+
+
+@dataclass
+class RdmaProber:
+    runner: Runner
+    device: str
+    gid_index: int | None
+    targets: list[RdmaTarget]
+    every_s: float
+    port: int = RDMA_PROBE_PORT
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def probe_once(self) -> None:
+        for target in self.targets:
+            argv = perftest_argv(
+                "ib_write_lat",
+                self.device,
+                self.gid_index,
+                target.address,
+                size=SIZE,
+                iterations=ITERATIONS,
+                port=self.port,
+            )
+            result = self.runner.run(argv, timeout=30)
+            try:
+                if not result.ok:
+                    raise ParseError(result.error_text(), result.stdout[-200:])
+                target.latency_s = parse_perftest_lat(result.stdout).typical_us * 1e-6
+            except ParseError:
+                target.failures += 1
+
+    def serve_once(self) -> None:
+        argv = perftest_argv(
+            "ib_write_lat",
+            self.device,
+            self.gid_index,
+            None,
+            size=SIZE,
+            iterations=ITERATIONS,
+            port=self.port,
+        )
+        self.runner.run(argv, timeout=max(60.0, self.every_s * 2))
+
+    def start(self) -> None:
+        threading.Thread(target=self._clients, name="halo-rdma-probe", daemon=True).start()
+        threading.Thread(target=self._server, name="halo-rdma-server", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _clients(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.probe_once()
+
+    def _server(self) -> None:
+        while not self._stop.is_set():
+            self.serve_once()
