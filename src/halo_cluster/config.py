@@ -221,3 +221,9 @@ class _Locator:
             if (node_index is None or seen == node_index) and pattern.match(line):
                 return number
         return None
+
+
+def results_dir() -> Path:
+    """Where benchmark results are kept: $XDG_DATA_HOME/halo/results (~/.local/share/...)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "halo" / "results"

@@ -137,10 +137,11 @@ def test_throughput_probes_and_link_down(lab: tuple[Path, dict]) -> None:  # typ
     sent = json.loads(client.stdout)["end"]["sum_sent"]["bytes"]
     assert abs((after - before) - sent) / sent < 0.10, (after - before, sent)
     # probe round trips to the other node on both paths
-    samples = metrics(exporter1)
-    for path in ("fabric", "mgmt"):
-        labels = (("peer", "node2"), ("path", path), ("quantile", "0.5"))
-        assert 0 < samples[("halo_probe_rtt_seconds", labels)] < 0.05
+    for exporter, peer in ((exporter1, "node2"), (exporter2, "node1")):
+        samples = metrics(exporter)
+        for path in ("fabric", "mgmt"):
+            labels = (("peer", peer), ("path", path), ("quantile", "0.5"))
+            assert 0 < samples[("halo_probe_rtt_seconds", labels)] < 0.05
     # a pulled cable: node2's exporter raises link_down for its fabric interface
     assert halo("lab", "cut", "--name", "mon", "node2", cwd=cwd).returncode == 0
     time.sleep(1.0)

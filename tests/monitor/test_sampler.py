@@ -136,3 +136,32 @@ def test_alerts() -> None:
         ("link_down", "device=rocep194s0,port=1"),
         ("link_down", "interface=enp194s0np0"),
     ]
+
+
+def test_baseline_from_the_latest_bench_net_result(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from halo_cluster.errors import UsageError
+    from halo_cluster.monitor.baseline import latest_result, load_baseline
+
+    old, new = tmp_path / "a.json", tmp_path / "b.json"
+    for path, p50, stamp in ((old, 90.0, 1_000), (new, 42.0, 2_000)):
+        path.write_text(
+            json.dumps(
+                {
+                    "schema": "halo.bench.net/1",
+                    "paths": [
+                        {"peer": "node2", "path": "fabric", "latency_us": {"p50": p50, "p99": 80.0}}
+                    ],
+                }
+            )
+        )
+        os.utime(path, (stamp, stamp))
+    (tmp_path / "other.json").write_text('{"schema": "halo.bench.collective/1"}')
+    (tmp_path / "broken.json").write_text("{")
+    assert latest_result(tmp_path) == new
+    assert load_baseline(new) == {("node2", "fabric"): pytest.approx(42e-6)}
+    with pytest.raises(UsageError, match="not a bench net result"):
+        load_baseline(tmp_path / "other.json")
+    assert latest_result(tmp_path / "missing") is None

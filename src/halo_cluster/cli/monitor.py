@@ -100,6 +100,12 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
     metavar="DURATION",
     help="Also measure RDMA latency to every peer with perftest ib_write_lat (e.g. 5m).",
 )
+@click.option(
+    "--baseline",
+    "baseline_path",
+    metavar="FILE",
+    help="bench net result for latency alerts (default: the latest in the results directory).",
+)
 @click.option("--once", is_flag=True, help="Print one /metrics page and exit (no server).")
 def exporter(
     root: str,
@@ -110,6 +116,7 @@ def exporter(
     probes: tuple[str, ...],
     probe_port: int,
     rdma_probe_every: str | None,
+    baseline_path: str | None,
     once: bool,
 ) -> int:
     """Prometheus exporter of the fabric: RDMA port and driver counters, normalised RDMA
@@ -131,7 +138,7 @@ def exporter(
         targets += probe_targets(config, me, probe_port)
         if me is not None:
             echo_addresses = [a for a in (me.fabric_address, me.mgmt_address) if a]
-    state = Exporter(Sampler(root), targets, interval_s)
+    state = Exporter(Sampler(root), targets, interval_s, _baseline(baseline_path))
     if rdma_probe_every:
         state.rdma = rdma_prober(root, targets, parse_duration(rdma_probe_every))
     if once:
@@ -161,6 +168,16 @@ def exporter(
             echo.shutdown()
             echo.server_close()
     return 0
+
+
+def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
+    from pathlib import Path
+
+    from halo_cluster.config import results_dir
+    from halo_cluster.monitor.baseline import latest_result, load_baseline
+
+    path = Path(explicit) if explicit else latest_result(results_dir())
+    return load_baseline(path) if path else {}
 
 
 def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
