@@ -33,3 +33,12 @@ def root_copy(tmp_path: Path):
         return target
 
     return copy
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

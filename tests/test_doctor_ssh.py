@@ -14,17 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import free_port, require
 
 pytestmark = pytest.mark.lab
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,9 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.monitor.exposition import parse
-from tests.conftest import ROOTS
+from tests.conftest import ROOTS, free_port
 
 HALO = str(Path(sys.executable).parent / "halo")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def get(url: str) -> str:

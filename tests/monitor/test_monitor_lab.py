@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.monitor.exposition import parse
-from tests.conftest import ROOTS, require
+from tests.conftest import ROOTS, free_port, require
 
 pytestmark = pytest.mark.lab
 HALO = str(Path(sys.executable).parent / "halo")
@@ -149,12 +148,6 @@ def test_throughput_probes_and_link_down(lab: tuple[Path, dict]) -> None:  # typ
     assert ("halo_alert", (("alert", "link_down"), ("subject", "interface=enp194s0np0"))) in alerts
     frame = halo("top", "--config", status["config"], "--once", "--interval", "300ms", cwd=cwd)
     assert "ALERT link_down: interface=enp194s0np0" in frame.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_prometheus_scrapes_and_rate_query(tmp_path: Path) -> None:
