@@ -6,6 +6,10 @@ for settings (``XDG_CONFIG_HOME``).
     transport = "auto"            # auto / infiniband / roce / ethernet / thunderbolt
     ssh_config = "ssh_config"     # optional, relative to this file
 
+    [ray]                         # optional
+    port = 6379
+    dashboard = false             # when true, bound to dashboard_host (127.0.0.1)
+
     [[node]]
     name = "strix1"
     ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
@@ -13,6 +17,8 @@ for settings (``XDG_CONFIG_HOME``).
     exec_prefix = "toolbox run -c vllm --"   # optional: string or list
     halo = "/opt/halo/.venv/bin/halo"        # optional, default "halo"
     gpus = 0                                 # optional: CPU-only node, GPU checks skipped
+    mgmt_address = "192.168.1.51"            # optional: management address (probes)
+    env = { HF_HOME = "/models" }            # optional: extra environment on this node
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ from halo_cluster.transport import WANTED
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
-NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus"}
+NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
+RAY_KEYS = {"port", "dashboard", "dashboard_host", "command"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ConfigError(UsageError):
@@ -47,11 +55,26 @@ class NodeConfig:
     halo: str = "halo"
     gpus: int | None = None  # None: as many as the node has; 0: CPU-only
     mgmt_address: str | None = None  # the management (SSH) network address, for probes
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for this node's processes
 
     @property
     def host(self) -> str:
         """The host part of the ssh target (``user@host`` -> ``host``)."""
         return self.ssh.rsplit("@", 1)[-1]
+
+    def tool(self, name: str) -> str:
+        """A command installed next to this node's halo (same environment), else on PATH."""
+        if "/" in self.halo:
+            return self.halo.rsplit("/", 1)[0] + "/" + name
+        return name
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    port: int = 6379
+    dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
+    command: str | None = None  # default: ``ray`` next to each node's halo
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,12 @@ class Config:
     transport: str
     nodes: tuple[NodeConfig, ...]
     ssh_config: Path | None = None
+    ray: RayConfig = RayConfig()
+
+    @property
+    def head(self) -> NodeConfig:
+        """The first node runs the Ray head (and the vLLM driver)."""
+        return self.nodes[0]
 
     def node(self, name: str) -> NodeConfig:
         for node in self.nodes:
@@ -99,8 +128,8 @@ def load_config(path: Path) -> Config:
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
     for key in data:
-        if key not in ("cluster", "node"):
-            raise where.error(key, f"unknown section [{key}] (known: [cluster], [[node]])")
+        if key not in ("cluster", "node", "ray"):
+            raise where.error(key, f"unknown section [{key}] (known: [cluster], [ray], [[node]])")
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
         raise where.error("cluster", "[cluster] must be a table")
@@ -125,6 +154,23 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         transport=transport,
         nodes=nodes,
         ssh_config=(path.parent / ssh_config) if ssh_config else None,
+        ray=_ray(where, data.get("ray", {})),
+    )
+
+
+def _ray(where: _Locator, raw: Any) -> RayConfig:
+    if not isinstance(raw, dict):
+        raise where.error("ray", "[ray] must be a table")
+    _unknown(where, raw, RAY_KEYS, "ray")
+    port = raw.get("port", 6379)
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise where.error("port", "ray.port must be a port number (1-65535)")
+    dashboard = raw.get("dashboard", False)
+    if not isinstance(dashboard, bool):
+        raise where.error("dashboard", "ray.dashboard must be true or false")
+    command = _string(where, raw, "command", "ray", default="") or None
+    return RayConfig(
+        port, dashboard, _string(where, raw, "dashboard_host", "ray", default="127.0.0.1"), command
     )
 
 
@@ -158,7 +204,19 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         halo=_string(where, raw, "halo", label, index=index, default="halo"),
         gpus=gpus,
         mgmt_address=mgmt,
+        env=_env(where, raw.get("env", {}), label, index),
     )
+
+
+def _env(where: _Locator, raw: Any, label: str, index: int) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, dict):
+        raise where.error("env", f'{label}.env must be a table of NAME = "value"', index)
+    for name, value in raw.items():
+        if not _ENV_NAME.match(name) or not isinstance(value, str):
+            raise where.error(
+                "env", f"{label}.env.{name}: names are NAME_LIKE_THIS, values strings", index
+            )
+    return tuple(sorted(raw.items()))
 
 
 def _address(where: _Locator, raw: dict[str, Any], key: str, label: str, index: int) -> str | None:

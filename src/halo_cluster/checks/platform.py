@@ -157,6 +157,12 @@ def check_memlock(ctx: NodeContext) -> Finding:
     limit = ctx.inv.memlock_bytes
     if limit is None:
         return ok("limits.memlock", "memlock unlimited")
+    if not ctx.wants_rdma:
+        return info(
+            "limits.memlock",
+            f"memlock limited to {limit} bytes: fine for TCP, fatal for RDMA",
+            fix=fx.memlock_unlimited(),
+        )
     return fail(
         "limits.memlock",
         f"memlock limited to {limit} bytes: RDMA memory registration fails under load",

@@ -19,14 +19,18 @@ COMMANDS = {
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
+    "down": "halo_cluster.cli.cluster:down",
     "env": "halo_cluster.cli.transport:env_command",
     "exporter": "halo_cluster.cli.monitor:exporter",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
     "plan": "halo_cluster.cli.plan:plan",
+    "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
     "setup": "halo_cluster.cli.setup:setup",
+    "status": "halo_cluster.cli.cluster:status",
     "top": "halo_cluster.cli.monitor:top",
+    "up": "halo_cluster.cli.cluster:up",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }
 

@@ -162,10 +162,15 @@ def exec_(name: str | None, directory: str | None, node: str, command: tuple[str
 
 
 def _fault(name: str | None, directory: str | None, node: str, net: str, up: bool) -> int:
-    from halo_cluster.lab.lab import Lab
+    from halo_cluster.lab.lab import Lab, pid_alive
 
     state = _state(name, directory)
-    Lab().set_link(state.node(node), net, up)
+    lab = Lab()
+    member = state.node(node)
+    if up and (member.init_pid is None or not pid_alive(member.init_pid)):
+        state = lab.restart(state, member)  # a killed node boots again
+        click.echo(f"{node}: restarted")
+    lab.set_link(state.node(node), net, up)
     click.echo(f"{node}: {net} link {'up' if up else 'down'}")
     return 0
 
@@ -184,7 +189,7 @@ def cut(name: str | None, directory: str | None, net: str, node: str) -> int:
 @click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
 @click.argument("node")
 def heal(name: str | None, directory: str | None, net: str, node: str) -> int:
-    """Bring NODE's link back up."""
+    """Bring NODE's link back up (and boot it again after 'halo lab kill')."""
     return _fault(name, directory, node, net, up=True)
 
 

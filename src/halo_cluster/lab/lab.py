@@ -237,6 +237,17 @@ class Lab:
         write_state(new)
         return new
 
+    def restart(self, state: LabState, node: LabNode) -> LabState:
+        """Boot a killed node again: a new init (and sshd) in the same network namespace."""
+        if node.init_pid is not None and pid_alive(node.init_pid):
+            return state
+        fresh = self._start(state, node, require_tools())
+        nodes = [fresh if n.name == node.name else n for n in state.nodes]
+        new = _with_nodes(state, nodes)
+        write_state(new)
+        self._wait_sshd(_with_nodes(new, [fresh]))
+        return new
+
     def exec_argv(self, node: LabNode, command: Sequence[str]) -> list[str]:
         if node.init_pid is None or not pid_alive(node.init_pid):
             raise LabError(f"{node.name} is not running (killed?): 'halo lab down' and 'up' again")

@@ -1,0 +1,146 @@
+"""``halo up``, ``halo status``, ``halo down`` (and the node-side ``halo ray-nodes``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from halo_cluster.cli.output import emit_json, table
+
+CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
+
+
+def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    from halo_cluster.cluster.gather import ssh_runners
+    from halo_cluster.cluster.lifecycle import Lifecycle
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.errors import UsageError
+
+    path = find_config(config_path)
+    if path is None:
+        raise UsageError("no cluster config: pass --config halo.toml (halo lab up writes one)")
+    config = load_config(path)
+    return Lifecycle(
+        config, ssh_runners(config), None if quiet else lambda m: click.echo(f"  {m}", err=True)
+    )
+
+
+@click.command()
+@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@click.option("--force", is_flag=True, help="Start even when the doctor finds blocking problems.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {started, already, nodes_alive, plans} as JSON."
+)
+def up(config_path: str | None, force: bool, as_json: bool) -> int:
+    """Bring the Ray cluster up: doctor's blocking checks first, then each node's own transport
+    plan in its environment, the head on its fabric address, workers one after another, and
+    a wait until every node is registered. On a running cluster it changes nothing."""
+    lifecycle = _lifecycle(config_path, as_json)
+    start = time.monotonic()
+    result = lifecycle.up(force=force)
+    if as_json:
+        emit_json(
+            {
+                "started": result.started,
+                "already": result.already,
+                "nodes_alive": result.nodes_alive,
+                "plans": {name: plan.to_dict() for name, plan in result.plans.items()},
+            }
+        )
+        return 0
+    for name, plan in result.plans.items():
+        click.echo(
+            f"{name}: {plan.transport} via {plan.hca or plan.socket_ifname} ({plan.address})"
+        )
+    started = ", ".join(result.started) or "nothing (already running)"
+    took = time.monotonic() - start
+    click.echo(f"Ray up on {len(result.nodes_alive)} node(s) in {took:.1f} s; started {started}")
+    return 0
+
+
+@click.command()
+@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {cluster, head, nodes: [...], up_s} as JSON."
+)
+def status(config_path: str | None, as_json: bool) -> int:
+    """Nodes alive per Ray, each node's transport, and how long the cluster has been up.
+    Exit 1 when a configured node is not in the cluster."""
+    data = _lifecycle(config_path, True).status()
+    if as_json:
+        emit_json(data)
+    else:
+        from halo_cluster.cli.output import console
+
+        grid = table(
+            f"Cluster {data['cluster']} (head {data['head']})",
+            "node",
+            "address",
+            "ray",
+            "transport",
+        )
+        for node in data["nodes"]:
+            grid.add_row(
+                node["name"],
+                node["address"],
+                "[green]alive[/]" if node["ray"] else "[red]missing[/]",
+                f"{node['transport'] or '-'} {node['hca'] or ''}",
+            )
+        console().print(grid)
+        if data["up_s"] is not None:
+            click.echo(f"up {data['up_s']:.0f} s")
+    return 0 if all(n["ray"] for n in data["nodes"]) else 1
+
+
+@click.command()
+@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print {node: outcome} as JSON.")
+def down(config_path: str | None, as_json: bool) -> int:
+    """Stop Ray on every node; unreachable nodes are reported and the rest still stopped.
+    Exit 1 if anything could not be stopped."""
+    outcome = _lifecycle(config_path, as_json).down()
+    if as_json:
+        emit_json(outcome)
+    else:
+        for name, what in outcome.items():
+            click.echo(f"{name}: {what}")
+    return 0 if all(v == "stopped" for v in outcome.values()) else 1
+
+
+@click.command("ray-nodes", hidden=True)
+def ray_nodes() -> int:
+    """Node side: the nodes of the local Ray cluster as JSON (exit 1 when none runs)."""
+    try:
+        import logging
+
+        import ray
+    except ImportError:
+        click.echo("halo: error: ray is not installed in this environment", err=True)
+        return 1
+    try:
+        ray.init(
+            address="auto",
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        click.echo(f"halo: error: no Ray cluster here ({err})", err=True)
+        return 1
+    try:
+        nodes = [
+            {
+                "address": n["NodeManagerAddress"],
+                "alive": bool(n["Alive"]),
+                "resources": n["Resources"],
+            }
+            for n in ray.nodes()  # type: ignore[no-untyped-call]
+        ]
+    finally:
+        ray.shutdown()
+    json.dump(nodes, sys.stdout)
+    sys.stdout.write("\n")
+    return 0

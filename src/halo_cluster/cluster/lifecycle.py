@@ -1,0 +1,301 @@
+"""Ray lifecycle: ``halo up`` / ``status`` / ``down``.
+
+Every node gets the transport plan computed from its own facts, in the environment of its
+``ray start`` (per node: HCA names and GID indexes differ). Remote work goes to ``bash -s``
+on stdin: names, values and secrets never become argv of the SSH command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.checks import Finding
+from halo_cluster.checks.cluster import cluster_checks
+from halo_cluster.checks.context import NodeContext
+from halo_cluster.checks.platform import node_checks
+from halo_cluster.cluster.gather import NodeReport, gather
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.errors import HaloError
+from halo_cluster.runner import Result, Runner
+from halo_cluster.transport import TransportPlan, plan_transport
+
+START_TIMEOUT_S = 120.0
+REGISTER_TIMEOUT_S = 60.0
+
+
+class LifecycleError(HaloError):
+    """The cluster could not be brought to the wanted state; the message names what failed."""
+
+
+@dataclass
+class UpResult:
+    started: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    plans: dict[str, TransportPlan] = field(default_factory=dict)
+    nodes_alive: list[str] = field(default_factory=list)
+
+
+def node_script(env: Mapping[str, str], argv: list[str]) -> str:
+    """The script a node runs: its environment exported, then the command (exec'd)."""
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+    return f"set -e\n{exports}exec {shlex.join(argv)}\n"
+
+
+def run_script(
+    runner: Runner,
+    node: NodeConfig,
+    env: Mapping[str, str],
+    argv: list[str],
+    timeout: float = START_TIMEOUT_S,
+) -> Result:
+    return runner.run(
+        [*node.exec_prefix, "bash", "-s"], stdin=node_script(env, argv), timeout=timeout
+    )
+
+
+def ray_command(config: Config, node: NodeConfig) -> str:
+    return config.ray.command or node.tool("ray")
+
+
+def node_env(node: NodeConfig, plan: TransportPlan, ctx: NodeContext) -> dict[str, str]:
+    env = dict(plan.env)
+    if ctx.apus:
+        # Ray's memory monitor reads unified memory as exhausted and kills workers.
+        env["RAY_memory_monitor_refresh_ms"] = "0"
+    env.update(dict(node.env))
+    return env
+
+
+def start_argv(config: Config, node: NodeConfig, head_address: str | None) -> list[str]:
+    address = node.fabric_address or node.host
+    argv = [
+        ray_command(config, node),
+        "start",
+        f"--node-ip-address={address}",
+        "--disable-usage-stats",
+    ]
+    if head_address is None:
+        argv += [
+            "--head",
+            f"--port={config.ray.port}",
+            f"--include-dashboard={str(config.ray.dashboard).lower()}",
+        ]
+        if config.ray.dashboard:
+            argv.append(f"--dashboard-host={config.ray.dashboard_host}")
+    else:
+        argv.append(f"--address={head_address}:{config.ray.port}")
+    if node.gpus == 0:
+        argv.append("--num-gpus=0")
+    return argv
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        config: Config,
+        runners: Mapping[str, Runner],
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.runners = runners
+        self.progress = progress or (lambda _m: None)
+
+    # -- facts ----------------------------------------------------------------------------
+    def _gather(self) -> list[NodeReport]:
+        self.progress("gathering facts and checking every node")
+        return gather(self.config, self.runners)
+
+    def blocking(self, reports: list[NodeReport]) -> list[tuple[str, Finding]]:
+        found = [
+            ("cluster", f)
+            for f in cluster_checks(reports, self.config.transport)
+            if f.severity == "fail"
+        ]
+        for report in reports:
+            if report.inventory is None:
+                continue
+            ctx = NodeContext(
+                report.inventory,
+                self.config.transport,
+                report.node.fabric_address,
+                gpus=report.node.gpus != 0,
+                ethtool=report.ethtool,
+            )
+            found += [(report.node.name, f) for f in node_checks(ctx) if f.severity == "fail"]
+        return found
+
+    def plans(self, reports: list[NodeReport]) -> dict[str, TransportPlan]:
+        plans = {}
+        for report in reports:
+            assert report.inventory is not None
+            peer = next(
+                (
+                    n.fabric_address
+                    for n in self.config.nodes
+                    if n.name != report.node.name and n.fabric_address
+                ),
+                None,
+            )
+            plans[report.node.name] = plan_transport(report.inventory, self.config.transport, peer)
+        return plans
+
+    def alive(self) -> list[str]:
+        """Addresses of the nodes Ray reports alive (empty when the head is not running)."""
+        head = self.config.head
+        result = self.runners[head.name].run(
+            [*head.exec_prefix, head.halo, "ray-nodes"], timeout=60
+        )
+        if not result.ok:
+            return []
+        try:
+            return [n["address"] for n in json.loads(result.stdout) if n.get("alive")]
+        except (ValueError, TypeError, KeyError):
+            return []
+
+    # -- up -------------------------------------------------------------------------------
+    def up(self, force: bool = False) -> UpResult:
+        reports = self._gather()
+        missing = [r for r in reports if r.inventory is None]
+        if missing:
+            raise LifecycleError(
+                "unreachable: " + "; ".join(f"{r.node.name} ({r.error})" for r in missing)
+            )
+        blocking = self.blocking(reports)
+        if blocking and not force:
+            shown = "; ".join(f"{node}: {f.check} {f.summary}" for node, f in blocking[:6])
+            raise LifecycleError(
+                f"{len(blocking)} blocking finding(s) (see 'halo doctor'; --force starts anyway): "
+                f"{shown}"
+            )
+        contexts = {
+            r.node.name: NodeContext(r.inventory, self.config.transport)
+            for r in reports
+            if r.inventory
+        }
+        result = UpResult(plans=self.plans(reports))
+        alive = set(self.alive())
+        head = self.config.head
+        head_address = head.fabric_address or head.host
+        for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
+            address = node.fabric_address or node.host
+            if address in alive:
+                result.already.append(node.name)
+                continue
+            self.progress(f"starting Ray on {node.name} ({address})")
+            env = node_env(node, result.plans[node.name], contexts[node.name])
+            argv = start_argv(self.config, node, None if node is head else head_address)
+            started = run_script(self.runners[node.name], node, env, argv)
+            if not started.ok:
+                self.rollback(result.started)
+                raise LifecycleError(
+                    f"ray start on {node.name} failed: {started.error_text()}"
+                    + (f"; stopped again: {', '.join(result.started)}" if result.started else "")
+                )
+            result.started.append(node.name)
+        try:
+            result.nodes_alive = self.wait_registered()
+        except LifecycleError:
+            self.rollback(result.started)
+            raise
+        write_state(self.config, result)
+        return result
+
+    def wait_registered(self, timeout_s: float = REGISTER_TIMEOUT_S) -> list[str]:
+        wanted = {n.fabric_address or n.host: n.name for n in self.config.nodes}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = set(self.alive())
+            if set(wanted) <= alive:
+                return sorted(wanted[a] for a in wanted)
+            if time.monotonic() > deadline:
+                missing = ", ".join(
+                    name for address, name in wanted.items() if address not in alive
+                )
+                raise LifecycleError(f"Ray did not register {missing} within {timeout_s:g} s")
+            self.progress("waiting for every node to register with Ray")
+            time.sleep(1.0)
+
+    def rollback(self, names: list[str]) -> None:
+        """Stop what this run started, so a failed ``up`` leaves the cluster as it found it."""
+        for node in reversed([n for n in self.config.nodes if n.name in names]):
+            self.progress(f"rolling back: stopping Ray on {node.name}")
+            self.stop_node(node)
+
+    def stop_node(self, node: NodeConfig) -> Result:
+        stop = [ray_command(self.config, node), "stop", "--force"]
+        return run_script(self.runners[node.name], node, {}, stop, timeout=60)
+
+    # -- status / down --------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        alive = set(self.alive())
+        state = read_state(self.config) or {}
+        nodes = []
+        for node in self.config.nodes:
+            address = node.fabric_address or node.host
+            plan = state.get("nodes", {}).get(node.name, {}).get("plan", {})
+            nodes.append(
+                {
+                    "name": node.name,
+                    "address": address,
+                    "ray": address in alive,
+                    "transport": plan.get("transport"),
+                    "hca": plan.get("hca"),
+                }
+            )
+        started = state.get("started_at")
+        return {
+            "cluster": self.config.name,
+            "head": self.config.head.name,
+            "nodes": nodes,
+            "up_s": round(time.time() - started, 1) if started and alive else None,
+        }
+
+    def down(self) -> dict[str, str]:
+        """Stop Ray on every node (workers first); unreachable nodes are reported, not fatal."""
+        outcome = {}
+        for node in reversed(self.config.nodes):
+            self.progress(f"stopping Ray on {node.name}")
+            result = self.stop_node(node)
+            outcome[node.name] = "stopped" if result.ok else f"failed: {result.error_text()}"
+        return outcome
+
+
+def state_path(config: Config) -> Path:
+    return config.path.parent / ".halo" / f"{config.name}.state.json"
+
+
+def write_state(config: Config, result: UpResult) -> None:
+    """Atomically: plans per node, head address, start time (no secrets: plans hold none)."""
+    path = state_path(config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous = read_state(config) or {}
+    data = {
+        "schema": "halo.state/1",
+        "cluster": config.name,
+        "head": config.head.name,
+        "head_address": config.head.fabric_address or config.head.host,
+        "started_at": previous.get("started_at") if not result.started else time.time(),
+        "nodes": {name: {"plan": plan.to_dict()} for name, plan in result.plans.items()},
+    }
+    if data["started_at"] is None:
+        data["started_at"] = time.time()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2)
+    os.replace(tmp, path)
+
+
+def read_state(config: Config) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(state_path(config).read_text(encoding="utf-8"))
+        return data
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,214 @@
+"""halo up / status / down through the fake runner: command lines, env per node, order,
+idempotence, partial failure and rollback, and no shell injection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, node_script, read_state
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.facts.model import Inventory
+from halo_cluster.runner import FakeRunner, Result
+from tests.conftest import ROOTS
+
+VERSIONS = {
+    "python": "3.12.7",
+    "halo": "0.1.0",
+    "ray": "2.49.1",
+    "vllm": "0.11.0",
+    "torch": "2.8.0",
+}
+
+
+def strix_pair() -> tuple[Inventory, Inventory]:
+    one = replace(collect_inventory(str(ROOTS / "strix-e810")), versions=VERSIONS)
+    port = one.rdma[0].ports[0]
+    gids = (
+        port.gids[0],
+        replace(port.gids[1], gid=port.gids[1].gid[:-4] + "6402", ipv4="192.168.100.2"),
+    )
+    two = replace(
+        one,
+        hostname="strix2",
+        net=tuple(
+            replace(i, ipv4=("192.168.100.2/30",)) if i.name == "enp194s0np0" else i
+            for i in one.net
+        ),
+        rdma=(replace(one.rdma[0], ports=(replace(port, gids=gids),)),),
+    )
+    return one, two
+
+
+class Cluster:
+    """Fake nodes: inventories, a Ray membership that `ray start` changes, recorded scripts."""
+
+    def __init__(self, tmp_path: Path, fail_start_on: str | None = None) -> None:
+        self.alive: list[str] = []
+        self.scripts: list[tuple[str, str]] = []
+        nodes = (
+            NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1", halo="/opt/halo/bin/halo"),
+            NodeConfig(
+                "strix2",
+                "root@192.168.1.52",
+                "192.168.100.2",
+                halo="/opt/halo/bin/halo",
+                env=(("HF_HOME", "/models"),),
+            ),
+        )
+        self.config = Config(tmp_path / "halo.toml", "strix", "auto", nodes)
+        self.runners = {
+            n.name: self._runner(n, inv, fail_start_on == n.name)
+            for n, inv in zip(nodes, strix_pair(), strict=True)
+        }
+
+    def _runner(self, node: NodeConfig, inv: Inventory, fail: bool) -> FakeRunner:
+        runner = FakeRunner()
+        runner.on(["/opt/halo/bin/halo", "inventory"], Result((), 0, json.dumps(inv.to_dict()), ""))
+        runner.on(["ping"], Result((), 0, "", ""))
+        runner.on(
+            ["/opt/halo/bin/halo", "ray-nodes"],
+            lambda _a: Result(
+                (),
+                0,
+                json.dumps([{"address": a, "alive": True, "resources": {}} for a in self.alive]),
+                "",
+            ),
+        )
+        original = runner.run
+
+        def run(argv, stdin=None, timeout=30.0):  # type: ignore[no-untyped-def]
+            if list(argv) == ["bash", "-s"]:
+                self.scripts.append((node.name, stdin or ""))
+                if " start " in (stdin or ""):
+                    if fail:
+                        return Result(tuple(argv), 1, "", "ConnectionError: GCS unreachable")
+                    self.alive.append(node.fabric_address or "")
+                elif " stop " in (stdin or "") and node.fabric_address in self.alive:
+                    self.alive.remove(node.fabric_address or "")
+                return Result(tuple(argv), 0, "", "")
+            return original(argv, stdin, timeout)
+
+        runner.run = run  # type: ignore[method-assign]
+        return runner
+
+
+def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    result = Lifecycle(cluster.config, cluster.runners).up()
+    assert result.started == ["strix1", "strix2"] and result.nodes_alive == ["strix1", "strix2"]
+    (head_node, head), (worker_node, worker) = cluster.scripts
+    assert (head_node, worker_node) == ("strix1", "strix2")
+    assert head.splitlines()[-1] == (
+        "exec /opt/halo/bin/ray start --node-ip-address=192.168.100.1 --disable-usage-stats "
+        "--head --port=6379 --include-dashboard=false"
+    )
+    assert worker.splitlines()[-1] == (
+        "exec /opt/halo/bin/ray start --node-ip-address=192.168.100.2 "
+        "--disable-usage-stats --address=192.168.100.1:6379"
+    )
+    assert (
+        "export VLLM_HOST_IP=192.168.100.1" in head
+        and "export VLLM_HOST_IP=192.168.100.2" in worker
+    )
+    assert "export NCCL_IB_HCA==rocep194s0:1" in head and "export NCCL_IB_GID_INDEX=1" in worker
+    assert "export RAY_memory_monitor_refresh_ms=0" in head  # unified memory APU
+    assert "export HF_HOME=/models" in worker and "HF_HOME" not in head
+    state = read_state(cluster.config)
+    assert state and state["nodes"]["strix2"]["plan"]["address"] == "192.168.100.2"
+
+
+def test_up_on_a_running_cluster_changes_nothing(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    Lifecycle(cluster.config, cluster.runners).up()
+    cluster.scripts.clear()
+    again = Lifecycle(cluster.config, cluster.runners).up()
+    assert again.started == [] and again.already == ["strix1", "strix2"] and cluster.scripts == []
+
+
+def test_partial_cluster_starts_only_what_is_missing(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    cluster.alive = ["192.168.100.1"]
+    result = Lifecycle(cluster.config, cluster.runners).up()
+    assert result.started == ["strix2"] and result.already == ["strix1"]
+
+
+def test_failed_worker_rolls_back_the_head(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, fail_start_on="strix2")
+    with pytest.raises(
+        LifecycleError,
+        match="ray start on strix2 failed: ConnectionError: GCS unreachable; stopped again: strix1",
+    ):
+        Lifecycle(cluster.config, cluster.runners).up()
+    assert cluster.alive == []
+    assert [name for name, script in cluster.scripts] == ["strix1", "strix2", "strix1"]
+
+
+def test_blocking_findings_stop_up_unless_forced(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    bad = replace(strix_pair()[1], memlock_bytes=8 << 20)
+    cluster.runners["strix2"].rules[0] = (
+        ("/opt/halo/bin/halo", "inventory"),
+        Result((), 0, json.dumps(bad.to_dict()), ""),
+    )
+    with pytest.raises(LifecycleError, match=r"strix2: limits\.memlock"):
+        Lifecycle(cluster.config, cluster.runners).up()
+    assert cluster.scripts == []
+    assert Lifecycle(cluster.config, cluster.runners).up(force=True).started == ["strix1", "strix2"]
+
+
+def test_status_and_down_with_an_unreachable_node(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    lifecycle = Lifecycle(cluster.config, cluster.runners)
+    lifecycle.up()
+    status = lifecycle.status()
+    assert [(n["name"], n["ray"], n["transport"]) for n in status["nodes"]] == [
+        ("strix1", True, "roce"),
+        ("strix2", True, "roce"),
+    ]
+    cluster.runners["strix2"].run = lambda argv, stdin=None, timeout=30.0: Result(  # type: ignore[method-assign]
+        tuple(argv), 255, "", "ssh: connect to host 192.168.1.52 port 22: No route to host"
+    )
+    outcome = lifecycle.down()
+    assert outcome == {
+        "strix2": "failed: ssh: connect to host 192.168.1.52 port 22: No route to host",
+        "strix1": "stopped",
+    }
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True),
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
+        ),
+        max_size=4,
+    ),
+    st.lists(
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_node_script_never_injects(env: dict[str, str], argv: list[str]) -> None:
+    """Whatever names, values and arguments contain, bash sees them as data."""
+    script = node_script(env, ["printf", "%s\\0", *argv])
+    script = script.replace("exec printf", "printf") + "env -0\n"
+    out = subprocess.run(
+        ["bash", "-s"], input=script.encode(), capture_output=True, check=True, timeout=10
+    ).stdout
+    parts = out.split(b"\0")
+    assert [p.decode() for p in parts[: len(argv)]] == argv
+    seen = dict(p.decode().split("=", 1) for p in parts[len(argv) :] if b"=" in p)
+    for name, value in env.items():
+        assert seen[name] == value
