@@ -74,6 +74,9 @@ class Cluster:
         runner.on(["/opt/halo/bin/halo", "inventory"], Result((), 0, json.dumps(inv.to_dict()), ""))
         runner.on(["ping"], Result((), 0, "", ""))
         runner.on(
+            ["pgrep"], lambda _a: Result((), 0 if node.fabric_address in self.alive else 1, "", "")
+        )
+        runner.on(
             ["/opt/halo/bin/halo", "ray-nodes"],
             lambda _a: Result(
                 (),

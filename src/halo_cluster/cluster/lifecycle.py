@@ -181,7 +181,9 @@ class Lifecycle:
             if r.inventory
         }
         result = UpResult(plans=self.plans(reports))
-        alive = set(self.alive())
+        raylets = self.raylets()
+        running = {n.fabric_address or n.host for n in self.config.nodes if raylets[n.name]}
+        alive = running & set(self.alive())
         head = self.config.head
         head_address = head.fabric_address or head.host
         for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
@@ -234,8 +236,29 @@ class Lifecycle:
         return run_script(self.runners[node.name], node, {}, stop, timeout=60)
 
     # -- status / down --------------------------------------------------------------------
+    def raylets(self) -> dict[str, bool | None]:
+        """Per node: is its raylet running (None: the node did not answer)? Ray itself notices
+        a dead node only after its heartbeats time out; asking the node is immediate."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def check(node: NodeConfig) -> bool | None:
+            result = self.runners[node.name].run(
+                [*node.exec_prefix, "pgrep", "-f", "raylet"], timeout=15
+            )
+            return True if result.ok else False if result.returncode == 1 else None
+
+        with ThreadPoolExecutor(max_workers=len(self.config.nodes)) as pool:
+            return dict(
+                zip(
+                    [n.name for n in self.config.nodes],
+                    pool.map(check, self.config.nodes),
+                    strict=True,
+                )
+            )
+
     def status(self) -> dict[str, Any]:
         alive = set(self.alive())
+        raylets = self.raylets()
         state = read_state(self.config) or {}
         nodes = []
         for node in self.config.nodes:
@@ -245,7 +268,8 @@ class Lifecycle:
                 {
                     "name": node.name,
                     "address": address,
-                    "ray": address in alive,
+                    "ray": address in alive and bool(raylets[node.name]),
+                    "reachable": raylets[node.name] is not None,
                     "transport": plan.get("transport"),
                     "hca": plan.get("hca"),
                 }
