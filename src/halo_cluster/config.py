@@ -39,6 +39,19 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
 NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
 RAY_KEYS = {"port", "dashboard", "dashboard_host", "command"}
+SERVE_KEYS = {
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "host",
+    "port",
+    "api_key_env",
+    "command",
+    "extra_args",
+}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -78,6 +91,21 @@ class RayConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    model: str | None = None
+    tensor_parallel_size: int | None = None  # default: one rank per node
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None  # default 0.90 on unified-memory APUs
+    enforce_eager: bool | None = None  # default true on APUs (graph capture can deadlock)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_env: str | None = None  # the NAME of the environment variable holding the key
+    command: str = "vllm"
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     name: str
@@ -85,6 +113,7 @@ class Config:
     nodes: tuple[NodeConfig, ...]
     ssh_config: Path | None = None
     ray: RayConfig = RayConfig()
+    serve: ServeConfig = ServeConfig()
 
     @property
     def head(self) -> NodeConfig:
@@ -128,8 +157,10 @@ def load_config(path: Path) -> Config:
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
     for key in data:
-        if key not in ("cluster", "node", "ray"):
-            raise where.error(key, f"unknown section [{key}] (known: [cluster], [ray], [[node]])")
+        if key not in ("cluster", "node", "ray", "serve"):
+            raise where.error(
+                key, f"unknown section [{key}] (known: [cluster], [ray], [serve], [[node]])"
+            )
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
         raise where.error("cluster", "[cluster] must be a table")
@@ -155,6 +186,7 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         nodes=nodes,
         ssh_config=(path.parent / ssh_config) if ssh_config else None,
         ray=_ray(where, data.get("ray", {})),
+        serve=_serve(where, data.get("serve", {})),
     )
 
 
@@ -206,6 +238,56 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         mgmt_address=mgmt,
         env=_env(where, raw.get("env", {}), label, index),
     )
+
+
+def _serve(where: _Locator, raw: Any) -> ServeConfig:
+    if not isinstance(raw, dict):
+        raise where.error("serve", "[serve] must be a table")
+    _unknown(where, raw, SERVE_KEYS, "serve")
+    ints = {}
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "port"):
+        value = raw.get(key)
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise where.error(key, f"serve.{key} must be a whole number >= 1")
+        ints[key] = value
+    utilization = raw.get("gpu_memory_utilization")
+    if utilization is not None and (
+        not isinstance(utilization, int | float) or not 0 < utilization <= 1
+    ):
+        raise where.error(
+            "gpu_memory_utilization", "serve.gpu_memory_utilization must be in (0, 1]"
+        )
+    eager = raw.get("enforce_eager")
+    if eager is not None and not isinstance(eager, bool):
+        raise where.error("enforce_eager", "serve.enforce_eager must be true or false")
+    extra = raw.get("extra_args", [])
+    if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+        raise where.error("extra_args", "serve.extra_args must be a list of strings")
+    key_env = _string(where, raw, "api_key_env", "serve", default="") or None
+    if key_env is not None and not _ENV_NAME.match(key_env):
+        raise where.error(
+            "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
+        )
+    return ServeConfig(
+        model=_string(where, raw, "model", "serve", default="") or None,
+        tensor_parallel_size=ints["tensor_parallel_size"],
+        pipeline_parallel_size=ints["pipeline_parallel_size"] or 1,
+        max_model_len=ints["max_model_len"],
+        gpu_memory_utilization=float(utilization) if utilization is not None else None,
+        enforce_eager=eager,
+        host=_string(where, raw, "host", "serve", default="127.0.0.1"),
+        port=ints["port"] or 8000,
+        api_key_env=key_env,
+        command=_string(where, raw, "command", "serve", default="vllm"),
+        extra_args=tuple(extra),
+    )
+
+
+def secret(name: str | None) -> str | None:
+    """A secret from this process's environment (API key, HF token): never logged or stored."""
+    return os.environ.get(name) if name else None
 
 
 def _env(where: _Locator, raw: Any, label: str, index: int) -> tuple[tuple[str, str], ...]:
