@@ -75,6 +75,32 @@ def test_serve_verdict_refusal_and_secrets(tmp_path: Path) -> None:
             "lab", "exec", "--name", "sv", "node1", "--", "pgrep", "-af", "standin", cwd=tmp_path
         ).stdout
         assert "standin-8b" in argv and SECRET not in argv
+        load = halo(
+            "bench",
+            "serve",
+            "--config",
+            str(config),
+            "--concurrency",
+            "1,2",
+            "--prompts",
+            "4",
+            "--output-len",
+            "4",
+            "--out",
+            str(tmp_path / "serve.json"),
+            "--json",
+            cwd=tmp_path,
+            env=env,
+        )
+        assert load.returncode == 0, load.stderr
+        bench = json.loads(load.stdout)
+        assert [lv["errors"] for lv in bench["levels"]] == [0, 0] and bench["levels"][0][
+            "output_tokens"
+        ] == 16
+        assert {n: p["transport"] for n, p in bench["plans"].items()} == {
+            "node1": "ethernet",
+            "node2": "ethernet",
+        }
         logs = halo("logs", "--config", str(config), cwd=tmp_path).stdout
         assert "Using network Socket" in logs and SECRET not in logs
         assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout

@@ -16,6 +16,7 @@ from halo_cluster.errors import HaloError
 
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
+    "bench": "halo_cluster.cli.bench:bench",
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
