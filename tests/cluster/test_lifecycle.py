@@ -189,7 +189,7 @@ def test_status_and_down_with_an_unreachable_node(tmp_path: Path) -> None:
 @settings(max_examples=50, deadline=None)
 @given(
     st.dictionaries(
-        st.from_regex(r"[A-Z_][A-Z0-9_]{0,12}", fullmatch=True),
+        st.from_regex(r"HALO_T_[A-Z0-9_]{0,12}", fullmatch=True),
         st.text(
             st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40
         ),
