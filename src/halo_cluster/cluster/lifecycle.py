@@ -183,7 +183,8 @@ class Lifecycle:
         result = UpResult(plans=self.plans(reports))
         raylets = self.raylets()
         running = {n.fabric_address or n.host for n in self.config.nodes if raylets[n.name]}
-        alive = running & set(self.alive())
+        # no raylet anywhere: nothing to ask Ray
+        alive = running & set(self.alive()) if running else set()
         head = self.config.head
         head_address = head.fabric_address or head.host
         for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
@@ -223,7 +224,7 @@ class Lifecycle:
                 )
                 raise LifecycleError(f"Ray did not register {missing} within {timeout_s:g} s")
             self.progress("waiting for every node to register with Ray")
-            time.sleep(1.0)
+            time.sleep(0.25)
 
     def rollback(self, names: list[str]) -> None:
         """Stop what this run started, so a failed ``up`` leaves the cluster as it found it."""

@@ -60,6 +60,9 @@ def _ssh_config(d: Path, state: LabState) -> str:
     common = (
         f"  User root\n  IdentityFile {d / 'id_ed25519'}\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {d / 'known_hosts'}\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
+        # one SSH connection per node, reused by every command (halo runs many short ones);
+        # 'halo lab down' closes them
+        "  ControlMaster auto\n  ControlPath /tmp/halo-cm-%C\n  ControlPersist 60\n"
     )
     blocks = []
     for node in state.nodes:

@@ -215,6 +215,7 @@ class Lab:
     # -- down ---------------------------------------------------------------------------
     def down(self, state: LabState) -> None:
         """Remove everything the state names; what is already gone is skipped."""
+        self._close_ssh_masters(state)
         for node in state.nodes:
             kill_tree(node.init_pid)
         for node in state.nodes:
@@ -224,6 +225,15 @@ class Lab:
         for bridge in (state.mgmt_bridge, state.fabric_bridge):
             self.sh("ip", "link", "del", bridge, check=False)
         shutil.rmtree(state.dir, ignore_errors=True)
+
+    def _close_ssh_masters(self, state: LabState) -> None:
+        """End the shared SSH connections of the lab's ssh_config (ControlPersist)."""
+        config = Path(state.dir) / "ssh_config"
+        if not config.exists():
+            return
+        for node in state.nodes:
+            for alias in (node.name, f"{node.name}-fabric"):
+                self.sh("ssh", "-F", str(config), "-O", "exit", alias, check=False)
 
     # -- faults -------------------------------------------------------------------------
     def set_link(self, node: LabNode, net: str, up: bool) -> None:
