@@ -63,6 +63,8 @@ def _ssh_config(d: Path, state: LabState) -> str:
         # one SSH connection per node, reused by every command (halo runs many short ones);
         # 'halo lab down' closes them
         "  ControlMaster auto\n  ControlPath /tmp/halo-cm-%C\n  ControlPersist 60\n"
+        # a dead node (lab kill, lab cut) must fail the shared connection within seconds
+        "  ServerAliveInterval 1\n  ServerAliveCountMax 3\n"
     )
     blocks = []
     for node in state.nodes:
