@@ -24,7 +24,7 @@ typecheck: $(VENV)/.installed-test
 bench: $(VENV)/.installed-test
 	$(BIN)/python benchmarks/bench_inventory.py
 	$(BIN)/python benchmarks/bench_exporter.py
-	if [ "$$(id -u)" = 0 ]; then $(BIN)/python benchmarks/bench_lab.py; fi
+	if [ "$$(id -u)" = 0 ]; then $(BIN)/python benchmarks/bench_lab.py && $(BIN)/python benchmarks/bench_up.py; fi
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
