@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, free_port
+from halo_cluster.examples import EXAMPLES
+from tests.conftest import free_port
 
+STANDIN = EXAMPLES / "standin_vllm.py"
 HALO = str(Path(sys.executable).parent / "halo")
 
 
@@ -24,7 +26,7 @@ def standin() -> Iterator[str]:
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(FIXTURES / "standin_vllm.py"),
+            str(STANDIN),
             "serve",
             "standin-8b",
             "--port",

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, free_port, require
+from halo_cluster.examples import EXAMPLES
+from tests.conftest import free_port, require
 
 pytestmark = pytest.mark.lab
+STANDIN = EXAMPLES / "standin_vllm.py"
 HALO = str(Path(sys.executable).parent / "halo")
 SECRET = "s3cr3t-key-never-in-argv"
 
@@ -43,8 +45,7 @@ def test_serve_verdict_refusal_and_secrets(tmp_path: Path) -> None:
     assert halo("lab", "up", "--name", "sv", cwd=tmp_path).returncode == 0
     lab = tmp_path / ".halo-lab" / "sv"
     config = lab / "halo.toml"
-    standin = lab / "standin_vllm.py"  # the lab directory is visible inside the nodes
-    shutil.copy(FIXTURES / "standin_vllm.py", standin)
+    standin = f"python3 {STANDIN}"  # halo's own installation is visible inside the nodes
     status = json.loads(halo("lab", "status", "--name", "sv", "--json", cwd=tmp_path).stdout)
     head_mgmt, port = status["nodes"][0]["mgmt_address"], free_port()
     with config.open("a") as handle:

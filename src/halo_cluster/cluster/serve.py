@@ -10,6 +10,7 @@ state or JSON.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -37,7 +38,7 @@ class ServeResult:
 
 def serve_argv(serve: ServeConfig, model: str, tp: int, unified_memory: bool) -> list[str]:
     argv = [
-        serve.command,
+        *shlex.split(serve.command),
         "serve",
         model,
         "--tensor-parallel-size",
