@@ -105,6 +105,8 @@ def test_demo_prints_both_inventories() -> None:
     assert "strix-e810: 7 of 7 steps done" in result.stdout
     assert "162 all-reduces per token" in result.stdout
     if os.geteuid() == 0:  # the lab part runs as root only
+        assert "halo up: Ray on node1, node2" in result.stdout
+        assert "NCCL's log proves socket (expected socket)" in result.stdout
         assert "halo top --once" in result.stdout and "probe node2      fabric" in result.stdout
 
 

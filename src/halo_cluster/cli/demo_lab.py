@@ -52,6 +52,7 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
                 "nodes": [n.name for n in state.nodes],
                 "doctor": _doctor(state, out),
                 "top": _monitor(lab, state, procs, out),
+                "serve": _serve(state, out),
             }
         finally:
             lab.down(state)
@@ -135,3 +136,57 @@ def _monitor(
         out.print(f"halo top --once ({traffic}):")
         out.print(render_frame(frame), markup=False, highlight=False)
     return frame
+
+
+def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
+    """halo up (Ray), halo serve with the stand-in server, halo bench serve, stop, down."""
+    from halo_cluster.bench.serve_load import run as load
+    from halo_cluster.cluster.gather import ssh_runners
+    from halo_cluster.cluster.lifecycle import Lifecycle
+    from halo_cluster.cluster.serve import Server
+    from halo_cluster.config import load_config
+    from halo_cluster.errors import HaloError
+    from halo_cluster.examples import EXAMPLES
+
+    try:
+        import ray  # noqa: F401 (only to know whether the lab can run Ray)
+    except ImportError:
+        if out is not None:
+            out.print(
+                "Ray is not installed (pip install 'halo-cluster[ray]'): skipping halo up / serve"
+            )
+        return {"skipped": "ray not installed"}
+    config_path = Path(state.dir) / "halo.toml"
+    with config_path.open("a", encoding="utf-8") as handle:
+        handle.write(
+            f'\n[serve]\nmodel = "standin-8b"\ncommand = "python3 {EXAMPLES / "standin_vllm.py"}"\n'
+            f'host = "{state.nodes[0].mgmt_address}"\nport = 8000\n'
+        )
+    config = load_config(config_path)
+    lifecycle = Lifecycle(config, ssh_runners(config))
+    try:
+        up = lifecycle.up()
+        served = Server(lifecycle).start(None, None, None, None, False, False, 60)
+        bench = load(served.url, None, [1, 4], 8, 16, 16, None)
+    except HaloError as err:
+        if out is not None:
+            out.print(f"[yellow]halo up / serve failed:[/] {err}")
+        return {"error": str(err)}
+    finally:
+        Server(lifecycle).stop()
+        lifecycle.down()
+    if out is not None:
+        plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
+        out.print(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
+        out.print(
+            f"halo serve (stand-in for vLLM, TP=2): {served.url}; NCCL's log proves "
+            f"{served.verdict['transport']} (expected {served.expected})"
+        )
+        for level in bench["levels"]:
+            out.print(
+                f"halo bench serve, concurrency {level['concurrency']}: "
+                f"TTFT p50 {level['ttft_ms']['p50']} ms, ITL p50 {level['itl_ms']['p50']} ms, "
+                f"{level['output_tokens_per_s']} output tok/s"
+            )
+        out.print("halo stop, halo down: done")
+    return {"up": up.nodes_alive, "verdict": served.verdict, "bench": bench["levels"]}
