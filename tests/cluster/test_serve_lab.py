@@ -76,6 +76,10 @@ def test_serve_verdict_refusal_and_secrets(tmp_path: Path) -> None:
             "lab", "exec", "--name", "sv", "node1", "--", "pgrep", "-af", "standin", cwd=tmp_path
         ).stdout
         assert "standin-8b" in argv and SECRET not in argv
+        health = json.loads(
+            halo("status", "--config", str(config), "--json", cwd=tmp_path, env=env).stdout
+        )["serve"]
+        assert health["healthy"] and "standin-8b" in health["detail"]
         load = halo(
             "bench",
             "serve",

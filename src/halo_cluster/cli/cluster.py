@@ -90,6 +90,11 @@ def status(config_path: str | None, as_json: bool) -> int:
                 f"{node['transport'] or '-'} {node['hca'] or ''}",
             )
         console().print(grid)
+        if data["serve"] is not None:
+            serve = data["serve"]
+            click.echo(
+                f"serve {serve['endpoint']}: {'healthy' if serve['healthy'] else 'not answering'}"
+            )
         if data["up_s"] is not None:
             click.echo(f"up {data['up_s']:.0f} s")
     return 0 if all(n["ray"] for n in data["nodes"]) else 1

@@ -22,7 +22,7 @@ from halo_cluster.checks.cluster import cluster_checks
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.gather import NodeReport, gather
-from halo_cluster.config import Config, NodeConfig
+from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
 from halo_cluster.runner import Result, Runner
 from halo_cluster.transport import TransportPlan, plan_transport
@@ -277,10 +277,26 @@ class Lifecycle:
             )
         started = state.get("started_at")
         return {
+            "serve": self.serve_health(),
             "cluster": self.config.name,
             "head": self.config.head.name,
             "nodes": nodes,
             "up_s": round(time.time() - started, 1) if started and alive else None,
+        }
+
+    def serve_health(self) -> dict[str, Any] | None:
+        """The [serve] endpoint's health, asked on the head (None when nothing is configured)."""
+        serve, head = self.config.serve, self.config.head
+        if not serve.model:
+            return None
+        host = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
+        argv = [head.halo, "serve-health", "--host", host, "--port", str(serve.port)]
+        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
+        result = run_script(self.runners[head.name], head, env, argv, timeout=15)
+        return {
+            "endpoint": f"http://{host}:{serve.port}",
+            "healthy": result.ok,
+            "detail": result.stdout.strip() if result.ok else result.error_text(),
         }
 
     def down(self) -> dict[str, str]:
