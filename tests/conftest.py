@@ -42,3 +42,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def strix_peer(inv):  # type: ignore[no-untyped-def]
+    """The healthy Strix node as its peer would look: fabric address .2 and its RoCE v2 GID."""
+    from dataclasses import replace
+
+    port = inv.rdma[0].ports[0]
+    gid = replace(port.gids[1], gid=port.gids[1].gid[:-4] + "6402", ipv4="192.168.100.2")
+    net = tuple(
+        replace(i, ipv4=("192.168.100.2/30",)) if i.name == "enp194s0np0" else i for i in inv.net
+    )
+    rdma = (replace(inv.rdma[0], ports=(replace(port, gids=(port.gids[0], gid)),)),)
+    return replace(inv, hostname="strix2", net=net, rdma=rdma)

@@ -11,7 +11,7 @@ from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import FakeRunner, Result, SSHRunner
-from tests.conftest import ROOTS
+from tests.conftest import ROOTS, strix_peer
 
 VERSIONS = {
     "python": "3.12.7",
@@ -52,20 +52,7 @@ def by_check(findings: list) -> dict[str, list]:  # type: ignore[type-arg]
 
 def test_two_healthy_nodes() -> None:
     healthy = node_inv("strix-e810")
-    port = healthy.rdma[0].ports[0]
-    gids = (
-        port.gids[0],
-        replace(port.gids[1], gid=port.gids[1].gid[:-4] + "6402", ipv4="192.168.100.2"),
-    )
-    peer = replace(
-        healthy,
-        hostname="strix2",
-        net=tuple(
-            replace(i, ipv4=("192.168.100.2/30",)) if i.name == "enp194s0np0" else i
-            for i in healthy.net
-        ),
-        rdma=(replace(healthy.rdma[0], ports=(replace(port, gids=gids),)),),
-    )
+    peer = strix_peer(healthy)
     report = doctor_cluster(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": fake(peer)})
     sev = {f.check: f.severity for f in report.cluster}
     assert sev == {

@@ -17,7 +17,7 @@ from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import FakeRunner, Result
-from tests.conftest import ROOTS
+from tests.conftest import ROOTS, strix_peer
 
 VERSIONS = {
     "python": "3.12.7",
@@ -30,21 +30,7 @@ VERSIONS = {
 
 def strix_pair() -> tuple[Inventory, Inventory]:
     one = replace(collect_inventory(str(ROOTS / "strix-e810")), versions=VERSIONS)
-    port = one.rdma[0].ports[0]
-    gids = (
-        port.gids[0],
-        replace(port.gids[1], gid=port.gids[1].gid[:-4] + "6402", ipv4="192.168.100.2"),
-    )
-    two = replace(
-        one,
-        hostname="strix2",
-        net=tuple(
-            replace(i, ipv4=("192.168.100.2/30",)) if i.name == "enp194s0np0" else i
-            for i in one.net
-        ),
-        rdma=(replace(one.rdma[0], ports=(replace(port, gids=gids),)),),
-    )
-    return one, two
+    return one, strix_peer(one)
 
 
 class Cluster:
