@@ -13,14 +13,26 @@ from typing import Any
 from halo_cluster import __version__
 
 
-def stamp(result: dict[str, Any], plans: dict[str, Any] | None) -> dict[str, Any]:
-    return {
+def stamp(
+    result: dict[str, Any],
+    plans: dict[str, Any] | None,
+    nodes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run's result plus when, where from, which versions, and every node's plan."""
+    stamped = {
         **result,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
-        "versions": {"halo": __version__, "python": platform.python_version()},
+        "versions": {
+            "halo": __version__,
+            "python": platform.python_version(),
+            **result.get("versions", {}),
+        },
         "plans": plans or {},
     }
+    if nodes is not None:
+        stamped["nodes"] = nodes
+    return stamped
 
 
 def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) -> Path:

@@ -253,3 +253,30 @@ def parse_iperf3(text: str) -> Bandwidth:
     except (KeyError, TypeError, ValueError):
         raise ParseError("iperf3 JSON without end.sum_received", text[:400]) from None
     return Bandwidth(bps / 1e9, int(retransmits) if retransmits is not None else None, "iperf3")
+
+
+# -- halo's built-in probe (``halo net-probe``, JSON on stdout) -------------------------------
+def _builtin(text: str, key: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ParseError("built-in probe output is not JSON", text[-400:]) from None
+    if not isinstance(data, dict) or not isinstance(data.get(key), (int, float)):
+        raise ParseError(f"built-in probe output without {key}", text[-400:])
+    return data
+
+
+def parse_builtin_latency(text: str) -> Latency:
+    data = _builtin(text, "p50_us")
+    p99, avg, samples = data.get("p99_us"), data.get("avg_us"), data.get("samples")
+    return Latency(
+        float(data["p50_us"]),
+        float(p99) if isinstance(p99, (int, float)) else None,
+        float(avg) if isinstance(avg, (int, float)) else None,
+        int(samples) if isinstance(samples, int) else None,
+        "builtin",
+    )
+
+
+def parse_builtin_bandwidth(text: str) -> Bandwidth:
+    return Bandwidth(float(_builtin(text, "gbps")["gbps"]), None, "builtin")

@@ -26,6 +26,7 @@ COMMANDS = {
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
+    "net-probe": "halo_cluster.cli.bench:net_probe",
     "plan": "halo_cluster.cli.plan:plan",
     "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
     "logs": "halo_cluster.cli.serve:logs",

@@ -119,3 +119,220 @@ def bench_serve(
     console().print(grid)
     click.echo(f"saved {saved}")
     return 0 if all(level["errors"] == 0 for level in result["levels"]) else 1
+
+
+def _progress(quiet: bool):  # type: ignore[no-untyped-def]
+    return (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}", err=True))
+
+
+def _finish(
+    result: dict[str, object], out: str | None, kind: str, failure: BaseException | None
+) -> str:
+    """Save (also a partial result, marked incomplete); the path saved."""
+    from halo_cluster.bench import results
+    from halo_cluster.config import results_dir
+
+    if failure is not None:
+        reason = "interrupted (Ctrl-C)" if isinstance(failure, KeyboardInterrupt) else str(failure)
+        result = {**result, "incomplete": reason}
+    return str(results.save(result, out, results_dir(), kind))
+
+
+def _fail(failure: BaseException, saved: str | None) -> int:
+    """One line for a run that ended early; 130 for Ctrl-C, 1 otherwise."""
+    kept = f"; partial result kept in {saved}" if saved else ""
+    if isinstance(failure, KeyboardInterrupt):
+        click.echo(f"halo: interrupted; remote tools stopped{kept}", err=True)
+        return 130
+    click.echo(f"halo: error: {failure}{kept}", err=True)
+    return 1
+
+
+@bench.command("net")
+@click.option("--config", "config_path", metavar="FILE", help="Cluster config (nodes, addresses).")
+@click.option("--pair", metavar="A,B", help="Measure this pair only (default: every pair).")
+@click.option(
+    "--path",
+    "path_choice",
+    type=click.Choice(["mgmt", "fabric", "rdma", "all"]),
+    default="all",
+    show_default=True,
+    help="Which network: management Ethernet, fabric TCP, fabric RDMA (perftest).",
+)
+@click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(0.5, 600))
+@click.option(
+    "--latency-tool",
+    type=click.Choice(["auto", "sockperf", "qperf", "builtin"]),
+    default="auto",
+    show_default=True,
+    help="TCP latency tool; auto: sockperf, else qperf, else the built-in probe.",
+)
+@click.option(
+    "--bandwidth-tool",
+    type=click.Choice(["auto", "iperf3", "qperf", "builtin"]),
+    default="auto",
+    show_default=True,
+    help="TCP bandwidth tool; auto: iperf3, else qperf, else the built-in probe.",
+)
+@click.option("--streams", default=4, show_default=True, type=click.IntRange(1, 128))
+@click.option("--no-bandwidth", is_flag=True, help="Measure latency only.")
+@click.option("--port", default=18600, show_default=True, type=click.IntRange(1024, 64000))
+@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_net(
+    config_path: str | None,
+    pair: str | None,
+    path_choice: str,
+    seconds: float,
+    latency_tool: str,
+    bandwidth_tool: str,
+    streams: int,
+    no_bandwidth: bool,
+    port: int,
+    out: str | None,
+    as_json: bool,
+) -> int:
+    """Latency (p50/p99, one way) and bandwidth per node pair and path, with the peer tools
+    (perftest, sockperf, qperf, iperf3) started on both ends over SSH."""
+    from halo_cluster.bench import results
+    from halo_cluster.bench.cluster import prepare
+    from halo_cluster.bench.net import PATHS, NetBench, pairs_of
+
+    progress = _progress(as_json)
+    cluster = prepare(config_path, progress)
+    runner = NetBench(
+        cluster.config,
+        cluster.runners,
+        cluster.plans,
+        cluster.inventories,
+        seconds=seconds,
+        latency_tool=latency_tool,
+        bandwidth_tool=bandwidth_tool,
+        streams=streams,
+        port=port,
+        bandwidth=not no_bandwidth,
+        progress=progress,
+    )
+    paths = list(PATHS) if path_choice == "all" else [path_choice]
+    failure: BaseException | None = None
+    try:
+        runner.run(pairs_of(cluster.config, pair), paths)
+    except (KeyboardInterrupt, Exception) as err:
+        from halo_cluster.errors import HaloError
+
+        if not isinstance(err, (KeyboardInterrupt, HaloError)):
+            raise
+        failure = err
+    result = results.stamp(
+        runner.result, {n: p.to_dict() for n, p in cluster.plans.items()}, cluster.stamp()
+    )
+    saved = _finish(result, out, "net", failure) if result.get("paths") or not failure else None
+    if failure is not None:
+        return _fail(failure, saved)
+    if as_json:
+        emit_json({**result, "saved": saved})
+        return 0 if not any(p["errors"] for p in result["paths"]) else 1
+    _net_table(result)
+    click.echo(f"saved {saved}")
+    return 0 if not any(p["errors"] for p in result["paths"]) else 1
+
+
+def _lat(lat: dict[str, object]) -> str:
+    p99 = lat["p99"]
+    tail = f"{p99:.1f}" if isinstance(p99, float) else "-"
+    return f"{lat['p50']:.1f} / {tail} ({lat['tool']})"
+
+
+def _net_table(result: dict[str, object]) -> None:
+    from halo_cluster.cli.output import console
+
+    paths = result["paths"]
+    assert isinstance(paths, list)
+    grid = table(
+        "Fabric question: latency one way, bandwidth",
+        "pair",
+        "path",
+        "latency p50 / p99 µs",
+        "bandwidth Gb/s",
+        "% line",
+        "% PCIe",
+    )
+    for p in paths:
+        lat = p["latency_us"]
+        shown = _lat(lat) if lat else "[red]failed[/]"
+        bw = p["bandwidth_gbps"]
+        grid.add_row(
+            f"{p['node']} → {p['peer']}",
+            p["path"],
+            shown,
+            f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
+            f"{p['pct_line_rate']:.0f}" if p["pct_line_rate"] is not None else "-",
+            f"{p['pct_pcie']:.0f}" if p["pct_pcie"] is not None else "-",
+        )
+    console().print(grid)
+    names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
+    summary = [
+        f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p["latency_us"]
+    ]
+    if summary:
+        click.echo(" / ".join(summary))
+    for p in paths:
+        for error in p["errors"]:
+            click.echo(f"{p['node']} → {p['peer']} {p['path']}: {error}", err=True)
+    for skip in result.get("skipped", []):  # type: ignore[attr-defined]
+        click.echo(f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}", err=True)
+
+
+@click.group("net-probe", hidden=True)
+def net_probe() -> None:
+    """halo's built-in TCP probe (used by 'halo bench net' when the peer tools are missing)."""
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{text!r}: use ADDRESS:PORT")
+    return host.strip("[]"), int(port)
+
+
+@net_probe.command("serve")
+@click.option("--bind", required=True)
+@click.option("--port", required=True, type=click.IntRange(1, 65535))
+@click.option("--limit", default=120.0, type=click.FloatRange(1, 86400), help="Seconds to serve.")
+def net_probe_serve(bind: str, port: int, limit: float) -> int:
+    from halo_cluster.bench.probe import serve
+
+    serve(bind, port, limit)
+    return 0
+
+
+@net_probe.command("ping")
+@click.argument("target")
+@click.option("--seconds", default=5.0, type=click.FloatRange(0.1, 600))
+@click.option("--size", default=64, type=click.IntRange(1, 1 << 20))
+def net_probe_ping(target: str, seconds: float, size: int) -> int:
+    """Ping-pong against TARGET (ADDRESS:PORT); JSON latency, one way."""
+    from halo_cluster.bench.probe import ping
+
+    host, port = _address(target)
+    try:
+        emit_json(ping(host, port, seconds, size))
+    except OSError as err:
+        raise click.ClickException(f"{host}:{port}: {err}") from None
+    return 0
+
+
+@net_probe.command("stream")
+@click.argument("target")
+@click.option("--seconds", default=5.0, type=click.FloatRange(0.1, 600))
+@click.option("--streams", default=4, type=click.IntRange(1, 128))
+def net_probe_stream(target: str, seconds: float, streams: int) -> int:
+    """Parallel TCP streams to TARGET (ADDRESS:PORT); JSON Gb/s."""
+    from halo_cluster.bench.probe import stream
+
+    host, port = _address(target)
+    try:
+        emit_json(stream(host, port, seconds, streams))
+    except OSError as err:
+        raise click.ClickException(f"{host}:{port}: {err}") from None
+    return 0

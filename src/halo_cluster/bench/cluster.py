@@ -1,0 +1,78 @@
+"""What every cluster benchmark starts from: the config, a runner per node, each node's
+facts and its own transport plan, and the stamp that goes into every result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.bench.net import interface_for
+from halo_cluster.cluster.gather import NodeReport, gather, ssh_runners
+from halo_cluster.config import Config, find_config, load_config
+from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.facts.model import Inventory
+from halo_cluster.runner import Runner
+from halo_cluster.transport import TransportPlan
+
+
+class NodeLost(HaloError):
+    """A node stopped answering; the message names it."""
+
+
+@dataclass
+class BenchCluster:
+    config: Config
+    runners: Mapping[str, Runner]
+    reports: list[NodeReport]
+    plans: dict[str, TransportPlan]
+
+    @property
+    def inventories(self) -> dict[str, Inventory | None]:
+        return {r.node.name: r.inventory for r in self.reports}
+
+    def stamp(self) -> dict[str, Any]:
+        """Per node: host name, the plan (transport, HCA, GID, interface, MTU, addresses)
+        and versions — what a result needs to be read a year later."""
+        nodes: dict[str, Any] = {}
+        for report in self.reports:
+            node, inv = report.node, report.inventory
+            plan = self.plans.get(node.name)
+            iface = interface_for(inv, plan.address) if (plan and plan.address) else None
+            nodes[node.name] = {
+                "hostname": inv.hostname if inv else None,
+                "transport": plan.transport if plan else None,
+                "hca": plan.hca if plan else None,
+                "gid_index": plan.gid_index if plan else None,
+                "socket_ifname": plan.socket_ifname if plan else None,
+                "mtu": iface.mtu if iface else None,
+                "fabric_address": node.fabric_address,
+                "mgmt_address": node.mgmt_address or node.host,
+                "versions": dict(inv.versions) if inv else {},
+            }
+        return nodes
+
+
+def prepare(
+    config_path: str | None,
+    progress: Callable[[str], None],
+    runners: Mapping[str, Runner] | None = None,
+    config: Config | None = None,
+) -> BenchCluster:
+    """Load the config, gather every node's facts and plan; a node that does not answer is a
+    one-line error naming it."""
+    from halo_cluster.cluster.lifecycle import Lifecycle
+
+    if config is None:
+        path = find_config(config_path)
+        if path is None:
+            raise UsageError("no cluster config: pass --config halo.toml (halo lab up writes one)")
+        config = load_config(path)
+    runners = runners or ssh_runners(config)
+    progress(f"gathering facts from {len(config.nodes)} node(s)")
+    reports = gather(config, runners)
+    lost = [r for r in reports if r.inventory is None]
+    if lost:
+        raise NodeLost("; ".join(f"{r.node.name} does not answer ({r.error})" for r in lost))
+    plans = Lifecycle(config, runners).plans(reports)
+    return BenchCluster(config, runners, reports, plans)

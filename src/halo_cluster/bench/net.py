@@ -1,0 +1,444 @@
+"""``halo bench net``: latency and bandwidth per node pair and path (management Ethernet,
+fabric TCP, fabric RDMA), with the peer tools started on both ends over SSH.
+
+Tools: RDMA — perftest ``ib_write_lat`` / ``ib_write_bw`` with each node's own plan (device,
+GID index); TCP latency — ``sockperf ping-pong``, else ``qperf tcp_lat``; TCP bandwidth —
+``iperf3 -J``, else ``qperf tcp_bw``; where none is installed on both ends, halo's built-in
+probe (labelled ``builtin`` in every output). Latency is one way, as the tools report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.bench import tools
+from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
+from halo_cluster.checks.network import pcie_ceiling_gbps
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.errors import HaloError, ParseError, UsageError
+from halo_cluster.facts.model import Inventory
+from halo_cluster.runner import TIMED_OUT, Runner
+from halo_cluster.transport import TransportPlan
+
+SCHEMA = "halo.bench.net/1"
+PATHS = ("mgmt", "fabric", "rdma")
+LATENCY_TOOLS = ("auto", "sockperf", "qperf", "builtin")
+BANDWIDTH_TOOLS = ("auto", "iperf3", "qperf", "builtin")
+PEER_TOOLS = ("sockperf", "qperf", "iperf3", "ib_write_lat", "ib_write_bw")
+RDMA_LAT_SIZE = 2
+RDMA_BW_SIZE = 65536
+RDMA_LAT_ITERS = 10000
+RDMA_BW_ITERS = 5000
+PORT_ATTEMPTS = 5
+
+
+class BenchError(HaloError):
+    """A measurement could not be made; the message names the node and the path."""
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One path between two nodes: the client runs on ``node`` against ``peer``."""
+
+    node: NodeConfig
+    peer: NodeConfig
+    path: str
+    source: str
+    target: str
+
+
+def legs(
+    a: NodeConfig, b: NodeConfig, paths: Sequence[str]
+) -> tuple[list[Leg], list[dict[str, str]]]:
+    """The legs to measure and, for each path that cannot be, the reason."""
+    chosen, skipped = [], []
+    for path in paths:
+        if path == "mgmt":
+            source, target = a.mgmt_address or a.host, b.mgmt_address or b.host
+        else:
+            source, target = a.fabric_address or "", b.fabric_address or ""
+        if not (source and target):
+            skipped.append(
+                {"pair": f"{a.name},{b.name}", "path": path, "reason": "no fabric_address"}
+            )
+            continue
+        if path == "fabric" and source == (a.mgmt_address or a.host) and "mgmt" in paths:
+            # one network only: the fabric path is the management path
+            skipped.append(
+                {
+                    "pair": f"{a.name},{b.name}",
+                    "path": path,
+                    "reason": "the fabric address is the management address",
+                }
+            )
+            continue
+        chosen.append(Leg(a, b, path, source, target))
+    return chosen, skipped
+
+
+def pairs_of(config: Config, pair: str | None) -> list[tuple[NodeConfig, NodeConfig]]:
+    by_name = {n.name: n for n in config.nodes}
+    if pair:
+        names = [p.strip() for p in pair.split(",")]
+        if len(names) != 2 or names[0] == names[1]:
+            raise UsageError(f"--pair {pair!r}: give two different node names, like node1,node2")
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise UsageError(
+                f"--pair: no node {unknown[0]!r} in {config.path} (nodes: {', '.join(by_name)})"
+            )
+        return [(by_name[names[0]], by_name[names[1]])]
+    if len(config.nodes) < 2:
+        raise UsageError("bench net needs two nodes in the cluster config")
+    nodes = list(config.nodes)
+    return [(nodes[i], nodes[j]) for i in range(len(nodes)) for j in range(i + 1, len(nodes))]
+
+
+def interface_for(inv: Inventory | None, address: str) -> Any:
+    if inv is None:
+        return None
+    for iface in inv.net:
+        for cidr in iface.ipv4:
+            if cidr.split("/")[0] == address:
+                return iface
+    return None
+
+
+def link_limits(inv: Inventory | None, address: str) -> tuple[float | None, float | None]:
+    """(line rate Gb/s, PCIe ceiling Gb/s) of the interface holding ``address``."""
+    iface = interface_for(inv, address)
+    if iface is None:
+        return None, None
+    line = iface.speed_mbps / 1000 if iface.speed_mbps and iface.speed_mbps > 0 else None
+    link = inv.pci.get(iface.pci) if (inv is not None and iface.pci) else None
+    ceiling = None
+    if link is not None and link.current_speed_gts and link.current_width:
+        ceiling = pcie_ceiling_gbps(link.current_speed_gts, link.current_width)
+    return line, ceiling
+
+
+def _pct(value: float | None, limit: float | None) -> float | None:
+    return round(100 * value / limit, 1) if value is not None and limit else None
+
+
+class NetBench:
+    def __init__(
+        self,
+        config: Config,
+        runners: Mapping[str, Runner],
+        plans: Mapping[str, TransportPlan],
+        inventories: Mapping[str, Inventory | None],
+        *,
+        seconds: float = 5.0,
+        latency_tool: str = "auto",
+        bandwidth_tool: str = "auto",
+        streams: int = 4,
+        port: int = 18600,
+        bandwidth: bool = True,
+        progress: Callable[[str], None] | None = None,
+        jobs: RemoteJobs | None = None,
+    ) -> None:
+        self.config = config
+        self.runners = runners
+        self.plans = plans
+        self.inventories = inventories
+        self.seconds = seconds
+        self.latency_tool = latency_tool
+        self.bandwidth_tool = bandwidth_tool
+        self.streams = streams
+        self.port = port
+        self.bandwidth = bandwidth
+        self.progress = progress or (lambda _m: None)
+        self.jobs = jobs or RemoteJobs(runners)
+        self._tools: dict[str, set[str]] = {}
+        self._ports = iter(range(port, port + 1000))
+        self.result: dict[str, Any] = {}
+
+    # -- what each node has -----------------------------------------------------------------
+    def tools_on(self, node: NodeConfig) -> set[str]:
+        if node.name not in self._tools:
+            script = (
+                "".join(f"command -v {t} >/dev/null 2>&1 && echo {t}\n" for t in PEER_TOOLS)
+                + "exit 0\n"
+            )
+            result = self.runners[node.name].run(
+                [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=30
+            )
+            if not result.ok:
+                raise BenchError(f"{node.name} does not answer: {result.error_text()}")
+            self._tools[node.name] = set(result.stdout.split())
+        return self._tools[node.name]
+
+    def _choose(self, leg: Leg, wanted: str, order: Sequence[str]) -> str:
+        both = self.tools_on(leg.node) & self.tools_on(leg.peer)
+        if wanted == "builtin":
+            return "builtin"
+        if wanted != "auto":
+            if wanted not in both:
+                where = leg.node.name if wanted not in self.tools_on(leg.node) else leg.peer.name
+                raise UsageError(f"{wanted} is not installed on {where}; install it or use auto")
+            return wanted
+        return next((t for t in order if t in both), "builtin")
+
+    # -- measuring --------------------------------------------------------------------------
+    def run(
+        self, pairs: Sequence[tuple[NodeConfig, NodeConfig]], paths: Sequence[str]
+    ) -> dict[str, Any]:
+        """Measure every leg; a leg that fails is recorded with its error and the run goes
+        on, except when a node or path stops answering (BenchError). Whatever happens, the
+        remote tools are stopped and what was measured stays in ``self.result``."""
+        measured: list[dict[str, Any]] = []
+        skipped_all: list[dict[str, str]] = []
+        self.result = result = {
+            "schema": SCHEMA,
+            "kind": "net",
+            "paths": measured,
+            "skipped": skipped_all,
+        }
+        try:
+            for a, b in pairs:
+                chosen, skipped = legs(a, b, [p for p in paths if p != "rdma"])
+                skipped_all += skipped
+                if "rdma" in paths:
+                    rdma, why = self._rdma_leg(a, b)
+                    if rdma is None:
+                        skipped_all.append(
+                            {"pair": f"{a.name},{b.name}", "path": "rdma", "reason": why}
+                        )
+                    else:
+                        chosen.append(rdma)
+                for leg in chosen:
+                    measured.append(self.measure(leg))
+        finally:
+            self.jobs.cleanup()
+        return result
+
+    def _rdma_leg(self, a: NodeConfig, b: NodeConfig) -> tuple[Leg | None, str]:
+        for node in (a, b):
+            plan = self.plans.get(node.name)
+            if plan is None or not plan.is_rdma or not plan.hca:
+                transport = plan.transport if plan else "unknown"
+                return None, f"{node.name}'s plan is {transport}, not RDMA"
+        if not (a.fabric_address and b.fabric_address):
+            return None, "no fabric_address"
+        return Leg(a, b, "rdma", a.fabric_address, b.fabric_address), ""
+
+    def measure(self, leg: Leg) -> dict[str, Any]:
+        label = f"{leg.node.name} → {leg.peer.name} {leg.path}"
+        entry: dict[str, Any] = {
+            "node": leg.node.name,
+            "peer": leg.peer.name,
+            "path": leg.path,
+            "transport": "rdma" if leg.path == "rdma" else "tcp",
+            "from": leg.source,
+            "to": leg.target,
+            "latency_us": None,
+            "bandwidth_gbps": None,
+            "errors": [],
+        }
+        self.progress(f"{label}: latency")
+        try:
+            latency = self._latency(leg)
+            entry["latency_us"] = {
+                "p50": round(latency.typical_us, 3),
+                "p99": round(latency.p99_us, 3) if latency.p99_us is not None else None,
+                "avg": round(latency.avg_us, 3) if latency.avg_us is not None else None,
+                "samples": latency.samples,
+                "tool": latency.tool,
+            }
+        except ParseError as err:
+            entry["errors"].append(f"latency: {err}")
+        if self.bandwidth:
+            self.progress(f"{label}: bandwidth")
+            try:
+                bandwidth = self._bandwidth(leg)
+                entry["bandwidth_gbps"] = round(bandwidth.gbps, 3)
+                entry["bandwidth_tool"] = bandwidth.tool
+                entry["retransmits"] = bandwidth.retransmits
+            except ParseError as err:
+                entry["errors"].append(f"bandwidth: {err}")
+        line, ceiling = link_limits(self.inventories.get(leg.node.name), leg.source)
+        entry["line_rate_gbps"] = line
+        entry["pcie_ceiling_gbps"] = round(ceiling, 1) if ceiling else None
+        entry["pct_line_rate"] = _pct(entry["bandwidth_gbps"], line)
+        entry["pct_pcie"] = _pct(entry["bandwidth_gbps"], ceiling)
+        return entry
+
+    def _pair_run(
+        self,
+        leg: Leg,
+        role: str,
+        commands: Callable[[int], tuple[list[str], list[str]]],
+    ) -> str:
+        """Start the server on the peer, run the client on the node, stop the server; the
+        client's output. ``commands(port)`` gives (server, client); a port already in use on
+        the peer moves to the next one. A node or path that stops answering ends the run."""
+        limit = self.seconds * 3 + 15
+        for _attempt in range(PORT_ATTEMPTS):
+            port = next(self._ports)
+            server, client = commands(port)
+            started = self.jobs.start(leg.peer, f"{role}-server", server, limit + 10, port)
+            if started.returncode != PORT_IN_USE:
+                break
+        if not started.ok:
+            self._check_alive(leg.peer)
+            raise ParseError(f"{server[0]} server on {leg.peer.name}: {started.error_text()}")
+        done = self.jobs.run(leg.node, f"{role}-client", client, limit)
+        if not done.ok:
+            self._check_alive(leg.node, leg.peer, timed_out=done.returncode == TIMED_OUT, leg=leg)
+            raise ParseError(f"{client[0]} on {leg.node.name}: {done.error_text()}")
+        return done.stdout
+
+    def _check_alive(
+        self,
+        *nodes: NodeConfig,
+        timed_out: bool = False,
+        leg: Leg | None = None,
+    ) -> None:
+        for node in nodes:
+            answer = self.runners[node.name].run([*node.exec_prefix, "true"], timeout=10)
+            if not answer.ok:
+                raise BenchError(f"lost {node.name}: it does not answer ({answer.error_text()})")
+        if timed_out and leg is not None:
+            raise BenchError(
+                f"{leg.path} path {leg.source} → {leg.target} ({leg.node.name} → "
+                f"{leg.peer.name}) stopped answering: the tool timed out"
+            )
+
+    def _latency(self, leg: Leg) -> tools.Latency:
+        if leg.path == "rdma":
+            latency: tools.Latency = self._perftest(leg, "ib_write_lat")
+            return latency
+        tool = self._choose(leg, self.latency_tool, ("sockperf", "qperf"))
+        if tool == "sockperf":
+            out = self._pair_run(
+                leg,
+                "lat",
+                lambda port: (
+                    tools.sockperf_server_argv(leg.target, port),
+                    tools.sockperf_client_argv(leg.target, port, self.seconds),
+                ),
+            )
+            return tools.parse_sockperf(out)
+        if tool == "qperf":
+            out = self._pair_run(
+                leg,
+                "lat",
+                lambda port: (
+                    ["qperf", "--listen_port", str(port)],
+                    tools.qperf_argv(leg.target, port, self.seconds, "tcp_lat"),
+                ),
+            )
+            return tools.qperf_latency(out)
+        out = self._pair_run(
+            leg,
+            "lat",
+            lambda port: (
+                self._probe_server(leg, port),
+                [
+                    leg.node.halo,
+                    "net-probe",
+                    "ping",
+                    f"{leg.target}:{port}",
+                    "--seconds",
+                    f"{self.seconds:g}",
+                ],
+            ),
+        )
+        return tools.parse_builtin_latency(out)
+
+    def _bandwidth(self, leg: Leg) -> tools.Bandwidth:
+        if leg.path == "rdma":
+            bandwidth: tools.Bandwidth = self._perftest(leg, "ib_write_bw")
+            return bandwidth
+        tool = self._choose(leg, self.bandwidth_tool, ("iperf3", "qperf"))
+        if tool == "iperf3":
+            out = self._pair_run(
+                leg,
+                "bw",
+                lambda port: (
+                    tools.iperf3_server_argv(leg.target, port),
+                    tools.iperf3_client_argv(leg.target, port, self.seconds, self.streams),
+                ),
+            )
+            return tools.parse_iperf3(out)
+        if tool == "qperf":
+            out = self._pair_run(
+                leg,
+                "bw",
+                lambda port: (
+                    ["qperf", "--listen_port", str(port)],
+                    tools.qperf_argv(leg.target, port, self.seconds, "tcp_bw"),
+                ),
+            )
+            return tools.qperf_bandwidth(out)
+        out = self._pair_run(
+            leg,
+            "bw",
+            lambda port: (
+                self._probe_server(leg, port),
+                [
+                    leg.node.halo,
+                    "net-probe",
+                    "stream",
+                    f"{leg.target}:{port}",
+                    "--seconds",
+                    f"{self.seconds:g}",
+                    "--streams",
+                    str(self.streams),
+                ],
+            ),
+        )
+        return tools.parse_builtin_bandwidth(out)
+
+    def _probe_server(self, leg: Leg, port: int) -> list[str]:
+        limit = self.seconds * 3 + 20
+        return [
+            leg.peer.halo,
+            "net-probe",
+            "serve",
+            "--bind",
+            leg.target,
+            "--port",
+            str(port),
+            "--limit",
+            f"{limit:g}",
+        ]
+
+    def _perftest(self, leg: Leg, tool: str) -> Any:  # Latency or Bandwidth
+        missing = [n.name for n in (leg.node, leg.peer) if tool not in self.tools_on(n)]
+        if missing:
+            raise ParseError(f"{tool} (perftest) is not installed on {', '.join(missing)}")
+        local, remote = self.plans[leg.node.name], self.plans[leg.peer.name]
+        assert local.hca and remote.hca
+        latency = tool.endswith("_lat")
+        size = RDMA_LAT_SIZE if latency else RDMA_BW_SIZE
+        iterations = RDMA_LAT_ITERS if latency else RDMA_BW_ITERS
+        local_hca, remote_hca = local.hca, remote.hca
+        out = self._pair_run(
+            leg,
+            tool,
+            lambda port: (
+                tools.perftest_argv(
+                    tool,
+                    remote_hca,
+                    remote.gid_index,
+                    None,
+                    size=size,
+                    iterations=iterations,
+                    port=port,
+                ),
+                tools.perftest_argv(
+                    tool,
+                    local_hca,
+                    local.gid_index,
+                    leg.target,
+                    size=size,
+                    iterations=iterations,
+                    port=port,
+                ),
+            ),
+        )
+        return tools.parse_perftest_lat(out) if latency else tools.parse_perftest_bw(out)
