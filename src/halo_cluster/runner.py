@@ -35,15 +35,30 @@ class Result:
         return text[-1] if text else f"exit code {self.returncode}"
 
 
+LineSink = Callable[[str], None]
+
+
 class Runner(Protocol):
     def run(
-        self, argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
     ) -> Result: ...
 
 
 class LocalRunner:
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0) -> Result:
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
         args = tuple(argv)
+        if on_line is not None:
+            return _streamed(args, stdin, timeout, on_line)
         try:
             done = subprocess.run(
                 args,
@@ -75,8 +90,14 @@ class SSHRunner:
         # ssh hands the remote side one string: quote every word so it is parsed back exactly.
         return [*command, self.target, "--", shlex.join(argv)]
 
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0) -> Result:
-        result = self.local.run(self.ssh_argv(argv), stdin, timeout)
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
+        result = self.local.run(self.ssh_argv(argv), stdin, timeout, on_line)
         return Result(tuple(argv), result.returncode, result.stdout, result.stderr)
 
 
@@ -88,6 +109,7 @@ class FakeRunner:
         default_factory=list
     )
     calls: list[tuple[str, ...]] = field(default_factory=list)
+    stdins: list[str | None] = field(default_factory=list)
 
     def on(
         self, prefix: Sequence[str], answer: Result | Callable[[tuple[str, ...]], Result]
@@ -95,10 +117,73 @@ class FakeRunner:
         self.rules.append((tuple(prefix), answer))
         return self
 
-    def run(self, argv: Sequence[str], stdin: str | None = None, timeout: float = 30.0) -> Result:
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
         args = tuple(argv)
         self.calls.append(args)
+        self.stdins.append(stdin)
         for prefix, answer in self.rules:
             if args[: len(prefix)] == prefix:
-                return answer(args) if callable(answer) else answer
+                result = answer(args) if callable(answer) else answer
+                for line in result.stdout.splitlines() if on_line else ():
+                    on_line(line)  # type: ignore[misc]
+                return result
         return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+
+
+def _streamed(
+    args: tuple[str, ...], stdin: str | None, timeout: float, on_line: LineSink
+) -> Result:
+    """Run ``args`` handing each stdout line to ``on_line`` as it comes (progress of long
+    remote work). The process is killed on timeout and on Ctrl-C (which is then re-raised)."""
+    import threading
+
+    try:
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
+    except FileNotFoundError:
+        return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+    timed_out = threading.Event()
+
+    def expire() -> None:
+        timed_out.set()
+        process.kill()
+
+    timer = threading.Timer(timeout, expire)
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.append(process.stderr.read()), daemon=True)  # type: ignore[union-attr]
+    lines: list[str] = []
+    try:
+        timer.start()
+        reader.start()
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(stdin or "")
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        for line in process.stdout:
+            lines.append(line)
+            on_line(line.rstrip("\n"))
+        process.wait()
+        reader.join(5)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    finally:
+        timer.cancel()
+    if timed_out.is_set():
+        return Result(args, TIMED_OUT, "".join(lines), f"timed out after {timeout:g} s")
+    return Result(args, process.returncode, "".join(lines), "".join(errors))

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from halo_cluster.config import NodeConfig
-from halo_cluster.runner import Result, Runner
+from halo_cluster.runner import LineSink, Result, Runner
 
 JOB_DIR = '"${XDG_RUNTIME_DIR:-/tmp}/halo-bench"'
 KILL_GRACE_S = 2
@@ -34,10 +34,12 @@ class RemoteJobs:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in role)
         return f"{JOB_DIR}/{self.run_id}-{safe}.pid"
 
-    def _run(self, node: NodeConfig, script: str, timeout: float) -> Result:
+    def _run(
+        self, node: NodeConfig, script: str, timeout: float, on_line: LineSink | None = None
+    ) -> Result:
         self.touched[node.name] = node
         return self.runners[node.name].run(
-            [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout
+            [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout, on_line=on_line
         )
 
     def start(
@@ -84,14 +86,16 @@ class RemoteJobs:
         argv: Sequence[str],
         limit_s: float,
         env: Mapping[str, str] | None = None,
+        on_line: LineSink | None = None,
     ) -> Result:
-        """Run ``argv`` on ``node`` and wait (at most ``limit_s`` there, a little more here)."""
+        """Run ``argv`` on ``node`` and wait (at most ``limit_s`` there, a little more here);
+        ``on_line`` sees its output lines as they come."""
         script = (
             f"set -e\n{_exports(env or {})}mkdir -p {JOB_DIR}\n"
             f"echo $$ > {self._pidfile(role)}\n"
             f"exec timeout -k {KILL_GRACE_S} {limit_s:g} {shlex.join(argv)}\n"
         )
-        return self._run(node, script, timeout=limit_s + KILL_GRACE_S + 10)
+        return self._run(node, script, timeout=limit_s + KILL_GRACE_S + 10, on_line=on_line)
 
     def cleanup(self) -> dict[str, str]:
         """Kill every process of this run on every node it touched; per node: done or why not."""

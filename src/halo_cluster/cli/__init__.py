@@ -17,6 +17,7 @@ from halo_cluster.errors import HaloError
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
     "bench": "halo_cluster.cli.bench:bench",
+    "bench-driver": "halo_cluster.cli.bench:bench_driver",
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from halo_cluster.cli.output import emit_json, table
+
+if TYPE_CHECKING:
+    from halo_cluster.bench.cluster import BenchCluster
 
 
 @click.group()
@@ -336,3 +343,302 @@ def net_probe_stream(target: str, seconds: float, streams: int) -> int:
     except OSError as err:
         raise click.ClickException(f"{host}:{port}: {err}") from None
     return 0
+
+
+def _drive(
+    cluster: BenchCluster,
+    spec: dict[str, object],
+    limit_s: float,
+    progress: Callable[[str], None],
+) -> dict[str, object]:
+    """Run ``halo bench-driver`` on the head with ``spec``; its result body. Progress lines
+    are shown as they come; Ctrl-C or a failure stops the driver (and so its ranks)."""
+    from halo_cluster.bench.collective import read_events
+    from halo_cluster.bench.net import BenchError
+    from halo_cluster.bench.remote import RemoteJobs
+
+    head = cluster.config.head
+    jobs = RemoteJobs(cluster.runners)
+    spec = {**spec, "run_id": jobs.run_id}
+
+    def on_line(line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("event") == "progress":
+            progress(str(event.get("message")))
+
+    try:
+        done = jobs.run(
+            head,
+            "driver",
+            [head.halo, "bench-driver"],
+            limit_s,
+            env={"HALO_BENCH_SPEC": json.dumps(spec)},
+            on_line=on_line,
+        )
+    finally:
+        jobs.cleanup()
+    result, error = read_events(done.stdout.splitlines())
+    if result is not None:
+        return result
+    if error is None:
+        answer = cluster.runners[head.name].run([*head.exec_prefix, "true"], timeout=10)
+        if not answer.ok:
+            error = f"lost the head {head.name}: {answer.error_text()}"
+        elif done.returncode == 124:
+            error = f"the run did not finish within {limit_s:g} s"
+        else:
+            error = f"bench driver on {head.name}: {done.error_text()}"
+    raise BenchError(error)
+
+
+def _spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
+    config = cluster.config
+    ordered = [config.head, *[n for n in config.nodes if n.name != config.head.name]]
+    return [
+        {"name": n.name, "address": n.fabric_address or n.host, "gpus": n.gpus} for n in ordered
+    ]
+
+
+def _ranked_run(
+    config_path: str | None,
+    spec: dict[str, object],
+    limit_s: float,
+    kind: str,
+    out: str | None,
+    as_json: bool,
+) -> tuple[dict[str, object] | None, str | None, BaseException | None, object]:
+    """Prepare, drive, stamp and save; (result, saved path, failure, cluster)."""
+    from halo_cluster.bench import results
+    from halo_cluster.bench.cluster import prepare
+    from halo_cluster.errors import HaloError
+
+    progress = _progress(as_json)
+    cluster = prepare(config_path, progress)
+    spec = {**spec, "nodes": _spec_nodes(cluster)}
+    try:
+        body = _drive(cluster, spec, limit_s, progress)
+    except (KeyboardInterrupt, HaloError) as err:
+        return None, None, err, cluster
+    result = results.stamp(
+        {"schema": spec["schema"], "kind": kind, **body},
+        {n: p.to_dict() for n, p in cluster.plans.items()},
+        cluster.stamp(),
+    )
+    return result, _finish(result, out, kind, None), None, cluster
+
+
+@bench.command("collective")
+@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@click.option(
+    "--sizes", default="8B:256MiB", show_default=True, help="FROM:TO (doubling) or a list."
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default="auto",
+    show_default=True,
+    help="auto: NCCL/RCCL when every rank has a GPU, else Gloo.",
+)
+@click.option("--iters", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0, 10_000))
+@click.option(
+    "--timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(1, 3600),
+    help="Seconds one size may take before the run stops and names the node that is gone.",
+)
+@click.option(
+    "--allow-fallback", is_flag=True, help="Keep going when RDMA was planned but not used."
+)
+@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_collective(
+    config_path: str | None,
+    sizes: str,
+    backend: str,
+    iters: int,
+    warmup: int,
+    timeout: float,
+    allow_fallback: bool,
+    out: str | None,
+    as_json: bool,
+) -> int:
+    """All-reduce sweep on one Ray actor per GPU (per node without GPUs) through
+    torch.distributed: time, algorithm and bus bandwidth per size, an α/β fit, and (NCCL/RCCL)
+    the transport verdict from the ranks' own debug logs."""
+    from halo_cluster.bench.collective import SCHEMA, parse_sizes
+
+    chosen = parse_sizes(sizes)
+    spec = {
+        "schema": SCHEMA,
+        "kind": "collective",
+        "sizes": chosen,
+        "backend": backend,
+        "iters": iters,
+        "warmup": warmup,
+        "timeout": timeout,
+    }
+    limit = timeout * (len(chosen) + 4) + 60
+    result, saved, failure, cluster = _ranked_run(
+        config_path, spec, limit, "collective", out, as_json
+    )
+    if failure is not None or result is None:
+        return _fail(failure or RuntimeError("no result"), None)
+    transport = result["transport"]
+    assert isinstance(transport, dict)
+    plans = cluster.plans  # type: ignore[attr-defined]
+    wanted_rdma = any(p.is_rdma for p in plans.values())
+    fell_back = (
+        wanted_rdma
+        and transport.get("backend") == "nccl"
+        and transport.get("transport") in ("socket", "mixed")
+    )
+    if as_json:
+        emit_json({**result, "saved": saved})
+    else:
+        _collective_table(result)
+        click.echo(f"saved {saved}")
+    if fell_back and not allow_fallback:
+        evidence = "; ".join(transport.get("evidence", [])[:3])
+        click.echo(
+            f"halo: error: the plan asked for RDMA but NCCL used {transport['transport']}"
+            f" ({evidence}); --allow-fallback to accept",
+            err=True,
+        )
+        return 1
+    return 0
+
+
+def _collective_table(result: dict[str, object]) -> None:
+    from halo_cluster.bench.collective import human_bytes
+    from halo_cluster.cli.output import console
+
+    transport = result["transport"]
+    assert isinstance(transport, dict)
+    grid = table(
+        f"all-reduce, {result['world_size']} ranks, {result['backend']}"
+        f" ({transport.get('transport')})",
+        "size",
+        "time µs",
+        "algbw GB/s",
+        "busbw GB/s",
+    )
+    rows = result["sweep"]
+    assert isinstance(rows, list)
+    for row in rows:
+        grid.add_row(
+            human_bytes(row["bytes"]),
+            f"{row['time_us']:.1f}",
+            f"{row['algbw_gbs']:.3f}",
+            f"{row['busbw_gbs']:.3f}",
+        )
+    console().print(grid)
+    fit = result.get("fit")
+    if isinstance(fit, dict):
+        click.echo(
+            f"fit: α = {fit['alpha_us']:.2f} µs per step, β = {fit['beta_gbps']:.2f} Gb/s"
+            f" (worst point off by {fit['max_rel_error'] * 100:.0f} %)"
+        )
+
+
+@bench.command("tp")
+@click.argument("model")
+@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@click.option("--tp", "tp", type=click.IntRange(2, 1024), help="Ranks (default: all of them).")
+@click.option("--batch", "batches", default="1,8,32", show_default=True, help="Batch sizes.")
+@click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--backend",
+    type=click.Choice(["auto", "nccl", "gloo"]),
+    default="auto",
+    show_default=True,
+)
+@click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(1, 3600))
+@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_tp(
+    model: str,
+    config_path: str | None,
+    tp: int | None,
+    batches: str,
+    steps: int,
+    backend: str,
+    timeout: float,
+    out: str | None,
+    as_json: bool,
+) -> int:
+    """Replay a decode step's tensor-parallel communication for MODEL without weights
+    (2·L + 2 all-reduces of batch × hidden bf16 values per token) and report the network's
+    milliseconds per token and the tokens/s ceiling it implies. MODEL is a catalog id
+    ('halo plan --list') or a path to a Hugging Face config.json."""
+    from pathlib import Path
+
+    from halo_cluster.bench.collective import TP_SCHEMA
+    from halo_cluster.plan.catalog import find_model, model_from_hf_config
+
+    spec_model = (
+        model_from_hf_config(Path(model))
+        if model.endswith(".json") or "/" in model
+        else find_model(model)
+    )
+    levels = _levels(batches)
+    spec = {
+        "schema": TP_SCHEMA,
+        "kind": "tp",
+        "model": {
+            "id": model,
+            "name": spec_model.name,
+            "layers": spec_model.layers,
+            "hidden": spec_model.hidden,
+        },
+        "batches": levels,
+        "steps": steps,
+        "backend": backend,
+        "timeout": timeout,
+        "tp": tp,
+    }
+    limit = timeout * (len(levels) + 4) + 60
+    result, saved, failure, _cluster = _ranked_run(config_path, spec, limit, "tp", out, as_json)
+    if failure is not None or result is None:
+        return _fail(failure or RuntimeError("no result"), None)
+    if as_json:
+        emit_json({**result, "saved": saved})
+        return 0
+    from halo_cluster.cli.output import console
+
+    grid = table(
+        f"{spec_model.name}: decode-step network replay on {result['world_size']} ranks"
+        f" ({result['backend']})",
+        "batch",
+        "all-reduces / token",
+        "bytes each",
+        "network ms / token",
+        "ceiling tok/s",
+    )
+    rows = result["rows"]
+    assert isinstance(rows, list)
+    for row in rows:
+        grid.add_row(
+            str(row["batch"]),
+            str(row["allreduces_per_token"]),
+            str(row["bytes_per_allreduce"]),
+            f"{row['network_ms_per_token']:.3f}",
+            f"{row['tokens_per_s_ceiling'] or 0:.0f}",
+        )
+    console().print(grid)
+    click.echo(f"saved {saved}")
+    return 0
+
+
+@click.command("bench-driver", hidden=True)
+def bench_driver() -> int:
+    """Node side of 'halo bench collective' / 'bench tp' (spec in $HALO_BENCH_SPEC)."""
+    import os
+
+    from halo_cluster.bench.collective import main_driver
+
+    return main_driver(os.environ.get("HALO_BENCH_SPEC", ""), lambda line: click.echo(line))
