@@ -87,10 +87,14 @@ def sweep_row(size: int, seconds: float, ranks: int) -> dict[str, float]:
     algbw = size / seconds / 1e9  # GB/s, as nccl-tests prints
     return {
         "bytes": size,
-        "time_us": round(seconds * 1e6, 3),
-        "algbw_gbs": round(algbw, 4),
-        "busbw_gbs": round(algbw * bus_factor(ranks), 4),
+        "time_us": _sig(seconds * 1e6),
+        "algbw_gbs": _sig(algbw),
+        "busbw_gbs": _sig(algbw * bus_factor(ranks)),
     }
+
+
+def _sig(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
 
 
 def fit_alpha_beta(rows: Sequence[dict[str, float]], ranks: int) -> dict[str, float] | None:
@@ -396,9 +400,12 @@ class Ranks:
         verdict = parse_logs([(f"rank{r}", text.splitlines()) for r, text in enumerate(logs)])
         return {"backend": "nccl", **verdict.to_dict()}
 
-    def close(self) -> None:
-        with contextlib.suppress(Exception):  # closing, maybe after a failure
-            self.ray.get([a.close.remote() for a in self.actors], timeout=10)
+    def close(self, graceful: bool) -> None:
+        """Tear the process group down; after a failure a rank may hang in a collective,
+        so the actors are killed without asking."""
+        if graceful:
+            with contextlib.suppress(Exception):
+                self.ray.get([a.close.remote() for a in self.actors], timeout=10)
         for actor in self.actors:
             self.ray.kill(actor)
 
@@ -413,6 +420,7 @@ def run_sweep(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, 
         )
         row = sweep_row(size, max(times), ranks.world)
         rows.append(row)
+        emit({"event": "row", "row": row})
         emit(
             {
                 "event": "progress",
@@ -449,6 +457,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
                 "per_sequence_tokens_per_s_ceiling": round(1e3 / ms, 2) if ms > 0 else None,
             }
         )
+        emit({"event": "row", "row": rows[-1]})
         emit(
             {
                 "event": "progress",
@@ -461,6 +470,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
 def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """The whole run on the head; returns the result body (no stamp, no file)."""
     ranks = Ranks(spec, emit)
+    finished = False
     try:
         facts, backend = ranks.start()
         body: dict[str, Any] = {
@@ -478,11 +488,14 @@ def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
                 {"iters": spec["iters"], "sweep": rows, "fit": fit_alpha_beta(rows, ranks.world)}
             )
         else:
-            body.update({"steps": spec["steps"], "rows": run_tp(ranks, spec, emit)})
+            body.update(
+                {"model": spec["model"], "steps": spec["steps"], "rows": run_tp(ranks, spec, emit)}
+            )
         body["transport"] = ranks.verdict(backend, facts)
+        finished = True
         return body
     finally:
-        ranks.close()
+        ranks.close(graceful=finished)
 
 
 def main_driver(spec_text: str, out: Callable[[str], None]) -> int:

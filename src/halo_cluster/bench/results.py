@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster import __version__
+from halo_cluster.errors import UsageError
 
 
 def stamp(
@@ -48,3 +49,99 @@ def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) 
         handle.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A result file; UsageError (one line) when it is not a readable halo result."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"{path}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise UsageError(f"{path}: not JSON ({err})") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("halo.bench."):
+        raise UsageError(f"{path}: not a halo benchmark result (no halo.bench.* schema)")
+    return data
+
+
+def listing(directory: Path) -> list[dict[str, Any]]:
+    """Every result in ``directory``, oldest first, with a one-line summary; unreadable files
+    are listed with the reason instead of a summary."""
+    rows: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
+        try:
+            data = load(path)
+        except UsageError as err:
+            rows.append({"id": path.stem, "path": str(path), "error": str(err).split(": ", 1)[-1]})
+            continue
+        rows.append(
+            {
+                "id": path.stem,
+                "path": str(path),
+                "schema": data.get("schema"),
+                "kind": data.get("kind") or str(data.get("schema", "")).split(".")[2].split("/")[0],
+                "created": data.get("created"),
+                "incomplete": data.get("incomplete"),
+                "summary": summary(data),
+            }
+        )
+    return rows
+
+
+def resolve(ref: str, directory: Path) -> Path:
+    """A file path, an id (file stem) or unique id prefix in the results directory, or
+    ``latest`` / ``latest:KIND``."""
+    given = Path(ref)
+    if given.is_file():
+        return given
+    if ref == "latest" or ref.startswith("latest:"):
+        kind = ref.partition(":")[2]
+        rows = [r for r in listing(directory) if "error" not in r and kind in ("", r["kind"])]
+        if not rows:
+            raise UsageError(f"no {kind + ' ' if kind else ''}results in {directory}")
+        return Path(rows[-1]["path"])
+    candidates = sorted(directory.glob(f"{ref.removesuffix('.json')}*.json"))
+    exact = [p for p in candidates if p.stem == ref.removesuffix(".json")]
+    if exact:
+        return exact[0]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise UsageError(f"no result {ref!r} (see 'halo results list'; looked in {directory})")
+    raise UsageError(f"{ref!r} matches {len(candidates)} results; give more of the id")
+
+
+def summary(data: dict[str, Any]) -> str:
+    kind = data.get("kind")
+    try:
+        if kind == "net":
+            parts = [
+                f"{p['path']} {p['latency_us']['p50']:.1f} µs"
+                + (f" {p['bandwidth_gbps']:.1f} Gb/s" if p.get("bandwidth_gbps") else "")
+                for p in data.get("paths", [])
+                if p.get("latency_us")
+            ]
+            return "; ".join(parts) or "no path measured"
+        if kind == "collective":
+            fit = data.get("fit") or {}
+            sweep = data.get("sweep", [])
+            span = f"{sweep[0]['bytes']}..{sweep[-1]['bytes']} B" if sweep else "no sizes"
+            alpha = f", α {fit['alpha_us']:.1f} µs β {fit['beta_gbps']:.1f} Gb/s" if fit else ""
+            transport = (data.get("transport") or {}).get("transport")
+            return (
+                f"{data.get('world_size')} ranks {data.get('backend')} ({transport}), {span}{alpha}"
+            )
+        if kind == "tp":
+            rows = ", ".join(
+                f"b{r['batch']} {r['network_ms_per_token']:.2f} ms" for r in data.get("rows", [])
+            )
+            return f"{(data.get('model') or {}).get('id')}: {rows}"
+        if kind == "serve" or str(data.get("schema", "")).startswith("halo.bench.serve"):
+            levels = ", ".join(
+                f"c{lv['concurrency']} {lv['output_tokens_per_s']:.0f} tok/s"
+                for lv in data.get("levels", [])
+            )
+            return f"{data.get('model')}: {levels}"
+    except (KeyError, TypeError, ValueError, IndexError):
+        return "unreadable result body"
+    return str(data.get("schema"))

@@ -159,6 +159,7 @@ def run(
         results.append(run_level(url, model, concurrency, prompts, input_len, output_len, key))
     return {
         "schema": SCHEMA,
+        "kind": "serve",
         "url": url,
         "model": model,
         "input_len": input_len,

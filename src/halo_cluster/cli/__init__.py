@@ -30,6 +30,8 @@ COMMANDS = {
     "net-probe": "halo_cluster.cli.bench:net_probe",
     "plan": "halo_cluster.cli.plan:plan",
     "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
+    "report": "halo_cluster.cli.results:report",
+    "results": "halo_cluster.cli.results:results",
     "logs": "halo_cluster.cli.serve:logs",
     "serve": "halo_cluster.cli.serve:serve",
     "serve-health": "halo_cluster.cli.serve:serve_health",

@@ -361,6 +361,8 @@ def _drive(
     jobs = RemoteJobs(cluster.runners)
     spec = {**spec, "run_id": jobs.run_id}
 
+    rows: list[object] = []
+
     def on_line(line: str) -> None:
         try:
             event = json.loads(line)
@@ -368,6 +370,8 @@ def _drive(
             return
         if isinstance(event, dict) and event.get("event") == "progress":
             progress(str(event.get("message")))
+        elif isinstance(event, dict) and event.get("event") == "row":
+            rows.append(event.get("row"))
 
     try:
         done = jobs.run(
@@ -378,6 +382,9 @@ def _drive(
             env={"HALO_BENCH_SPEC": json.dumps(spec)},
             on_line=on_line,
         )
+    except KeyboardInterrupt as interrupt:
+        interrupt.partial = rows  # type: ignore[attr-defined]
+        raise
     finally:
         jobs.cleanup()
     result, error = read_events(done.stdout.splitlines())
@@ -391,7 +398,9 @@ def _drive(
             error = f"the run did not finish within {limit_s:g} s"
         else:
             error = f"bench driver on {head.name}: {done.error_text()}"
-    raise BenchError(error)
+    failure = BenchError(error)
+    failure.partial = rows  # type: ignore[attr-defined]
+    raise failure
 
 
 def _spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
@@ -418,15 +427,18 @@ def _ranked_run(
     progress = _progress(as_json)
     cluster = prepare(config_path, progress)
     spec = {**spec, "nodes": _spec_nodes(cluster)}
+    plans = {n: p.to_dict() for n, p in cluster.plans.items()}
     try:
         body = _drive(cluster, spec, limit_s, progress)
     except (KeyboardInterrupt, HaloError) as err:
-        return None, None, err, cluster
-    result = results.stamp(
-        {"schema": spec["schema"], "kind": kind, **body},
-        {n: p.to_dict() for n, p in cluster.plans.items()},
-        cluster.stamp(),
-    )
+        rows = getattr(err, "partial", None)
+        saved = None
+        if rows:  # keep what was measured, marked incomplete
+            key = "sweep" if kind == "collective" else "rows"
+            partial = results.stamp({"schema": spec["schema"], "kind": kind, key: rows}, plans)
+            saved = _finish(partial, out, kind, err)
+        return None, saved, err, cluster
+    result = results.stamp({"schema": spec["schema"], "kind": kind, **body}, plans, cluster.stamp())
     return result, _finish(result, out, kind, None), None, cluster
 
 
@@ -487,7 +499,7 @@ def bench_collective(
         config_path, spec, limit, "collective", out, as_json
     )
     if failure is not None or result is None:
-        return _fail(failure or RuntimeError("no result"), None)
+        return _fail(failure or RuntimeError("no result"), saved)
     transport = result["transport"]
     assert isinstance(transport, dict)
     plans = cluster.plans  # type: ignore[attr-defined]
@@ -517,10 +529,10 @@ def _collective_table(result: dict[str, object]) -> None:
     from halo_cluster.bench.collective import human_bytes
     from halo_cluster.cli.output import console
 
-    transport = result["transport"]
+    transport = result.get("transport") or {}
     assert isinstance(transport, dict)
     grid = table(
-        f"all-reduce, {result['world_size']} ranks, {result['backend']}"
+        f"all-reduce, {result.get('world_size', '?')} ranks, {result.get('backend', '?')}"
         f" ({transport.get('transport')})",
         "size",
         "time µs",
@@ -604,14 +616,22 @@ def bench_tp(
     limit = timeout * (len(levels) + 4) + 60
     result, saved, failure, _cluster = _ranked_run(config_path, spec, limit, "tp", out, as_json)
     if failure is not None or result is None:
-        return _fail(failure or RuntimeError("no result"), None)
+        return _fail(failure or RuntimeError("no result"), saved)
     if as_json:
         emit_json({**result, "saved": saved})
         return 0
+    _tp_table(result)
+    click.echo(f"saved {saved}")
+    return 0
+
+
+def _tp_table(result: dict[str, object]) -> None:
     from halo_cluster.cli.output import console
 
+    model = result["model"]
+    assert isinstance(model, dict)
     grid = table(
-        f"{spec_model.name}: decode-step network replay on {result['world_size']} ranks"
+        f"{model['name']}: decode-step network replay on {result['world_size']} ranks"
         f" ({result['backend']})",
         "batch",
         "all-reduces / token",
@@ -630,8 +650,6 @@ def bench_tp(
             f"{row['tokens_per_s_ceiling'] or 0:.0f}",
         )
     console().print(grid)
-    click.echo(f"saved {saved}")
-    return 0
 
 
 @click.command("bench-driver", hidden=True)

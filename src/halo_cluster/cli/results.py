@@ -1,0 +1,124 @@
+"""``halo results list|show`` and ``halo report``: the benchmark results kept on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from halo_cluster.cli.output import emit_json, table
+
+DIR_HELP = "Results directory (default $XDG_DATA_HOME/halo/results)."
+
+
+def _directory(directory: str | None) -> Path:
+    from halo_cluster.config import results_dir
+
+    return Path(directory) if directory else results_dir()
+
+
+@click.group()
+def results() -> None:
+    """Benchmark results: one versioned JSON file per run."""
+
+
+@results.command("list")
+@click.option("--dir", "directory", metavar="DIR", help=DIR_HELP)
+@click.option("--kind", type=click.Choice(["net", "collective", "tp", "serve"]), help="Only these.")
+@click.option("--json", "as_json", is_flag=True, help="Print [{id, path, kind, created, …}].")
+def results_list(directory: str | None, kind: str | None, as_json: bool) -> int:
+    """Every result, oldest first, with a one-line summary."""
+    from halo_cluster.bench.results import listing
+
+    where = _directory(directory)
+    rows = [r for r in listing(where) if kind is None or r.get("kind") == kind]
+    if as_json:
+        emit_json(rows)
+        return 0
+    if not rows:
+        click.echo(f"no results in {where}")
+        return 0
+    from halo_cluster.cli.output import console
+
+    grid = table(f"Results in {where}", "id", "kind", "created", "summary")
+    for row in rows:
+        if "error" in row:
+            grid.add_row(row["id"], "-", "-", f"[red]{row['error']}[/]")
+            continue
+        note = " [yellow](incomplete)[/]" if row.get("incomplete") else ""
+        grid.add_row(row["id"], row["kind"], row["created"] or "-", row["summary"] + note)
+    console().print(grid)
+    return 0
+
+
+@results.command("show")
+@click.argument("result")
+@click.option("--dir", "directory", metavar="DIR", help=DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result file.")
+def results_show(result: str, directory: str | None, as_json: bool) -> int:
+    """Show RESULT: a file, an id from 'halo results list' (or a unique prefix), or
+    latest / latest:KIND."""
+    from halo_cluster.bench.results import load, resolve, summary
+
+    path = resolve(result, _directory(directory))
+    data = load(path)
+    if as_json:
+        emit_json(data)
+        return 0
+    from halo_cluster.cli import bench
+
+    kind = data.get("kind")
+    click.echo(f"{path} ({data.get('schema')}, {data.get('created')})")
+    if data.get("incomplete"):
+        click.echo(f"incomplete: {data['incomplete']}")
+    if kind == "net":
+        bench._net_table(data)
+    elif kind == "collective" and data.get("sweep"):
+        bench._collective_table(data)
+    elif kind == "tp" and data.get("rows"):
+        bench._tp_table(data)
+    else:
+        click.echo(summary(data))
+    nodes = data.get("nodes") or {}
+    for name, node in nodes.items():
+        click.echo(
+            f"  {name}: {node.get('hostname')} {node.get('transport')}"
+            f" {node.get('hca') or node.get('socket_ifname') or ''} MTU {node.get('mtu')}"
+            f" fabric {node.get('fabric_address')}"
+        )
+    return 0
+
+
+@click.command()
+@click.argument("result_refs", metavar="RESULT...", nargs=-1, required=True)
+@click.option("-o", "--output", default="halo-report.html", show_default=True, metavar="FILE")
+@click.option("--title", default="halo fabric report", show_default=True)
+@click.option("--dir", "directory", metavar="DIR", help=DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print {output, results} as JSON.")
+def report(
+    result_refs: tuple[str, ...], output: str, title: str, directory: str | None, as_json: bool
+) -> int:
+    """One self-contained HTML file (no network needed to view it) from RESULT files or ids:
+    latency and bandwidth per path, all-reduce time and bus bandwidth over message size,
+    network cost per token per model, and every run's plan stamp."""
+    import os
+    import tempfile
+
+    from halo_cluster.bench.results import load, resolve
+    from halo_cluster.report import render
+
+    where = _directory(directory)
+    paths = [resolve(ref, where) for ref in result_refs]
+    loaded = [{**load(p), "label": p.stem} for p in paths]
+    page = render(loaded, title)
+    target = Path(output)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(page)
+    os.replace(tmp, target)
+    if as_json:
+        emit_json({"output": str(target), "results": [str(p) for p in paths]})
+    else:
+        click.echo(f"wrote {target} from {len(paths)} result(s)")
+    return 0
