@@ -53,7 +53,7 @@ class Head:
         self.running = False
         self.log = log
 
-    def run(self, argv, stdin=None, timeout=30.0):  # type: ignore[no-untyped-def]
+    def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
         script = stdin or ""
         self.scripts.append(script)
         if "setsid" in script:

@@ -210,7 +210,7 @@ class NetBench:
                     else:
                         chosen.append(rdma)
                 for leg in chosen:
-                    measured.append(self.measure(leg))
+                    self.measure(leg, measured)
         finally:
             self.jobs.cleanup()
         return result
@@ -225,9 +225,20 @@ class NetBench:
             return None, "no fabric_address"
         return Leg(a, b, "rdma", a.fabric_address, b.fabric_address), ""
 
-    def measure(self, leg: Leg) -> dict[str, Any]:
-        label = f"{leg.node.name} → {leg.peer.name} {leg.path}"
-        entry: dict[str, Any] = {
+    def measure(self, leg: Leg, sink: list[dict[str, Any]]) -> dict[str, Any]:
+        """Measure one leg into a new entry of ``sink`` (kept there, with the error, when
+        the run ends in this leg)."""
+        entry = self._entry(leg)
+        sink.append(entry)
+        try:
+            self._measure(leg, entry)
+        except BenchError as err:
+            entry["errors"].append(str(err))
+            raise
+        return entry
+
+    def _entry(self, leg: Leg) -> dict[str, Any]:
+        return {
             "node": leg.node.name,
             "peer": leg.peer.name,
             "path": leg.path,
@@ -238,6 +249,9 @@ class NetBench:
             "bandwidth_gbps": None,
             "errors": [],
         }
+
+    def _measure(self, leg: Leg, entry: dict[str, Any]) -> None:
+        label = f"{leg.node.name} → {leg.peer.name} {leg.path}"
         self.progress(f"{label}: latency")
         try:
             latency = self._latency(leg)
@@ -264,7 +278,6 @@ class NetBench:
         entry["pcie_ceiling_gbps"] = round(ceiling, 1) if ceiling else None
         entry["pct_line_rate"] = _pct(entry["bandwidth_gbps"], line)
         entry["pct_pcie"] = _pct(entry["bandwidth_gbps"], ceiling)
-        return entry
 
     def _pair_run(
         self,

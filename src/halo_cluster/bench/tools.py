@@ -43,8 +43,12 @@ def perftest_argv(
     port: int,
     report_gbits: bool = True,
 ) -> list[str]:
-    """``ib_write_lat`` / ``ib_write_bw``; server side when ``server`` is None."""
-    argv = [tool, "-d", device, "-F", "-s", str(size), "-n", str(iterations), "-p", str(port)]
+    """``ib_write_lat`` / ``ib_write_bw``; server side when ``server`` is None. ``device`` may
+    carry its port as NCCL writes it (``rocep194s0:1`` -> ``-d rocep194s0 -i 1``)."""
+    name, _, ib_port = device.partition(":")
+    argv = [tool, "-d", name, "-F", "-s", str(size), "-n", str(iterations), "-p", str(port)]
+    if ib_port:
+        argv += ["-i", ib_port]
     if gid_index is not None:
         argv += ["-x", str(gid_index)]
     if report_gbits and tool.endswith("_bw"):

@@ -631,8 +631,8 @@ def _tp_table(result: dict[str, object]) -> None:
     model = result["model"]
     assert isinstance(model, dict)
     grid = table(
-        f"{model['name']}: decode-step network replay on {result['world_size']} ranks"
-        f" ({result['backend']})",
+        f"{model.get('name')}: decode-step network replay on {result.get('world_size', '?')}"
+        f" ranks ({result.get('backend', '?')})",
         "batch",
         "all-reduces / token",
         "bytes each",
