@@ -4,6 +4,7 @@ in use, a node lost mid-run, and that every run ends with the cleanup of its rem
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shlex
@@ -38,6 +39,7 @@ class ScriptedNode:
         self.alive = True
         self.busy_ports: set[int] = set()
         self.hang: str | None = None
+        self.running: dict[str, list[str]] = {}  # job name -> argv of servers still running
 
     def run(
         self,
@@ -55,14 +57,25 @@ class ScriptedNode:
         if "command -v" in script:
             return Result(args, 0, "\n".join(self.tools) + "\n", "")
         if "kill -TERM" in script:
-            self.cleanups += 1
+            pattern = re.search(r"halo-bench\"/\w+-(\S+)\.pid; do", script)
+            assert pattern, script
+            if pattern.group(1) == "*":
+                self.cleanups += 1
+            self.running = {
+                job: argv
+                for job, argv in self.running.items()
+                if not fnmatch.fnmatch(job, pattern.group(1))
+            }
             return Result(args, 0, "", "")
         setsid = re.search(r"^setsid timeout -k \d+ \S+ (.*) > ", script, re.M)
         if setsid:
             port = re.search(r"sport = :(\d+)", script)
             if port and int(port.group(1)) in self.busy_ports:
                 return Result(args, 98, "", f"port {port.group(1)} is already in use")
+            job = re.search(r"halo-bench\"/\w+-(\S+)\.pid\n", script)
+            assert job, script
             self.started.append(shlex.split(setsid.group(1)))
+            self.running[job.group(1)] = self.started[-1]
             return Result(args, 0, "", "")
         client = re.search(r"^exec timeout -k \d+ \S+ (.*)$", script, re.M)
         assert client, script
@@ -163,6 +176,7 @@ def test_every_path_with_the_peer_tools_and_each_nodes_own_rdma_device(tmp_path:
     bw_client = next(c for c in clients if c[0] == "ib_write_bw")
     assert "--report_gbits" in bw_client
     assert nodes["strix1"].cleanups == 1 and nodes["strix2"].cleanups == 1
+    assert nodes["strix2"].running == {}  # each server stopped once its client was done
     assert result["skipped"] == []
 
 

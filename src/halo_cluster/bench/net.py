@@ -299,6 +299,7 @@ class NetBench:
             self._check_alive(leg.peer)
             raise ParseError(f"{server[0]} server on {leg.peer.name}: {started.error_text()}")
         done = self.jobs.run(leg.node, f"{role}-client", client, limit)
+        self.jobs.stop(leg.peer, f"{role}-server")  # frees its port before the next leg
         if not done.ok:
             self._check_alive(leg.node, leg.peer, timed_out=done.returncode == TIMED_OUT, leg=leg)
             raise ParseError(f"{client[0]} on {leg.node.name}: {done.error_text()}")

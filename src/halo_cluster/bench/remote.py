@@ -29,10 +29,13 @@ class RemoteJobs:
         self.runners = runners
         self.run_id = run_id or os.urandom(4).hex()
         self.touched: dict[str, NodeConfig] = {}
+        self._seq = 0
 
     def _pidfile(self, role: str) -> str:
+        """Unique per job: two servers of the same role never share a pid file."""
+        self._seq += 1
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in role)
-        return f"{JOB_DIR}/{self.run_id}-{safe}.pid"
+        return f"{JOB_DIR}/{self.run_id}-{self._seq}-{safe}.pid"
 
     def _run(
         self, node: NodeConfig, script: str, timeout: float, on_line: LineSink | None = None
@@ -97,16 +100,23 @@ class RemoteJobs:
         )
         return self._run(node, script, timeout=limit_s + KILL_GRACE_S + 10, on_line=on_line)
 
-    def cleanup(self) -> dict[str, str]:
-        """Kill every process of this run on every node it touched; per node: done or why not."""
-        script = (
-            f"for f in {JOB_DIR}/{self.run_id}-*.pid; do\n"
+    def stop(self, node: NodeConfig, role: str) -> Result:
+        """Kill this run's jobs of ``role`` on ``node`` (a server once its client is done)."""
+        return self._run(node, self._kill_script(f"*-{role}"), timeout=15)
+
+    def _kill_script(self, pattern: str) -> str:
+        return (
+            f"for f in {JOB_DIR}/{self.run_id}-{pattern}.pid; do\n"
             '  [ -e "$f" ] || continue\n'
             '  pid=$(cat "$f")\n'
             '  kill -TERM -- "-$pid" "$pid" 2>/dev/null || true\n'
             '  rm -f "$f" "${f%.pid}.log"\n'
             "done\n"
         )
+
+    def cleanup(self) -> dict[str, str]:
+        """Kill every process of this run on every node it touched; per node: done or why not."""
+        script = self._kill_script("*")
         outcome = {}
         for name, node in self.touched.items():
             result = self.runners[name].run(
