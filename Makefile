@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the test suite uses for real (installed when run as root and missing).
-DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool iperf3 prometheus prometheus-node-exporter
+DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool iperf3 sockperf \
+	qperf perftest prometheus prometheus-node-exporter chromium
+# torch for bench collective/tp: the CPU build (a plain "torch" requirement would pull a CUDA
+# build of several GB); installed first so that the extras' "torch>=2.4" is already met.
+TORCH := torch==2.13.0
 
 .PHONY: demo test lint typecheck unit deb-packages bench clean
 
@@ -30,11 +34,16 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-torch: | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet '$(TORCH)' || \
+	  $(BIN)/python -m pip install --quiet '$(TORCH)' --index-url https://download.pytorch.org/whl/cpu
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-torch | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-$(VENV)/.installed-all: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-all: pyproject.toml $(VENV)/.installed-torch | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[all,test]'
 	touch $@
 

@@ -40,8 +40,14 @@ def _serve_one(conn: socket.socket) -> None:
             (size,) = struct.unpack("!I", header)
             buffer = bytearray(max(1, min(size, CHUNK)))
             view = memoryview(buffer)[:size]
-            while _recv_exact(conn, view):
-                conn.sendall(view)
+            recv_into, send = conn.recv_into, conn.sendall
+            while True:  # the hot loop: one recv and one send per message when it fits
+                got = recv_into(view)
+                if got == 0:
+                    return
+                if got < size and not _recv_exact(conn, view[got:]):
+                    return
+                send(view)
         elif mode == STREAM:
             buffer = bytearray(CHUNK)
             total = 0
@@ -96,17 +102,17 @@ def ping(
             if not _recv_exact(conn, back):
                 raise ConnectionError("the probe server closed the connection")
         rtts: list[float] = []
-        clock = time.perf_counter
+        clock, send, recv_into, add = time.perf_counter, conn.sendall, conn.recv_into, rtts.append
         end = clock() + seconds
-        while True:
-            start = clock()
-            conn.sendall(payload)
-            if not _recv_exact(conn, back):
+        start = clock()
+        while start < end:  # the hot loop: one clock read per round trip
+            send(payload)
+            got = recv_into(back)
+            if got < size and (got == 0 or not _recv_exact(conn, back[got:])):
                 raise ConnectionError("the probe server closed the connection")
             now = clock()
-            rtts.append(now - start)
-            if now > end:
-                break
+            add(now - start)
+            start = now
     rtts.sort()
     return {
         "tool": "builtin",

@@ -550,6 +550,11 @@ def _collective_table(result: dict[str, object]) -> None:
         )
     console().print(grid)
     fit = result.get("fit")
+    if not fit and len(rows) > 1:
+        click.echo(
+            "fit: not determined (time does not grow with size over this sweep;"
+            " include larger sizes)"
+        )
     if isinstance(fit, dict):
         click.echo(
             f"fit: α = {fit['alpha_us']:.2f} µs per step, β = {fit['beta_gbps']:.2f} Gb/s"

@@ -27,7 +27,8 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
 
     if out is not None:
         out.rule(
-            "[bold]8. A 2-node lab on this machine: doctor over SSH, exporters, traffic, halo top"
+            "[bold]8. A 2-node lab on this machine: doctor over SSH, exporters, traffic, halo top,"
+            " Ray, serve, benchmarks and the HTML report"
         )
     if os.geteuid() != 0:
         message = (
@@ -168,6 +169,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         up = lifecycle.up()
         served = Server(lifecycle).start(None, None, None, None, False, False, 60)
         bench = load(served.url, None, [1, 4], 8, 16, 16, None)
+        fabric = _fabric(state, config_path, out)
     except HaloError as err:
         if out is not None:
             out.print(f"[yellow]halo up / serve failed:[/] {err}")
@@ -189,4 +191,85 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
                 f"{level['output_tokens_per_s']} output tok/s"
             )
         out.print("halo stop, halo down: done")
-    return {"up": up.nodes_alive, "verdict": served.verdict, "bench": bench["levels"]}
+    return {
+        "up": up.nodes_alive,
+        "verdict": served.verdict,
+        "bench": bench["levels"],
+        "fabric": fabric,
+    }
+
+
+REPORT = "halo-demo-report.html"
+
+
+def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str, Any]:
+    """bench net, bench collective and bench tp on the lab (Gloo), then the HTML report."""
+    import json
+
+    results: dict[str, Any] = {}
+    files = []
+    runs = {
+        "net": ["bench", "net", "--seconds", "1"],
+        "collective": ["bench", "collective", "--sizes", "8B:1MiB", "--iters", "10"],
+        "tp": ["bench", "tp", "llama-3.1-8b", "--batch", "1,8", "--steps", "3"],
+    }
+    try:
+        import torch  # noqa: F401 (only to know whether the ranks can run)
+    except ImportError:
+        del runs["collective"], runs["tp"]
+        results["skipped"] = "torch not installed (pip install 'halo-cluster[bench]')"
+    for kind, args in runs.items():
+        target = Path(state.dir) / f"{kind}.json"
+        done = subprocess.run(
+            [HALO, *args, "--config", str(config_path), "--json", "--out", str(target)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if done.returncode != 0 or not target.exists():
+            results[kind] = {"error": done.stderr.strip().splitlines()[-1:] or done.returncode}
+            continue
+        data = json.loads(target.read_text(encoding="utf-8"))
+        files.append(str(target))
+        results[kind] = data
+        if out is None:
+            continue
+        if kind == "net":
+            shown = " / ".join(
+                f"{p['path']} {p['latency_us']['p50']:.1f} µs ({p['latency_us']['tool']}), "
+                f"{p['bandwidth_gbps']:.1f} Gb/s"
+                for p in data["paths"]
+                if p.get("latency_us") and p.get("bandwidth_gbps") is not None
+            )
+            out.print(f"halo bench net: {shown}")
+        elif kind == "collective":
+            fit = data.get("fit") or {}
+            small, large = data["sweep"][0], data["sweep"][-1]
+            out.print(
+                f"halo bench collective ({data['backend']}, {data['world_size']} ranks, "
+                f"{data['transport']['transport']}): {small['bytes']} B in "
+                f"{small['time_us']:.0f} µs, {large['bytes']} B at {large['busbw_gbs']:.2f} GB/s"
+                + (
+                    f"; fit α {fit['alpha_us']:.0f} µs, β {fit['beta_gbps']:.2f} Gb/s"
+                    if fit
+                    else ""
+                )
+            )
+        else:
+            rows = ", ".join(
+                f"batch {r['batch']}: {r['network_ms_per_token']:.1f} ms" for r in data["rows"]
+            )
+            out.print(f"halo bench tp llama-3.1-8b (network per token over Gloo): {rows}")
+    if files:
+        made = subprocess.run(
+            [HALO, "report", *files, "-o", REPORT, "--title", "halo demo: lab fabric report"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        results["report"] = str(Path(REPORT).resolve()) if made.returncode == 0 else None
+        if out is not None and made.returncode == 0:
+            out.print(f"halo report: wrote {Path(REPORT).resolve()}")
+    return results

@@ -187,8 +187,12 @@ class Lifecycle:
         alive = running & set(self.alive()) if running else set()
         head = self.config.head
         head_address = head.fabric_address or head.host
+        waiter: Waiter | None = None
         for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
             address = node.fabric_address or node.host
+            if waiter is None and node is not head:
+                # the head runs: its registration check starts now and overlaps the workers'
+                waiter = Waiter(self)
             if address in alive:
                 result.already.append(node.name)
                 continue
@@ -197,6 +201,8 @@ class Lifecycle:
             argv = start_argv(self.config, node, None if node is head else head_address)
             started = run_script(self.runners[node.name], node, env, argv)
             if not started.ok:
+                if waiter is not None:
+                    waiter.cancel()
                 self.rollback(result.started)
                 raise LifecycleError(
                     f"ray start on {node.name} failed: {started.error_text()}"
@@ -204,15 +210,18 @@ class Lifecycle:
                 )
             result.started.append(node.name)
         try:
-            result.nodes_alive = self.wait_registered()
+            result.nodes_alive = (waiter or Waiter(self)).result() or self.wait_registered()
         except LifecycleError:
             self.rollback(result.started)
             raise
         write_state(self.config, result)
         return result
 
+    def wanted(self) -> dict[str, str]:
+        return {n.fabric_address or n.host: n.name for n in self.config.nodes}
+
     def wait_registered(self, timeout_s: float = REGISTER_TIMEOUT_S) -> list[str]:
-        wanted = {n.fabric_address or n.host: n.name for n in self.config.nodes}
+        wanted = self.wanted()
         deadline = time.monotonic() + timeout_s
         while True:
             alive = set(self.alive())
@@ -307,6 +316,46 @@ class Lifecycle:
             result = self.stop_node(node)
             outcome[node.name] = "stopped" if result.ok else f"failed: {result.error_text()}"
         return outcome
+
+
+class Waiter:
+    """``halo ray-nodes --wait`` on the head, in a thread: started as soon as the head runs, it
+    pays its start-up (Python, Ray's client) while the workers start, then polls the GCS
+    until every node is registered. ``result()``: the node names, or [] when it could not
+    tell (the caller then asks Ray itself, as before)."""
+
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        import threading
+
+        self.lifecycle = lifecycle
+        self.answer: Result | None = None
+        self.thread = threading.Thread(target=self._run, name="halo-register", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        head = self.lifecycle.config.head
+        wanted = ",".join(self.lifecycle.wanted())
+        argv = [*head.exec_prefix, head.halo, "ray-nodes", "--wait", wanted]
+        argv += ["--timeout", f"{REGISTER_TIMEOUT_S:g}"]
+        self.answer = self.lifecycle.runners[head.name].run(argv, timeout=REGISTER_TIMEOUT_S + 15)
+
+    def result(self) -> list[str]:
+        self.thread.join(REGISTER_TIMEOUT_S + 20)
+        wanted = self.lifecycle.wanted()
+        if self.answer is None or not self.answer.ok:
+            return []
+        try:
+            alive = {n["address"] for n in json.loads(self.answer.stdout) if n.get("alive")}
+        except (ValueError, TypeError, KeyError):
+            return []
+        return sorted(wanted[a] for a in wanted) if set(wanted) <= alive else []
+
+    def cancel(self) -> None:
+        """A start failed: end the remote wait now rather than at its timeout."""
+        head = self.lifecycle.config.head
+        self.lifecycle.runners[head.name].run(
+            [*head.exec_prefix, "pkill", "-f", "ray-nodes --wait"], timeout=15
+        )
 
 
 def state_path(config: Config) -> Path:
