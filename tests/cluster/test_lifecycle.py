@@ -4,6 +4,7 @@ idempotence, partial failure and rollback, and no shell injection."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,7 @@ class Cluster:
 
     def __init__(self, tmp_path: Path, fail_start_on: str | None = None) -> None:
         self.alive: list[str] = []
+        self.gpus: dict[str, int] = {}  # address -> GPUs registered (declared at ray start)
         self.scripts: list[tuple[str, str]] = []
         nodes = (
             NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1", halo="/opt/halo/bin/halo"),
@@ -67,7 +69,16 @@ class Cluster:
             lambda _a: Result(
                 (),
                 0,
-                json.dumps([{"address": a, "alive": True, "resources": {}} for a in self.alive]),
+                json.dumps(
+                    [
+                        {
+                            "address": a,
+                            "alive": True,
+                            "resources": {"CPU": 32.0, "GPU": float(self.gpus.get(a, 1))},
+                        }
+                        for a in self.alive
+                    ]
+                ),
                 "",
             ),
         )
@@ -80,6 +91,9 @@ class Cluster:
                     if fail:
                         return Result(tuple(argv), 1, "", "ConnectionError: GCS unreachable")
                     self.alive.append(node.fabric_address or "")
+                    declared = re.search(r"--num-gpus=(\d+)", stdin or "")
+                    # Ray alone does not see the iGPU: only what ray start declares counts
+                    self.gpus[node.fabric_address or ""] = int(declared.group(1)) if declared else 0
                 elif " stop " in (stdin or "") and node.fabric_address in self.alive:
                     self.alive.remove(node.fabric_address or "")
                 return Result(tuple(argv), 0, "", "")
@@ -97,11 +111,11 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert (head_node, worker_node) == ("strix1", "strix2")
     assert head.splitlines()[-1] == (
         "exec /opt/halo/bin/ray start --node-ip-address=192.168.100.1 --disable-usage-stats "
-        "--head --port=6379 --include-dashboard=false"
+        "--head --port=6379 --include-dashboard=false --num-gpus=1"
     )
     assert worker.splitlines()[-1] == (
         "exec /opt/halo/bin/ray start --node-ip-address=192.168.100.2 "
-        "--disable-usage-stats --address=192.168.100.1:6379"
+        "--disable-usage-stats --address=192.168.100.1:6379 --num-gpus=1"
     )
     assert (
         "export VLLM_HOST_IP=192.168.100.1" in head
@@ -112,6 +126,20 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert "export HF_HOME=/models" in worker and "HF_HOME" not in head
     state = read_state(cluster.config)
     assert state and state["nodes"]["strix2"]["plan"]["address"] == "192.168.100.2"
+
+
+def test_a_node_registered_without_its_gpu_is_named(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path)
+    strix2 = replace(cluster.config.nodes[1], gpus=2)  # configured: two GPUs
+    cluster.config = replace(cluster.config, nodes=(cluster.config.nodes[0], strix2))
+    cluster.alive = ["192.168.100.1", "192.168.100.2"]
+    cluster.gpus = {"192.168.100.1": 1, "192.168.100.2": 1}
+    lifecycle = Lifecycle(cluster.config, cluster.runners)
+    lifecycle.gpus_found = {"strix1": 1, "strix2": 1}
+    with pytest.raises(LifecycleError, match=r"strix2 \(registered with 1 GPU, needs 2\)"):
+        lifecycle.wait_registered(timeout_s=0.3)
+    cluster.gpus["192.168.100.2"] = 2
+    assert lifecycle.wait_registered(timeout_s=0.3) == ["strix1", "strix2"]
 
 
 def test_up_on_a_running_cluster_changes_nothing(tmp_path: Path) -> None:

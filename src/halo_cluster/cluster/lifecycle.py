@@ -74,7 +74,11 @@ def node_env(node: NodeConfig, plan: TransportPlan, ctx: NodeContext) -> dict[st
     return env
 
 
-def start_argv(config: Config, node: NodeConfig, head_address: str | None) -> list[str]:
+def start_argv(
+    config: Config, node: NodeConfig, head_address: str | None, gpus_found: int = 0
+) -> list[str]:
+    """``ray start`` for ``node``. GPUs are declared (``--num-gpus``): the configured count,
+    else the GPUs the node's inventory found — Ray does not detect every iGPU by itself."""
     address = node.fabric_address or node.host
     argv = [
         ray_command(config, node),
@@ -92,9 +96,34 @@ def start_argv(config: Config, node: NodeConfig, head_address: str | None) -> li
             argv.append(f"--dashboard-host={config.ray.dashboard_host}")
     else:
         argv.append(f"--address={head_address}:{config.ray.port}")
-    if node.gpus == 0:
-        argv.append("--num-gpus=0")
+    gpus = node.gpus if node.gpus is not None else gpus_found
+    if node.gpus == 0 or gpus:
+        argv.append(f"--num-gpus={gpus}")
     return argv
+
+
+def expected_resources(node: NodeConfig, gpus_found: int) -> tuple[str, float]:
+    """What registration must show for ``node``: its GPUs, or a CPU on a CPU-only node."""
+    gpus = node.gpus if node.gpus is not None else gpus_found
+    return ("GPU", float(gpus)) if gpus else ("CPU", 1.0)
+
+
+def registered(
+    nodes: list[dict[str, Any]], wanted: dict[str, tuple[str, str, float]]
+) -> tuple[list[str], list[str]]:
+    """(names registered with what they should have, what is missing — one phrase each)."""
+    table = {n.get("address"): n for n in nodes if n.get("alive")}
+    done, missing = [], []
+    for address, (name, kind, amount) in wanted.items():
+        entry = table.get(address)
+        if entry is None:
+            missing.append(name)
+        elif float((entry.get("resources") or {}).get(kind, 0)) < amount:
+            have = (entry.get("resources") or {}).get(kind, 0)
+            missing.append(f"{name} (registered with {have:g} {kind}, needs {amount:g})")
+        else:
+            done.append(name)
+    return sorted(done), missing
 
 
 class Lifecycle:
@@ -147,18 +176,17 @@ class Lifecycle:
             plans[report.node.name] = plan_transport(report.inventory, self.config.transport, peer)
         return plans
 
-    def alive(self) -> list[str]:
-        """Addresses of the nodes Ray reports alive (empty when the head is not running)."""
+    def nodes_table(self) -> list[dict[str, Any]]:
+        """Ray's node table as the head sees it (empty when the head is not running)."""
         head = self.config.head
         result = self.runners[head.name].run(
             [*head.exec_prefix, head.halo, "ray-nodes"], timeout=60
         )
-        if not result.ok:
-            return []
-        try:
-            return [n["address"] for n in json.loads(result.stdout) if n.get("alive")]
-        except (ValueError, TypeError, KeyError):
-            return []
+        return parse_nodes(result)
+
+    def alive(self) -> list[str]:
+        """Addresses of the nodes Ray reports alive (empty when the head is not running)."""
+        return [n["address"] for n in self.nodes_table() if n.get("alive")]
 
     # -- up -------------------------------------------------------------------------------
     def up(self, force: bool = False) -> UpResult:
@@ -181,6 +209,7 @@ class Lifecycle:
             if r.inventory
         }
         result = UpResult(plans=self.plans(reports))
+        self.gpus_found = {r.node.name: len(r.inventory.gpus) for r in reports if r.inventory}
         raylets = self.raylets()
         running = {n.fabric_address or n.host for n in self.config.nodes if raylets[n.name]}
         # no raylet anywhere: nothing to ask Ray
@@ -198,7 +227,12 @@ class Lifecycle:
                 continue
             self.progress(f"starting Ray on {node.name} ({address})")
             env = node_env(node, result.plans[node.name], contexts[node.name])
-            argv = start_argv(self.config, node, None if node is head else head_address)
+            argv = start_argv(
+                self.config,
+                node,
+                None if node is head else head_address,
+                self.gpus_found.get(node.name, 0),
+            )
             started = run_script(self.runners[node.name], node, env, argv)
             if not started.ok:
                 if waiter is not None:
@@ -217,21 +251,26 @@ class Lifecycle:
         write_state(self.config, result)
         return result
 
-    def wanted(self) -> dict[str, str]:
-        return {n.fabric_address or n.host: n.name for n in self.config.nodes}
+    def wanted(self) -> dict[str, tuple[str, str, float]]:
+        """address -> (node name, resource, amount) that registration must show."""
+        found = getattr(self, "gpus_found", {})
+        return {
+            n.fabric_address or n.host: (n.name, *expected_resources(n, found.get(n.name, 0)))
+            for n in self.config.nodes
+        }
 
     def wait_registered(self, timeout_s: float = REGISTER_TIMEOUT_S) -> list[str]:
+        """Names of the nodes once each is registered with its GPUs (CPUs without GPUs)."""
         wanted = self.wanted()
         deadline = time.monotonic() + timeout_s
         while True:
-            alive = set(self.alive())
-            if set(wanted) <= alive:
-                return sorted(wanted[a] for a in wanted)
+            done, missing = registered(self.nodes_table(), wanted)
+            if not missing:
+                return done
             if time.monotonic() > deadline:
-                missing = ", ".join(
-                    name for address, name in wanted.items() if address not in alive
+                raise LifecycleError(
+                    f"Ray did not register {', '.join(missing)} within {timeout_s:g} s"
                 )
-                raise LifecycleError(f"Ray did not register {missing} within {timeout_s:g} s")
             self.progress("waiting for every node to register with Ray")
             time.sleep(0.25)
 
@@ -334,21 +373,17 @@ class Waiter:
 
     def _run(self) -> None:
         head = self.lifecycle.config.head
-        wanted = ",".join(self.lifecycle.wanted())
+        wanted = ",".join(self.lifecycle.wanted())  # the addresses
         argv = [*head.exec_prefix, head.halo, "ray-nodes", "--wait", wanted]
         argv += ["--timeout", f"{REGISTER_TIMEOUT_S:g}"]
         self.answer = self.lifecycle.runners[head.name].run(argv, timeout=REGISTER_TIMEOUT_S + 15)
 
     def result(self) -> list[str]:
         self.thread.join(REGISTER_TIMEOUT_S + 20)
-        wanted = self.lifecycle.wanted()
-        if self.answer is None or not self.answer.ok:
+        if self.answer is None:
             return []
-        try:
-            alive = {n["address"] for n in json.loads(self.answer.stdout) if n.get("alive")}
-        except (ValueError, TypeError, KeyError):
-            return []
-        return sorted(wanted[a] for a in wanted) if set(wanted) <= alive else []
+        done, missing = registered(parse_nodes(self.answer), self.lifecycle.wanted())
+        return [] if missing else done
 
     def cancel(self) -> None:
         """A start failed: end the remote wait now rather than at its timeout."""
@@ -356,6 +391,19 @@ class Waiter:
         self.lifecycle.runners[head.name].run(
             [*head.exec_prefix, "pkill", "-f", "ray-nodes --wait"], timeout=15
         )
+
+
+def parse_nodes(result: Result) -> list[dict[str, Any]]:
+    """``halo ray-nodes`` output: a list of {address, alive, resources}; [] on failure."""
+    if not result.ok:
+        return []
+    try:
+        nodes = json.loads(result.stdout)
+    except ValueError:
+        return []
+    if not isinstance(nodes, list):
+        return []
+    return [n for n in nodes if isinstance(n, dict) and isinstance(n.get("address"), str)]
 
 
 def state_path(config: Config) -> Path:
