@@ -14,13 +14,16 @@ from halo_cluster import __version__
 from tests.conftest import EXPECTED, ROOTS
 
 
-def halo(*args: str) -> subprocess.CompletedProcess[str]:
+def halo(
+    *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "halo_cluster", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
+        cwd=cwd,
     )
 
 
@@ -86,8 +89,8 @@ def test_unknown_option_is_a_usage_error() -> None:
     assert result.returncode == 2 and "No such option" in result.stderr
 
 
-def test_demo_prints_both_inventories() -> None:
-    result = halo("demo")
+def test_demo_prints_both_inventories(tmp_path: Path) -> None:
+    result = halo("demo", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     assert (
         "Inventory of this machine" in result.stdout
@@ -108,10 +111,16 @@ def test_demo_prints_both_inventories() -> None:
         assert "halo up: Ray on node1, node2" in result.stdout
         assert "NCCL's log proves socket (expected socket)" in result.stdout
         assert "halo top --once" in result.stdout and "probe node2      fabric" in result.stdout
+        assert "halo bench net: mgmt" in result.stdout and "(sockperf)" in result.stdout
+        assert "halo bench collective (gloo, 2 ranks, socket)" in result.stdout
+        assert "halo bench tp llama-3.1-8b" in result.stdout
+        report = tmp_path / "halo-demo-report.html"
+        assert f"halo report: wrote {report}" in result.stdout
+        assert report.read_text().count('data-chart="') == 5
 
 
-def test_demo_json() -> None:
-    result = halo("demo", "--json")
+def test_demo_json(tmp_path: Path) -> None:
+    result = halo("demo", "--json", cwd=tmp_path, timeout=600)
     data = json.loads(result.stdout)
     assert set(data) == {"inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab"}
     assert data["plan"]["collectives_per_token"] == 162

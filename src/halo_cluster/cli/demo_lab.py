@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,7 +170,8 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         up = lifecycle.up()
         served = Server(lifecycle).start(None, None, None, None, False, False, 60)
         bench = load(served.url, None, [1, 4], 8, 16, 16, None)
-        fabric = _fabric(state, config_path, out)
+        lines: list[str] = []
+        fabric = _fabric(state, config_path, lines.append)
     except HaloError as err:
         if out is not None:
             out.print(f"[yellow]halo up / serve failed:[/] {err}")
@@ -190,6 +192,8 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
                 f"TTFT p50 {level['ttft_ms']['p50']} ms, ITL p50 {level['itl_ms']['p50']} ms, "
                 f"{level['output_tokens_per_s']} output tok/s"
             )
+        for line in lines:
+            out.print(line)
         out.print("halo stop, halo down: done")
     return {
         "up": up.nodes_alive,
@@ -202,8 +206,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
 REPORT = "halo-demo-report.html"
 
 
-def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str, Any]:
-    """bench net, bench collective and bench tp on the lab (Gloo), then the HTML report."""
+def _fabric(state: LabState, config_path: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """bench net, bench collective and bench tp on the lab (Gloo), then the HTML report;
+    one line per step to ``say``."""
     import json
 
     results: dict[str, Any] = {}
@@ -213,9 +218,9 @@ def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str
         "collective": ["bench", "collective", "--sizes", "8B:1MiB", "--iters", "10"],
         "tp": ["bench", "tp", "llama-3.1-8b", "--batch", "1,8", "--steps", "3"],
     }
-    try:
-        import torch  # noqa: F401 (only to know whether the ranks can run)
-    except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # the ranks need torch
         del runs["collective"], runs["tp"]
         results["skipped"] = "torch not installed (pip install 'halo-cluster[bench]')"
     for kind, args in runs.items():
@@ -233,8 +238,6 @@ def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str
         data = json.loads(target.read_text(encoding="utf-8"))
         files.append(str(target))
         results[kind] = data
-        if out is None:
-            continue
         if kind == "net":
             shown = " / ".join(
                 f"{p['path']} {p['latency_us']['p50']:.1f} µs ({p['latency_us']['tool']}), "
@@ -242,11 +245,11 @@ def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str
                 for p in data["paths"]
                 if p.get("latency_us") and p.get("bandwidth_gbps") is not None
             )
-            out.print(f"halo bench net: {shown}")
+            say(f"halo bench net: {shown}")
         elif kind == "collective":
             fit = data.get("fit") or {}
             small, large = data["sweep"][0], data["sweep"][-1]
-            out.print(
+            say(
                 f"halo bench collective ({data['backend']}, {data['world_size']} ranks, "
                 f"{data['transport']['transport']}): {small['bytes']} B in "
                 f"{small['time_us']:.0f} µs, {large['bytes']} B at {large['busbw_gbs']:.2f} GB/s"
@@ -260,7 +263,7 @@ def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str
             rows = ", ".join(
                 f"batch {r['batch']}: {r['network_ms_per_token']:.1f} ms" for r in data["rows"]
             )
-            out.print(f"halo bench tp llama-3.1-8b (network per token over Gloo): {rows}")
+            say(f"halo bench tp llama-3.1-8b (network per token over Gloo): {rows}")
     if files:
         made = subprocess.run(
             [HALO, "report", *files, "-o", REPORT, "--title", "halo demo: lab fabric report"],
@@ -270,6 +273,6 @@ def _fabric(state: LabState, config_path: Path, out: Console | None) -> dict[str
             check=False,
         )
         results["report"] = str(Path(REPORT).resolve()) if made.returncode == 0 else None
-        if out is not None and made.returncode == 0:
-            out.print(f"halo report: wrote {Path(REPORT).resolve()}")
+        if made.returncode == 0:
+            say(f"halo report: wrote {Path(REPORT).resolve()}")
     return results
