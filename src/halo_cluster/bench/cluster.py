@@ -3,11 +3,14 @@ facts and its own transport plan, and the stamp that goes into every result."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from halo_cluster.bench.net import interface_for
+from halo_cluster.bench.collective import read_events
+from halo_cluster.bench.net import BenchError, interface_for
+from halo_cluster.bench.remote import RemoteJobs
 from halo_cluster.cluster.gather import NodeReport, gather, ssh_runners
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import HaloError, UsageError
@@ -76,3 +79,57 @@ def prepare(
         raise NodeLost("; ".join(f"{r.node.name} does not answer ({r.error})" for r in lost))
     plans = Lifecycle(config, runners).plans(reports)
     return BenchCluster(config, runners, reports, plans)
+
+
+def drive_remote(
+    cluster: BenchCluster,
+    spec: dict[str, object],
+    limit_s: float,
+    progress: Callable[[str], None],
+) -> dict[str, object]:
+    """Run ``halo bench-driver`` on the head with ``spec``; its result body. Progress lines
+    are shown as they come; Ctrl-C or a failure stops the driver (and so its ranks)."""
+    head = cluster.config.head
+    jobs = RemoteJobs(cluster.runners)
+    spec = {**spec, "run_id": jobs.run_id}
+
+    rows: list[object] = []
+
+    def on_line(line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(event, dict) and event.get("event") == "progress":
+            progress(str(event.get("message")))
+        elif isinstance(event, dict) and event.get("event") == "row":
+            rows.append(event.get("row"))
+
+    try:
+        done = jobs.run(
+            head,
+            "driver",
+            [head.halo, "bench-driver"],
+            limit_s,
+            env={"HALO_BENCH_SPEC": json.dumps(spec)},
+            on_line=on_line,
+        )
+    except KeyboardInterrupt as interrupt:
+        interrupt.partial = rows  # type: ignore[attr-defined]
+        raise
+    finally:
+        jobs.cleanup()
+    result, error = read_events(done.stdout.splitlines())
+    if result is not None:
+        return result
+    if error is None:
+        answer = cluster.runners[head.name].run([*head.exec_prefix, "true"], timeout=10)
+        if not answer.ok:
+            error = f"lost the head {head.name}: {answer.error_text()}"
+        elif done.returncode == 124:
+            error = f"the run did not finish within {limit_s:g} s"
+        else:
+            error = f"bench driver on {head.name}: {done.error_text()}"
+    failure = BenchError(error)
+    failure.partial = rows  # type: ignore[attr-defined]
+    raise failure

@@ -139,6 +139,41 @@ def tp_schedule(layers: int, hidden: int, batch: int, activation_bytes: int = 2)
     return {"allreduces": 2 * layers + 2, "bytes": batch * hidden * activation_bytes}
 
 
+def transport_verdict(
+    backend: str, facts: Sequence[dict[str, Any]], logs: Sequence[str]
+) -> dict[str, Any]:
+    """The transport the ranks really used: for NCCL/RCCL, decided from the ranks' own debug
+    logs (``verify-log``); Gloo is TCP, on the interface each rank's plan named."""
+    if backend != "nccl":
+        interfaces = [f.get("env", {}).get("GLOO_SOCKET_IFNAME") for f in facts]
+        return {
+            "backend": "gloo",
+            "transport": "socket",
+            "interfaces": interfaces,
+            "evidence": [
+                f"rank {r}: GLOO_SOCKET_IFNAME={i or '(unset: Gloo picks an interface)'}"
+                for r, i in enumerate(interfaces)
+            ],
+        }
+    from halo_cluster.nccl_log import parse_logs
+
+    verdict = parse_logs([(f"rank{r}", text.splitlines()) for r, text in enumerate(logs)])
+    return {"backend": "nccl", **verdict.to_dict()}
+
+
+def fallback_error(planned_rdma: bool, transport: dict[str, Any]) -> str | None:
+    """The refusal when the plan asked for RDMA and NCCL's logs show sockets (or a mix)."""
+    if not planned_rdma or transport.get("backend") != "nccl":
+        return None
+    if transport.get("transport") not in ("socket", "mixed"):
+        return None
+    evidence = "; ".join(list(transport.get("evidence", []))[:3])
+    return (
+        f"the plan asked for RDMA but NCCL used {transport['transport']} ({evidence});"
+        " --allow-fallback to accept"
+    )
+
+
 # -- the driver (runs on the head node, with Ray and torch) ----------------------------------
 Emit = Callable[[dict[str, Any]], None]
 
@@ -381,24 +416,10 @@ class Ranks:
         return facts, backend
 
     def verdict(self, backend: str, facts: list[dict[str, Any]]) -> dict[str, Any]:
-        """The transport the ranks really used: NCCL's own log for nccl; Gloo is TCP, on
-        the interface each rank's plan named."""
-        if backend != "nccl":
-            interfaces = [f["env"].get("GLOO_SOCKET_IFNAME") for f in facts]
-            return {
-                "backend": "gloo",
-                "transport": "socket",
-                "interfaces": interfaces,
-                "evidence": [
-                    f"rank {r}: GLOO_SOCKET_IFNAME={i or '(unset: Gloo picks an interface)'}"
-                    for r, i in enumerate(interfaces)
-                ],
-            }
-        from halo_cluster.nccl_log import parse_logs
-
-        logs = self.get([a.debug_log.remote() for a in self.actors], "reading NCCL logs", 30)
-        verdict = parse_logs([(f"rank{r}", text.splitlines()) for r, text in enumerate(logs)])
-        return {"backend": "nccl", **verdict.to_dict()}
+        logs: list[str] = []
+        if backend == "nccl":
+            logs = self.get([a.debug_log.remote() for a in self.actors], "reading NCCL logs", 30)
+        return transport_verdict(backend, facts, logs)
 
     def close(self, graceful: bool) -> None:
         """Tear the process group down; after a failure a rank may hang in a collective,

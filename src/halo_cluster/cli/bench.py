@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -345,64 +343,6 @@ def net_probe_stream(target: str, seconds: float, streams: int) -> int:
     return 0
 
 
-def _drive(
-    cluster: BenchCluster,
-    spec: dict[str, object],
-    limit_s: float,
-    progress: Callable[[str], None],
-) -> dict[str, object]:
-    """Run ``halo bench-driver`` on the head with ``spec``; its result body. Progress lines
-    are shown as they come; Ctrl-C or a failure stops the driver (and so its ranks)."""
-    from halo_cluster.bench.collective import read_events
-    from halo_cluster.bench.net import BenchError
-    from halo_cluster.bench.remote import RemoteJobs
-
-    head = cluster.config.head
-    jobs = RemoteJobs(cluster.runners)
-    spec = {**spec, "run_id": jobs.run_id}
-
-    rows: list[object] = []
-
-    def on_line(line: str) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return
-        if isinstance(event, dict) and event.get("event") == "progress":
-            progress(str(event.get("message")))
-        elif isinstance(event, dict) and event.get("event") == "row":
-            rows.append(event.get("row"))
-
-    try:
-        done = jobs.run(
-            head,
-            "driver",
-            [head.halo, "bench-driver"],
-            limit_s,
-            env={"HALO_BENCH_SPEC": json.dumps(spec)},
-            on_line=on_line,
-        )
-    except KeyboardInterrupt as interrupt:
-        interrupt.partial = rows  # type: ignore[attr-defined]
-        raise
-    finally:
-        jobs.cleanup()
-    result, error = read_events(done.stdout.splitlines())
-    if result is not None:
-        return result
-    if error is None:
-        answer = cluster.runners[head.name].run([*head.exec_prefix, "true"], timeout=10)
-        if not answer.ok:
-            error = f"lost the head {head.name}: {answer.error_text()}"
-        elif done.returncode == 124:
-            error = f"the run did not finish within {limit_s:g} s"
-        else:
-            error = f"bench driver on {head.name}: {done.error_text()}"
-    failure = BenchError(error)
-    failure.partial = rows  # type: ignore[attr-defined]
-    raise failure
-
-
 def _spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
     config = cluster.config
     ordered = [config.head, *[n for n in config.nodes if n.name != config.head.name]]
@@ -418,10 +358,10 @@ def _ranked_run(
     kind: str,
     out: str | None,
     as_json: bool,
-) -> tuple[dict[str, object] | None, str | None, BaseException | None, object]:
+) -> tuple[dict[str, object] | None, str | None, BaseException | None, BenchCluster]:
     """Prepare, drive, stamp and save; (result, saved path, failure, cluster)."""
     from halo_cluster.bench import results
-    from halo_cluster.bench.cluster import prepare
+    from halo_cluster.bench.cluster import drive_remote, prepare
     from halo_cluster.errors import HaloError
 
     progress = _progress(as_json)
@@ -429,7 +369,7 @@ def _ranked_run(
     spec = {**spec, "nodes": _spec_nodes(cluster)}
     plans = {n: p.to_dict() for n, p in cluster.plans.items()}
     try:
-        body = _drive(cluster, spec, limit_s, progress)
+        body = drive_remote(cluster, spec, limit_s, progress)
     except (KeyboardInterrupt, HaloError) as err:
         rows = getattr(err, "partial", None)
         saved = None
@@ -500,27 +440,18 @@ def bench_collective(
     )
     if failure is not None or result is None:
         return _fail(failure or RuntimeError("no result"), saved)
+    from halo_cluster.bench.collective import fallback_error
+
     transport = result["transport"]
     assert isinstance(transport, dict)
-    plans = cluster.plans  # type: ignore[attr-defined]
-    wanted_rdma = any(p.is_rdma for p in plans.values())
-    fell_back = (
-        wanted_rdma
-        and transport.get("backend") == "nccl"
-        and transport.get("transport") in ("socket", "mixed")
-    )
+    refusal = fallback_error(any(p.is_rdma for p in cluster.plans.values()), transport)
     if as_json:
         emit_json({**result, "saved": saved})
     else:
         _collective_table(result)
         click.echo(f"saved {saved}")
-    if fell_back and not allow_fallback:
-        evidence = "; ".join(transport.get("evidence", [])[:3])
-        click.echo(
-            f"halo: error: the plan asked for RDMA but NCCL used {transport['transport']}"
-            f" ({evidence}); --allow-fallback to accept",
-            err=True,
-        )
+    if refusal and not allow_fallback:
+        click.echo(f"halo: error: {refusal}", err=True)
         return 1
     return 0
 
