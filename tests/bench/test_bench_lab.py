@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -281,3 +281,68 @@ def test_collective_tp_cut_and_report_in_chromium(lab: tuple[Path, str, str]) ->
     # the chart colours are on the page (lines and bars drawn, not only text)
     blue = bytes.fromhex("2b6cb0")
     assert any(blue in row[i : i + 3] for row in rows for i in range(0, len(row), channels))
+
+
+def interrupt_when(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    ready: str,
+    check: Callable[[], bool],
+) -> tuple[int, str]:
+    """Start halo in its own session, press Ctrl-C (SIGINT to the whole group, as a terminal
+    does) once ``check()`` is true, and return (exit code, stderr)."""
+    import signal
+
+    proc = subprocess.Popen(
+        [HALO, *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not check():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"never {ready}"
+        time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_ctrl_c_stops_every_remote_tool(lab: tuple[Path, str, str]) -> None:
+    cwd, name, config = lab
+    require(shutil.which("iperf3") is not None, "iperf3 is not installed")
+    env = {"XDG_DATA_HOME": str(cwd / "data")}
+    code, err = interrupt_when(
+        ["bench", "net", "--config", config, "--seconds", "30", "--path", "fabric"],
+        cwd,
+        env,
+        "a server running on node2",
+        lambda: leftovers(cwd, name, "node2") != "",
+    )
+    assert code == 130, err
+    assert "interrupted; remote tools stopped" in err and "Traceback" not in err
+    time.sleep(1)
+    for node in ("node1", "node2"):
+        assert leftovers(cwd, name, node) == ""
+
+    require(shutil.which("ray", path=str(Path(HALO).parent)) is not None, "ray is not installed")
+    pytest.importorskip("torch")
+    assert halo("up", "--config", config, cwd=cwd).returncode == 0
+    code, err = interrupt_when(
+        ["bench", "collective", "--config", config, "--sizes", "8KiB", "--iters", "100000"],
+        cwd,
+        env,
+        "ranks running",
+        lambda: "ray::Worker" in leftovers(cwd, name, "node2"),
+    )
+    assert code == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    deadline = time.monotonic() + 30
+    while any(leftovers(cwd, name, node) for node in ("node1", "node2")):
+        assert time.monotonic() < deadline, [leftovers(cwd, name, n) for n in ("node1", "node2")]
+        time.sleep(0.5)

@@ -126,3 +126,15 @@ def test_truncated_outputs_never_crash(name: str, cut: int) -> None:
     for parser in PARSERS:
         with contextlib.suppress(ParseError):
             parser(text)
+
+
+def test_outputs_captured_in_the_lab() -> None:
+    """sockperf, qperf and iperf3 run between two lab nodes over the veth fabric (MTU 9000)."""
+    lat = t.parse_sockperf(read("lab-sockperf-pingpong.txt"))
+    assert (lat.typical_us, lat.avg_us, lat.samples, lat.tool) == (40.55, 41.411, 18700, "sockperf")
+    assert lat.p99_us == 62.212
+    assert t.qperf_latency(read("lab-qperf.txt")) == t.Latency(38.3, None, 38.3, None, "qperf")
+    assert t.qperf_bandwidth(read("lab-qperf.txt")).gbps == pytest.approx(1.87 * 8)
+    assert t.parse_iperf3(read("lab-iperf3.json")) == t.Bandwidth(
+        15882037108.66252 / 1e9, 7, "iperf3"
+    )
