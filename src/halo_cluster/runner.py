@@ -4,6 +4,9 @@ LocalRunner runs a process here; SSHRunner runs argv on a node through the syste
 (BatchMode, ConnectTimeout, the user's ssh config honoured) with the remote command quoted
 word by word, so no argument is ever re-split by the remote shell; FakeRunner answers from
 a table, for tests.
+
+``on_line`` (optional) receives each stdout line while the command runs, for the progress of
+long remote work (the benchmark driver); the Result still carries the whole output.
 """
 
 from __future__ import annotations
