@@ -32,6 +32,11 @@ RDMA_BW_SIZE = 65536
 RDMA_LAT_ITERS = 10000
 RDMA_BW_ITERS = 5000
 PORT_ATTEMPTS = 5
+PERFTEST_JSON = "perftest-json"
+PERFTEST_JSON_SCRIPT = (
+    'report=$1; shift; "$@" --out_json --out_json_file="$report" >/dev/null || exit $?; '
+    'cat "$report"; rm -f "$report"'
+)
 
 
 class BenchError(HaloError):
@@ -161,6 +166,8 @@ class NetBench:
         if node.name not in self._tools:
             script = (
                 "".join(f"command -v {t} >/dev/null 2>&1 && echo {t}\n" for t in PEER_TOOLS)
+                # perftest >= 4.5 writes its report as JSON too
+                + "ib_write_lat --help 2>&1 | grep -q -- --out_json && echo perftest-json\n"
                 + "exit 0\n"
             )
             result = self.runners[node.name].run(
@@ -431,6 +438,24 @@ class NetBench:
         size = RDMA_LAT_SIZE if latency else RDMA_BW_SIZE
         iterations = RDMA_LAT_ITERS if latency else RDMA_BW_ITERS
         local_hca, remote_hca = local.hca, remote.hca
+        as_json = PERFTEST_JSON in self.tools_on(leg.node)
+
+        def client(port: int) -> list[str]:
+            argv = tools.perftest_argv(
+                tool,
+                local_hca,
+                local.gid_index,
+                leg.target,
+                size=size,
+                iterations=iterations,
+                port=port,
+            )
+            if not as_json:
+                return argv
+            # a fixed script; the report path and perftest's argv are its arguments
+            report = f"/tmp/halo-perftest-{self.jobs.run_id}-{port}.json"
+            return ["sh", "-c", PERFTEST_JSON_SCRIPT, "sh", report, *argv]
+
         out = self._pair_run(
             leg,
             tool,
@@ -444,15 +469,12 @@ class NetBench:
                     iterations=iterations,
                     port=port,
                 ),
-                tools.perftest_argv(
-                    tool,
-                    local_hca,
-                    local.gid_index,
-                    leg.target,
-                    size=size,
-                    iterations=iterations,
-                    port=port,
-                ),
+                client(port),
             ),
         )
+        if as_json:
+            parsed = tools.parse_perftest_json(out)
+            if isinstance(parsed, tools.Latency) != latency:
+                raise ParseError(f"{tool} wrote a report of the other kind", out[-400:])
+            return parsed
         return tools.parse_perftest_lat(out) if latency else tools.parse_perftest_bw(out)
