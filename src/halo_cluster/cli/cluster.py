@@ -160,12 +160,15 @@ def _gcs_nodes() -> list[dict[str, object]]:
     except ImportError:
         return _driver_nodes()
     address = get_ray_address_from_environment("auto", None)
-    client = GcsClient(address=address)
+    try:
+        client = GcsClient(address=address)
+        alive_state = ray.core.generated.gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # a Ray whose private client differs: ask a driver
+        return _driver_nodes()
     try:
         infos = client.get_all_node_info(timeout=10).values()
     except Exception as err:  # the client raises Ray's own RPC errors
         raise ConnectionError(str(err).splitlines()[0] if str(err) else repr(err)) from None
-    alive_state = ray.core.generated.gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE  # type: ignore[attr-defined]
     return [
         {
             "address": info.node_manager_address,
