@@ -538,7 +538,8 @@ def main_driver(spec_text: str, out: Callable[[str], None]) -> int:
     except ImportError as err:
         emit({"event": "error", "message": f"{err.name or err} is not installed on the head"})
     except ConnectionError as err:
-        emit({"event": "error", "message": f"Ray cluster not reachable: {err}"})
+        first = str(err).split(". ")[0]
+        emit({"event": "error", "message": f"no Ray cluster on the head ({first}): run 'halo up'"})
     return 1
 
 

@@ -528,11 +528,18 @@ def bench_tp(
     from halo_cluster.bench.collective import TP_SCHEMA
     from halo_cluster.plan.catalog import find_model, model_from_hf_config
 
-    spec_model = (
-        model_from_hf_config(Path(model))
-        if model.endswith(".json") or "/" in model
-        else find_model(model)
-    )
+    from halo_cluster.errors import UsageError
+
+    if model.endswith(".json") or "/" in model:
+        spec_model = model_from_hf_config(Path(model))
+    else:
+        try:
+            spec_model = find_model(model)
+        except UsageError:
+            raise UsageError(
+                f"unknown model {model!r}: 'halo plan --list' shows the catalog ids; "
+                "or give the path of a Hugging Face config.json"
+            ) from None
     levels = _levels(batches)
     spec = {
         "schema": TP_SCHEMA,
