@@ -526,9 +526,8 @@ def bench_tp(
     from pathlib import Path
 
     from halo_cluster.bench.collective import TP_SCHEMA
-    from halo_cluster.plan.catalog import find_model, model_from_hf_config
-
     from halo_cluster.errors import UsageError
+    from halo_cluster.plan.catalog import find_model, model_from_hf_config
 
     if model.endswith(".json") or "/" in model:
         spec_model = model_from_hf_config(Path(model))
