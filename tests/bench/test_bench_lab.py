@@ -346,3 +346,27 @@ def test_ctrl_c_stops_every_remote_tool(lab: tuple[Path, str, str]) -> None:
     while any(leftovers(cwd, name, node) for node in ("node1", "node2")):
         assert time.monotonic() < deadline, [leftovers(cwd, name, n) for n in ("node1", "node2")]
         time.sleep(0.5)
+
+
+def test_bench_net_cut_mid_run_names_the_path(lab: tuple[Path, str, str]) -> None:
+    cwd, name, config = lab
+    require(shutil.which("iperf3") is not None, "iperf3 is not installed")
+    env = {"XDG_DATA_HOME": str(cwd / "data")}
+    cutter = threading.Timer(4.0, lambda: halo("lab", "cut", "--name", name, "node2", cwd=cwd))
+    cutter.start()
+    start = time.monotonic()
+    done = halo(
+        "bench", "net", "--config", config, "--path", "fabric", "--seconds", "3", cwd=cwd, env=env
+    )
+    took = time.monotonic() - start
+    cutter.join()
+    assert done.returncode == 1
+    assert "fabric path" in done.stderr and "(node1 → node2) stopped answering" in done.stderr
+    assert "partial result kept in" in done.stderr and "Traceback" not in done.stderr
+    assert took < 3 * 3 + 15 + 20  # the tools' limit, plus SSH and the checks
+    saved = json.loads(next((cwd / "data" / "halo" / "results").glob("net-*.json")).read_text())
+    assert saved["incomplete"].startswith("fabric path")
+    assert "stopped answering" in saved["paths"][0]["errors"][-1]  # kept, with its error
+    assert halo("lab", "heal", "--name", name, "node2", cwd=cwd).returncode == 0
+    for node in ("node1", "node2"):
+        assert leftovers(cwd, name, node) == ""
