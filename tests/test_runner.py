@@ -70,3 +70,11 @@ def test_fake_runner_streams_its_answer() -> None:
     lines: list[str] = []
     fake.run(["tool", "x"], stdin="script", on_line=lines.append)
     assert lines == ["a", "b"] and fake.stdins == ["script"]
+
+
+def test_a_program_that_cannot_start(tmp_path: Path) -> None:
+    script = tmp_path / "not-executable"
+    script.write_text("#!/bin/sh\necho hi\n")
+    for on_line in (None, lambda _l: None):
+        result = LocalRunner().run([str(script)], on_line=on_line)
+        assert (result.returncode, result.stderr) == (126, f"{script}: Permission denied")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 TIMED_OUT = 124
+CANNOT_RUN = 126
 NOT_FOUND = 127
 
 
@@ -74,8 +75,8 @@ class LocalRunner:
             )
         except subprocess.TimeoutExpired:
             return Result(args, TIMED_OUT, "", f"timed out after {timeout:g} s")
-        except FileNotFoundError:
-            return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+        except OSError as err:
+            return _not_started(args, err)
         return Result(args, done.returncode, done.stdout, done.stderr)
 
 
@@ -139,6 +140,14 @@ class FakeRunner:
         return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
 
 
+def _not_started(args: tuple[str, ...], err: OSError) -> Result:
+    """A program that could not be started, with the shell's exit codes: 127 when it is not
+    found (also when a PATH entry cannot be searched), 126 otherwise."""
+    if isinstance(err, FileNotFoundError | PermissionError) and "/" not in args[0]:
+        return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+    return Result(args, CANNOT_RUN, "", f"{args[0]}: {err.strerror or err}")
+
+
 def _streamed(
     args: tuple[str, ...], stdin: str | None, timeout: float, on_line: LineSink
 ) -> Result:
@@ -155,8 +164,8 @@ def _streamed(
             text=True,
             errors="replace",
         )
-    except FileNotFoundError:
-        return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+    except OSError as err:
+        return _not_started(args, err)
     timed_out = threading.Event()
 
     def expire() -> None:
