@@ -132,7 +132,9 @@ def probe_vs_sockperf(cwd: str, config: str, rounds: int) -> dict[str, Any]:
     }
 
 
-def harness_overhead(cwd: str, config: str, lab: str, rounds: int) -> dict[str, Any]:
+def on_head(cwd: str, lab: str, name: str, code: str, spec: dict[str, Any]) -> Any:
+    """Run ``code`` with ``spec`` on the head node (the Ray actors live there) and return the
+    JSON it prints last. The spec gets the lab's nodes and the Gloo settings both share."""
     state = json.loads((Path(cwd) / ".halo-lab" / lab / "state.json").read_text())
     spec = {
         "nodes": [
@@ -140,13 +142,11 @@ def harness_overhead(cwd: str, config: str, lab: str, rounds: int) -> dict[str, 
         ],
         "backend": "gloo",
         "timeout": 120,
-        "run_id": "overhead",
-        "sizes": [8192, 1 << 20, 16 << 20],
-        "iters": 50,
-        "rounds": rounds * 5,
+        "run_id": name,
+        **spec,
     }
-    inner = Path(cwd) / ".halo-lab" / lab / "overhead_inner.py"
-    inner.write_text(OVERHEAD_INNER)
+    inner = Path(cwd) / ".halo-lab" / lab / f"{name}_inner.py"
+    inner.write_text(code)
     out = halo(
         "lab",
         "exec",
@@ -159,7 +159,12 @@ def harness_overhead(cwd: str, config: str, lab: str, rounds: int) -> dict[str, 
         json.dumps(spec),
         cwd=cwd,
     )
-    data = json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def harness_overhead(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
+    spec = {"sizes": [8192, 1 << 20, 16 << 20], "iters": 50, "rounds": rounds * 5}
+    data = on_head(cwd, lab, "overhead", OVERHEAD_INNER, spec)
     sizes = {}
     for size, runs in data.items():
         harness, bare = statistics.median(runs["harness_us"]), statistics.median(runs["bare_us"])
@@ -206,14 +211,7 @@ def tp_and_planner(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
 
     shapes = {m: find_model(m) for m in MODELS}
     matching = sorted({b * shapes[m].hidden * 2 for m in MODELS for b in BATCHES})
-    state = json.loads((Path(cwd) / ".halo-lab" / lab / "state.json").read_text())
-    spec = {
-        "nodes": [
-            {"name": n["name"], "address": n["fabric_address"], "gpus": 0} for n in state["nodes"]
-        ],
-        "backend": "gloo",
-        "timeout": 120,
-        "run_id": "tp",
+    spec: dict[str, Any] = {
         # the matching sizes, plus larger ones so that the fit resolves the bandwidth term
         "sizes": [*matching, 1 << 20, 4 << 20],
         "iters": 100,
@@ -225,21 +223,7 @@ def tp_and_planner(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
             for b in BATCHES
         ],
     }
-    inner = Path(cwd) / ".halo-lab" / lab / "tp_inner.py"
-    inner.write_text(TP_INNER)
-    out = halo(
-        "lab",
-        "exec",
-        "--name",
-        lab,
-        "node1",
-        "--",
-        sys.executable,
-        str(inner),
-        json.dumps(spec),
-        cwd=cwd,
-    )
-    data = json.loads(out.strip().splitlines()[-1])
+    data = on_head(cwd, lab, "tp", TP_INNER, spec)
     median_us = {int(size): statistics.median(v) for size, v in data["sizes"].items()}
     rows = [
         {"bytes": size, "time_us": t, "algbw_gbs": 0.0, "busbw_gbs": 0.0}
@@ -303,7 +287,7 @@ def main() -> None:
                 print(json.dumps(out["probe_vs_sockperf"], indent=1), file=sys.stderr)
             halo("up", "--config", config, cwd=cwd)
             if "overhead" in only:
-                out["harness_overhead"] = harness_overhead(cwd, config, lab, args.rounds)
+                out["harness_overhead"] = harness_overhead(cwd, lab, args.rounds)
                 print(json.dumps(out["harness_overhead"], indent=1), file=sys.stderr)
             if "tp" in only:
                 out["tp_and_planner"] = tp_and_planner(cwd, lab, args.rounds)

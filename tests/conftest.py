@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,21 @@ def strix_peer(inv):  # type: ignore[no-untyped-def]
     )
     rdma = (replace(inv.rdma[0], ports=(replace(port, gids=(port.gids[0], gid)),)),)
     return replace(inv, hostname="strix2", net=net, rdma=rdma)
+
+
+HALO = str(Path(sys.executable).parent / "halo")
+
+
+def halo(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``halo`` as a user would (extra environment on top of ours)."""
+    return subprocess.run(
+        [HALO, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )

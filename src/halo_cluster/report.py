@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster import __version__
+from halo_cluster.bench.collective import human_bytes
 
 PALETTE = ("#2b6cb0", "#dd6b20", "#2f855a", "#9b2c2c", "#6b46c1", "#b7791f", "#2c7a7b")
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
@@ -168,7 +169,7 @@ def line_chart(
         x = px(2**power)
         parts.append(
             f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="middle">'
-            f"{_size(2**power)}</text>"
+            f"{human_bytes(2**power)}</text>"
         )
     parts.append(
         f'<text x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 32}" font-size="11" '
@@ -186,19 +187,12 @@ def line_chart(
         )
         parts += [
             f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour[name]}">'
-            f"<title>{_e(name)}: {_size(x)} {_fmt(y)}</title></circle>"
+            f"<title>{_e(name)}: {human_bytes(x)} {_fmt(y)}</title></circle>"
             for x, y in good
         ]
     parts.append(_legend([n for n, _p in series], colour))
     parts.append("</svg>")
     return "".join(parts)
-
-
-def _size(size: float) -> str:
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if size >= scale:
-            return f"{size / scale:g}{unit}"
-    return f"{size:g}"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

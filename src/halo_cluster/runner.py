@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,6 +40,11 @@ class Result:
 
 
 LineSink = Callable[[str], None]
+
+
+def exports(env: Mapping[str, str]) -> str:
+    """``export NAME=value`` lines for a script fed to ``bash -s``, every value quoted."""
+    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
 
 
 class Runner(Protocol):

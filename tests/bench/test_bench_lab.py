@@ -9,7 +9,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -18,24 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import HALO, halo, require
 
 pytestmark = pytest.mark.lab
-HALO = str(Path(sys.executable).parent / "halo")
-
-
-def halo(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [HALO, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def leftovers(cwd: Path, name: str, node: str) -> str:

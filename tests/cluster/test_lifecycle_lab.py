@@ -5,22 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import HALO, halo, require
 
 pytestmark = pytest.mark.lab
-HALO = str(Path(sys.executable).parent / "halo")
-
-
-def halo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [HALO, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
 
 
 def ray_processes(cwd: Path, name: str, node: str) -> str:

@@ -6,34 +6,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from halo_cluster.examples import EXAMPLES
-from tests.conftest import free_port, require
+from tests.conftest import HALO, free_port, halo, require
 
 pytestmark = pytest.mark.lab
 STANDIN = EXAMPLES / "standin_vllm.py"
-HALO = str(Path(sys.executable).parent / "halo")
 SECRET = "s3cr3t-key-never-in-argv"
-
-
-def halo(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [HALO, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_serve_verdict_refusal_and_secrets(tmp_path: Path) -> None:

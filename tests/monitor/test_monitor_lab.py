@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -17,16 +16,9 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.monitor.exposition import parse
-from tests.conftest import ROOTS, free_port, require
+from tests.conftest import HALO, ROOTS, free_port, halo, require
 
 pytestmark = pytest.mark.lab
-HALO = str(Path(sys.executable).parent / "halo")
-
-
-def halo(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [HALO, *args], cwd=cwd, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def metrics(address: str) -> dict:  # type: ignore[type-arg]

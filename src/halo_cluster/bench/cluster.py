@@ -34,6 +34,9 @@ class BenchCluster:
     def inventories(self) -> dict[str, Inventory | None]:
         return {r.node.name: r.inventory for r in self.reports}
 
+    def plan_dicts(self) -> dict[str, Any]:
+        return {name: plan.to_dict() for name, plan in self.plans.items()}
+
     def stamp(self) -> dict[str, Any]:
         """Per node: host name, the plan (transport, HCA, GID, interface, MTU, addresses)
         and versions — what a result needs to be read a year later."""

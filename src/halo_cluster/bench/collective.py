@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from halo_cluster.errors import UsageError
+from halo_cluster.monitor.probes import quantile
 
 SCHEMA = "halo.bench.collective/1"
 TP_SCHEMA = "halo.bench.tp/1"
@@ -355,25 +356,27 @@ class Ranks:
         missing = [f"{name} ({a})" for name, a in self.addresses.items() if a not in alive]
         if missing:
             raise DriverError(f"not in the Ray cluster: {', '.join(missing)} (run 'halo up' first)")
-        remote = ray.remote(Worker)
-        self.actors: list[Any] = []
-        self.nodes: list[str] = []
+        slots = []  # (node name, Ray node id, one GPU per rank or none)
         for node in spec["nodes"]:
             info = alive[node["address"]]
             gpus = int(info.get("Resources", {}).get("GPU", 0))
             wanted = node.get("gpus")
             count = gpus if wanted is None else min(gpus, wanted)
-            per_node = max(1, count)
-            for _ in range(per_node):
-                strategy = NodeAffinitySchedulingStrategy(info["NodeID"], soft=False)
-                self.actors.append(
-                    remote.options(
-                        num_cpus=0,
-                        num_gpus=1 if count else 0,
-                        scheduling_strategy=strategy,
-                    ).remote()
-                )
-                self.nodes.append(node["name"])
+            slots += [(node["name"], info["NodeID"], count > 0)] * max(1, count)
+        tp = spec.get("tp")
+        if tp is not None and tp > len(slots):
+            raise DriverError(f"--tp {tp}: the cluster has {len(slots)} ranks")
+        slots = slots[:tp] if tp else slots
+        remote = ray.remote(Worker)
+        self.actors: list[Any] = [
+            remote.options(
+                num_cpus=0,
+                num_gpus=1 if gpu else 0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote()
+            for _name, node_id, gpu in slots
+        ]
+        self.nodes = [name for name, _id, _gpu in slots]
         self.world = len(self.actors)
         if self.world < 2:
             raise DriverError("an all-reduce across nodes needs at least two ranks")
@@ -473,7 +476,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
                 "allreduces_per_token": schedule["allreduces"],
                 "bytes_per_allreduce": schedule["bytes"],
                 "network_ms_per_token": round(ms, 4),
-                "network_ms_p90": round(sorted(steps)[int(0.9 * (len(steps) - 1))] * 1e3, 4),
+                "network_ms_p90": round((quantile(steps, 0.9) or 0.0) * 1e3, 4),
                 "tokens_per_s_ceiling": round(batch * 1e3 / ms, 2) if ms > 0 else None,
                 "per_sequence_tokens_per_s_ceiling": round(1e3 / ms, 2) if ms > 0 else None,
             }

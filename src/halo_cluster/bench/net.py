@@ -18,14 +18,12 @@ from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
 from halo_cluster.checks.network import pcie_ceiling_gbps
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import HaloError, ParseError, UsageError
-from halo_cluster.facts.model import Inventory
+from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.runner import TIMED_OUT, Runner
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.bench.net/1"
 PATHS = ("mgmt", "fabric", "rdma")
-LATENCY_TOOLS = ("auto", "sockperf", "qperf", "builtin")
-BANDWIDTH_TOOLS = ("auto", "iperf3", "qperf", "builtin")
 PEER_TOOLS = ("sockperf", "qperf", "iperf3", "ib_write_lat", "ib_write_bw")
 RDMA_LAT_SIZE = 2
 RDMA_BW_SIZE = 65536
@@ -101,7 +99,7 @@ def pairs_of(config: Config, pair: str | None) -> list[tuple[NodeConfig, NodeCon
     return [(nodes[i], nodes[j]) for i in range(len(nodes)) for j in range(i + 1, len(nodes))]
 
 
-def interface_for(inv: Inventory | None, address: str) -> Any:
+def interface_for(inv: Inventory | None, address: str) -> NetInterface | None:
     if inv is None:
         return None
     for iface in inv.net:
@@ -295,7 +293,7 @@ class NetBench:
         """Start the server on the peer, run the client on the node, stop the server; the
         client's output. ``commands(port)`` gives (server, client); a port already in use on
         the peer moves to the next one. A node or path that stops answering ends the run."""
-        limit = self.seconds * 3 + 15
+        limit = self._limit()
         for _attempt in range(PORT_ATTEMPTS):
             port = next(self._ports)
             server, client = commands(port)
@@ -333,100 +331,44 @@ class NetBench:
             latency: tools.Latency = self._perftest(leg, "ib_write_lat")
             return latency
         tool = self._choose(leg, self.latency_tool, ("sockperf", "qperf"))
-        if tool == "sockperf":
-            out = self._pair_run(
-                leg,
-                "lat",
-                lambda port: (
-                    tools.sockperf_server_argv(leg.target, port),
-                    tools.sockperf_client_argv(leg.target, port, self.seconds),
-                ),
-            )
-            return tools.parse_sockperf(out)
-        if tool == "qperf":
-            out = self._pair_run(
-                leg,
-                "lat",
-                lambda port: (
-                    ["qperf", "--listen_port", str(port)],
-                    tools.qperf_argv(leg.target, port, self.seconds, "tcp_lat"),
-                ),
-            )
-            return tools.qperf_latency(out)
-        out = self._pair_run(
-            leg,
-            "lat",
-            lambda port: (
-                self._probe_server(leg, port),
-                [
-                    leg.node.halo,
-                    "net-probe",
-                    "ping",
-                    f"{leg.target}:{port}",
-                    "--seconds",
-                    f"{self.seconds:g}",
-                ],
-            ),
-        )
-        return tools.parse_builtin_latency(out)
+        return LATENCY_PARSERS[tool](self._tcp_run(leg, "lat", tool))
 
     def _bandwidth(self, leg: Leg) -> tools.Bandwidth:
         if leg.path == "rdma":
             bandwidth: tools.Bandwidth = self._perftest(leg, "ib_write_bw")
             return bandwidth
         tool = self._choose(leg, self.bandwidth_tool, ("iperf3", "qperf"))
-        if tool == "iperf3":
-            out = self._pair_run(
-                leg,
-                "bw",
-                lambda port: (
-                    tools.iperf3_server_argv(leg.target, port),
-                    tools.iperf3_client_argv(leg.target, port, self.seconds, self.streams),
-                ),
-            )
-            return tools.parse_iperf3(out)
-        if tool == "qperf":
-            out = self._pair_run(
-                leg,
-                "bw",
-                lambda port: (
-                    ["qperf", "--listen_port", str(port)],
-                    tools.qperf_argv(leg.target, port, self.seconds, "tcp_bw"),
-                ),
-            )
-            return tools.qperf_bandwidth(out)
-        out = self._pair_run(
-            leg,
-            "bw",
-            lambda port: (
-                self._probe_server(leg, port),
-                [
-                    leg.node.halo,
-                    "net-probe",
-                    "stream",
-                    f"{leg.target}:{port}",
-                    "--seconds",
-                    f"{self.seconds:g}",
-                    "--streams",
-                    str(self.streams),
-                ],
-            ),
-        )
-        return tools.parse_builtin_bandwidth(out)
+        return BANDWIDTH_PARSERS[tool](self._tcp_run(leg, "bw", tool))
 
-    def _probe_server(self, leg: Leg, port: int) -> list[str]:
-        limit = self.seconds * 3 + 20
-        return [
-            leg.peer.halo,
-            "net-probe",
-            "serve",
-            "--bind",
-            leg.target,
-            "--port",
-            str(port),
-            "--limit",
-            f"{limit:g}",
-        ]
+    def _tcp_run(self, leg: Leg, kind: str, tool: str) -> str:
+        """Run ``tool`` measuring ``kind`` (lat / bw) over TCP on ``leg``; its output."""
+        target, seconds = leg.target, self.seconds
+
+        def commands(port: int) -> tuple[list[str], list[str]]:
+            if tool == "sockperf":
+                server = tools.sockperf_server_argv(target, port)
+                return server, tools.sockperf_client_argv(target, port, seconds)
+            if tool == "iperf3":
+                server = tools.iperf3_server_argv(target, port)
+                return server, tools.iperf3_client_argv(target, port, seconds, self.streams)
+            if tool == "qperf":
+                test = "tcp_lat" if kind == "lat" else "tcp_bw"
+                return ["qperf", "--listen_port", str(port)], tools.qperf_argv(
+                    target, port, seconds, test
+                )
+            server = [leg.peer.halo, "net-probe", "serve", "--bind", target, "--port", str(port)]
+            server += ["--limit", f"{self._limit() + 5:g}"]
+            client = [leg.node.halo, "net-probe", "ping" if kind == "lat" else "stream"]
+            client += [f"{target}:{port}", "--seconds", f"{seconds:g}"]
+            if kind == "bw":
+                client += ["--streams", str(self.streams)]
+            return server, client
+
+        return self._pair_run(leg, kind, commands)
+
+    def _limit(self) -> float:
+        """Seconds a client may take before its path counts as gone."""
+        return self.seconds * 3 + 15
 
     def _perftest(self, leg: Leg, tool: str) -> Any:  # Latency or Bandwidth
         missing = [n.name for n in (leg.node, leg.peer) if tool not in self.tools_on(n)]
@@ -440,41 +382,35 @@ class NetBench:
         local_hca, remote_hca = local.hca, remote.hca
         as_json = PERFTEST_JSON in self.tools_on(leg.node)
 
-        def client(port: int) -> list[str]:
-            argv = tools.perftest_argv(
-                tool,
-                local_hca,
-                local.gid_index,
-                leg.target,
-                size=size,
-                iterations=iterations,
-                port=port,
-            )
-            if not as_json:
-                return argv
-            # a fixed script; the report path and perftest's argv are its arguments
-            report = f"/tmp/halo-perftest-{self.jobs.run_id}-{port}.json"
-            return ["sh", "-c", PERFTEST_JSON_SCRIPT, "sh", report, *argv]
+        def commands(port: int) -> tuple[list[str], list[str]]:
+            def argv(hca: str, gid: int | None, server: str | None) -> list[str]:
+                return tools.perftest_argv(
+                    tool, hca, gid, server, size=size, iterations=iterations, port=port
+                )
 
-        out = self._pair_run(
-            leg,
-            tool,
-            lambda port: (
-                tools.perftest_argv(
-                    tool,
-                    remote_hca,
-                    remote.gid_index,
-                    None,
-                    size=size,
-                    iterations=iterations,
-                    port=port,
-                ),
-                client(port),
-            ),
-        )
+            client = argv(local_hca, local.gid_index, leg.target)
+            if as_json:
+                # a fixed script; the report path and perftest's argv are its arguments
+                report = f"/tmp/halo-perftest-{self.jobs.run_id}-{port}.json"
+                client = ["sh", "-c", PERFTEST_JSON_SCRIPT, "sh", report, *client]
+            return argv(remote_hca, remote.gid_index, None), client
+
+        out = self._pair_run(leg, tool, commands)
         if as_json:
             parsed = tools.parse_perftest_json(out)
             if isinstance(parsed, tools.Latency) != latency:
                 raise ParseError(f"{tool} wrote a report of the other kind", out[-400:])
             return parsed
         return tools.parse_perftest_lat(out) if latency else tools.parse_perftest_bw(out)
+
+
+LATENCY_PARSERS: dict[str, Callable[[str], tools.Latency]] = {
+    "sockperf": tools.parse_sockperf,
+    "qperf": tools.qperf_latency,
+    "builtin": tools.parse_builtin_latency,
+}
+BANDWIDTH_PARSERS: dict[str, Callable[[str], tools.Bandwidth]] = {
+    "iperf3": tools.parse_iperf3,
+    "qperf": tools.qperf_bandwidth,
+    "builtin": tools.parse_builtin_bandwidth,
+}

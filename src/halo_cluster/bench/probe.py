@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any
 
+from halo_cluster.monitor.probes import quantile  # nearest rank, as everywhere in halo
+
 PING, STREAM = b"P", b"S"
 CHUNK = 1 << 20
 
@@ -83,12 +85,6 @@ def _connect(address: str, port: int, timeout_s: float) -> socket.socket:
     return conn
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Nearest-rank quantile of already sorted values."""
-    index = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
-    return values[index]
-
-
 def ping(
     address: str, port: int, seconds: float, size: int = 64, timeout_s: float = 5.0
 ) -> dict[str, Any]:
@@ -113,13 +109,13 @@ def ping(
             now = clock()
             add(now - start)
             start = now
-    rtts.sort()
+    p50, p99 = quantile(rtts, 0.50) or 0.0, quantile(rtts, 0.99) or 0.0
     return {
         "tool": "builtin",
         "size": size,
         "samples": len(rtts),
-        "p50_us": quantile(rtts, 0.50) / 2 * 1e6,
-        "p99_us": quantile(rtts, 0.99) / 2 * 1e6,
+        "p50_us": p50 / 2 * 1e6,
+        "p99_us": p99 / 2 * 1e6,
         "avg_us": sum(rtts) / len(rtts) / 2 * 1e6,
     }
 

@@ -13,15 +13,11 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from halo_cluster.config import NodeConfig
-from halo_cluster.runner import LineSink, Result, Runner
+from halo_cluster.runner import LineSink, Result, Runner, exports
 
 JOB_DIR = '"${XDG_RUNTIME_DIR:-/tmp}/halo-bench"'
 KILL_GRACE_S = 2
 PORT_IN_USE = 98  # start()'s exit code when something already listens on the port
-
-
-def _exports(env: Mapping[str, str]) -> str:
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
 
 
 class RemoteJobs:
@@ -75,7 +71,7 @@ class RemoteJobs:
                 "exit 1\n"
             )
         script = (
-            f"set -e\n{_exports(env or {})}{check}mkdir -p {JOB_DIR}\n"
+            f"set -e\n{exports(env or {})}{check}mkdir -p {JOB_DIR}\n"
             f"setsid timeout -k {KILL_GRACE_S} {limit_s:g} {shlex.join(argv)}"
             f" > {log} 2>&1 < /dev/null &\n"
             f"pid=$!\necho $pid > {pidfile}\nset +e\n{wait}"
@@ -94,7 +90,7 @@ class RemoteJobs:
         """Run ``argv`` on ``node`` and wait (at most ``limit_s`` there, a little more here);
         ``on_line`` sees its output lines as they come."""
         script = (
-            f"set -e\n{_exports(env or {})}mkdir -p {JOB_DIR}\n"
+            f"set -e\n{exports(env or {})}mkdir -p {JOB_DIR}\n"
             f"echo $$ > {self._pidfile(role)}\n"
             f"exec timeout -k {KILL_GRACE_S} {limit_s:g} {shlex.join(argv)}\n"
         )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -10,6 +11,19 @@ from halo_cluster.cli.output import emit_json, table
 
 if TYPE_CHECKING:
     from halo_cluster.bench.cluster import BenchCluster
+
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def result_options(command: F) -> F:
+    """--out FILE and --json, as every benchmark takes them."""
+    command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
+        command
+    )
+    return click.option(
+        "--out", metavar="FILE", help="Result file (default: the results directory)."
+    )(command)
 
 
 @click.group()
@@ -44,8 +58,7 @@ def _levels(text: str) -> list[int]:
 @click.option("--input-len", default=128, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--output-len", default=128, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--api-key-env", metavar="NAME", help="Environment variable holding the API key.")
-@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@result_options
 def bench_serve(
     url: str | None,
     config_path: str | None,
@@ -126,7 +139,7 @@ def bench_serve(
     return 0 if all(level["errors"] == 0 for level in result["levels"]) else 1
 
 
-def _progress(quiet: bool):  # type: ignore[no-untyped-def]
+def _progress(quiet: bool) -> Callable[[str], None]:
     return (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}", err=True))
 
 
@@ -182,8 +195,7 @@ def _fail(failure: BaseException, saved: str | None) -> int:
 @click.option("--streams", default=4, show_default=True, type=click.IntRange(1, 128))
 @click.option("--no-bandwidth", is_flag=True, help="Measure latency only.")
 @click.option("--port", default=18600, show_default=True, type=click.IntRange(1024, 64000))
-@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@result_options
 def bench_net(
     config_path: str | None,
     pair: str | None,
@@ -202,6 +214,7 @@ def bench_net(
     from halo_cluster.bench import results
     from halo_cluster.bench.cluster import prepare
     from halo_cluster.bench.net import PATHS, NetBench, pairs_of
+    from halo_cluster.errors import HaloError
 
     progress = _progress(as_json)
     cluster = prepare(config_path, progress)
@@ -222,24 +235,18 @@ def bench_net(
     failure: BaseException | None = None
     try:
         runner.run(pairs_of(cluster.config, pair), paths)
-    except (KeyboardInterrupt, Exception) as err:
-        from halo_cluster.errors import HaloError
-
-        if not isinstance(err, (KeyboardInterrupt, HaloError)):
-            raise
+    except (KeyboardInterrupt, HaloError) as err:
         failure = err
-    result = results.stamp(
-        runner.result, {n: p.to_dict() for n, p in cluster.plans.items()}, cluster.stamp()
-    )
+    result = results.stamp(runner.result, cluster.plan_dicts(), cluster.stamp())
     saved = _finish(result, out, "net", failure) if result.get("paths") or not failure else None
     if failure is not None:
         return _fail(failure, saved)
     if as_json:
         emit_json({**result, "saved": saved})
-        return 0 if not any(p["errors"] for p in result["paths"]) else 1
-    _net_table(result)
-    click.echo(f"saved {saved}")
-    return 0 if not any(p["errors"] for p in result["paths"]) else 1
+    else:
+        _net_table(result)
+        click.echo(f"saved {saved}")
+    return 1 if any(p["errors"] for p in result["paths"]) else 0
 
 
 def _lat(lat: dict[str, object]) -> str:
@@ -300,6 +307,16 @@ def _address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _probe(target: str, measure: Callable[[str, int], dict[str, object]]) -> int:
+    """Measure against TARGET (ADDRESS:PORT) and print the JSON; a socket error is one line."""
+    host, port = _address(target)
+    try:
+        emit_json(measure(host, port))
+    except OSError as err:
+        raise click.ClickException(f"{host}:{port}: {err}") from None
+    return 0
+
+
 @net_probe.command("serve")
 @click.option("--bind", required=True)
 @click.option("--port", required=True, type=click.IntRange(1, 65535))
@@ -319,12 +336,7 @@ def net_probe_ping(target: str, seconds: float, size: int) -> int:
     """Ping-pong against TARGET (ADDRESS:PORT); JSON latency, one way."""
     from halo_cluster.bench.probe import ping
 
-    host, port = _address(target)
-    try:
-        emit_json(ping(host, port, seconds, size))
-    except OSError as err:
-        raise click.ClickException(f"{host}:{port}: {err}") from None
-    return 0
+    return _probe(target, lambda host, port: ping(host, port, seconds, size))
 
 
 @net_probe.command("stream")
@@ -335,12 +347,7 @@ def net_probe_stream(target: str, seconds: float, streams: int) -> int:
     """Parallel TCP streams to TARGET (ADDRESS:PORT); JSON Gb/s."""
     from halo_cluster.bench.probe import stream
 
-    host, port = _address(target)
-    try:
-        emit_json(stream(host, port, seconds, streams))
-    except OSError as err:
-        raise click.ClickException(f"{host}:{port}: {err}") from None
-    return 0
+    return _probe(target, lambda host, port: stream(host, port, seconds, streams))
 
 
 def _spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
@@ -367,7 +374,7 @@ def _ranked_run(
     progress = _progress(as_json)
     cluster = prepare(config_path, progress)
     spec = {**spec, "nodes": _spec_nodes(cluster)}
-    plans = {n: p.to_dict() for n, p in cluster.plans.items()}
+    plans = cluster.plan_dicts()
     try:
         body = drive_remote(cluster, spec, limit_s, progress)
     except (KeyboardInterrupt, HaloError) as err:
@@ -406,8 +413,7 @@ def _ranked_run(
 @click.option(
     "--allow-fallback", is_flag=True, help="Keep going when RDMA was planned but not used."
 )
-@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@result_options
 def bench_collective(
     config_path: str | None,
     sizes: str,
@@ -506,8 +512,7 @@ def _collective_table(result: dict[str, object]) -> None:
     show_default=True,
 )
 @click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(1, 3600))
-@click.option("--out", metavar="FILE", help="Result file (default: the results directory).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@result_options
 def bench_tp(
     model: str,
     config_path: str | None,
@@ -526,19 +531,13 @@ def bench_tp(
     from pathlib import Path
 
     from halo_cluster.bench.collective import TP_SCHEMA
-    from halo_cluster.errors import UsageError
     from halo_cluster.plan.catalog import find_model, model_from_hf_config
 
-    if model.endswith(".json") or "/" in model:
-        spec_model = model_from_hf_config(Path(model))
-    else:
-        try:
-            spec_model = find_model(model)
-        except UsageError:
-            raise UsageError(
-                f"unknown model {model!r}: 'halo plan --list' shows the catalog ids; "
-                "or give the path of a Hugging Face config.json"
-            ) from None
+    spec_model = (
+        model_from_hf_config(Path(model))
+        if model.endswith(".json") or "/" in model
+        else find_model(model)
+    )
     levels = _levels(batches)
     spec = {
         "schema": TP_SCHEMA,

@@ -24,7 +24,7 @@ from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.gather import NodeReport, gather
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
-from halo_cluster.runner import Result, Runner
+from halo_cluster.runner import Result, Runner, exports
 from halo_cluster.transport import TransportPlan, plan_transport
 
 START_TIMEOUT_S = 120.0
@@ -45,8 +45,7 @@ class UpResult:
 
 def node_script(env: Mapping[str, str], argv: list[str]) -> str:
     """The script a node runs: its environment exported, then the command (exec'd)."""
-    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
-    return f"set -e\n{exports}exec {shlex.join(argv)}\n"
+    return f"set -e\n{exports(env)}exec {shlex.join(argv)}\n"
 
 
 def run_script(
@@ -136,6 +135,7 @@ class Lifecycle:
         self.config = config
         self.runners = runners
         self.progress = progress or (lambda _m: None)
+        self.gpus_found: dict[str, int] = {}  # per node, from its inventory (set by up)
 
     # -- facts ----------------------------------------------------------------------------
     def _gather(self) -> list[NodeReport]:
@@ -253,9 +253,11 @@ class Lifecycle:
 
     def wanted(self) -> dict[str, tuple[str, str, float]]:
         """address -> (node name, resource, amount) that registration must show."""
-        found = getattr(self, "gpus_found", {})
         return {
-            n.fabric_address or n.host: (n.name, *expected_resources(n, found.get(n.name, 0)))
+            n.fabric_address or n.host: (
+                n.name,
+                *expected_resources(n, self.gpus_found.get(n.name, 0)),
+            )
             for n in self.config.nodes
         }
 

@@ -20,7 +20,7 @@ from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, node_scrip
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
 from halo_cluster.errors import UsageError
 from halo_cluster.nccl_log import LogVerdict, parse_logs
-from halo_cluster.runner import Result
+from halo_cluster.runner import Result, exports
 from halo_cluster.transport import TransportPlan
 
 STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
@@ -69,11 +69,9 @@ def log_paths(config: Config) -> tuple[str, str]:
 
 def background_script(env: Mapping[str, str], argv: list[str], log: str, pid: str) -> str:
     """Start ``argv`` detached, its output in ``log``, its pid in ``pid``."""
-    base = node_script(env, argv).rsplit("exec ", 1)[0]
-    command = node_script({}, argv).rsplit("exec ", 1)[1].strip()
     return (
-        f"{base}mkdir -p {STATE_DIR}\n"
-        f"setsid {command} > {log} 2>&1 < /dev/null &\n"
+        f"set -e\n{exports(env)}mkdir -p {STATE_DIR}\n"
+        f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
         f"echo $! > {pid}\n"
     )
 

@@ -95,8 +95,8 @@ def find_model(model_id: str) -> ModelSpec:
     catalog = models()
     if model_id not in catalog:
         raise UsageError(
-            f"unknown model {model_id!r}; 'halo plan --list' shows the catalog, "
-            "or pass --hf-config path/to/config.json"
+            f"unknown model {model_id!r}: 'halo plan --list' shows the catalog ids; any other "
+            "model by its Hugging Face config.json (halo plan --hf-config FILE, halo bench tp FILE)"
         )
     return catalog[model_id]
 
