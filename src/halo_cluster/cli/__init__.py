@@ -35,6 +35,8 @@ COMMANDS = {
     "logs": "halo_cluster.cli.serve:logs",
     "serve": "halo_cluster.cli.serve:serve",
     "serve-health": "halo_cluster.cli.serve:serve_health",
+    "serve-probe": "halo_cluster.cli.serve:serve_probe",
+    "counters": "halo_cluster.cli.serve:counters",
     "setup": "halo_cluster.cli.setup:setup",
     "status": "halo_cluster.cli.cluster:status",
     "stop": "halo_cluster.cli.serve:stop",

@@ -91,13 +91,21 @@ def status(config_path: str | None, as_json: bool) -> int:
             )
         console().print(grid)
         if data["serve"] is not None:
-            serve = data["serve"]
-            click.echo(
-                f"serve {serve['endpoint']}: {'healthy' if serve['healthy'] else 'not answering'}"
-            )
+            _print_serve(data["serve"])
         if data["up_s"] is not None:
             click.echo(f"up {data['up_s']:.0f} s")
     return 0 if all(n["ray"] for n in data["nodes"]) else 1
+
+
+def _print_serve(serve: dict[str, object]) -> None:
+    state = "healthy" if serve["healthy"] else f"UNHEALTHY ({serve['detail']})"
+    model = f" {serve['model']}" if serve.get("model") else ""
+    executor = f", {serve['executor']} executor" if serve.get("executor") else ""
+    click.echo(f"serve{model} at {serve['endpoint']}{executor}: {state}")
+    ranks = serve.get("ranks") or []
+    if isinstance(ranks, list) and ranks:
+        shown = ", ".join(f"rank {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
+        click.echo(f"  ranks: {shown}; transport proven: {serve.get('proven') or 'no'}")
 
 
 @click.command()

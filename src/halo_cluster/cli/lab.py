@@ -64,21 +64,43 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
 )
 @lab_options
 @click.option("--fabric-mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
+@click.option(
+    "--engine",
+    metavar="DIR",
+    help="Engine environment (vLLM CPU + Ray) every node sees read-only, and halo.toml uses "
+    "(default: $HALO_ENGINE, else .venv-engine beside halo's environment, when it exists).",
+)
+@click.option("--no-engine", is_flag=True, help="Write a halo.toml without the engine environment.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
-def up(nodes: int, name: str | None, fabric_mtu: int, directory: str | None, as_json: bool) -> int:
+def up(
+    nodes: int,
+    name: str | None,
+    fabric_mtu: int,
+    directory: str | None,
+    engine: str | None,
+    no_engine: bool,
+    as_json: bool,
+) -> int:
     """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
+    from halo_cluster.config import default_engine
     from halo_cluster.lab.lab import Lab
 
     lab_name, path = _resolve(name or "lab", directory)
     start = time.monotonic()
     halo = str(Path(sys.executable).parent / "halo")
+    engine = None if no_engine else engine or default_engine()
     state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
-        lab_name, path, nodes, fabric_mtu, halo
+        lab_name, path, nodes, fabric_mtu, halo, engine
     )
     if as_json:
         emit_json(_status(state))
     else:
         click.echo(f"lab {lab_name} up: {nodes} nodes in {time.monotonic() - start:.1f} s")
+        click.echo(
+            f"  engine: {state.engine} (read-only on every node)"
+            if state.engine
+            else "  engine: none (build it with 'make engine'; halo serve needs it)"
+        )
         click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
         click.echo(f"  ssh -F {Path(state.dir) / 'ssh_config'} node1")
     return 0
@@ -157,7 +179,8 @@ def exec_(name: str | None, directory: str | None, node: str, command: tuple[str
     from halo_cluster.lab.lab import Lab
 
     state = _state(name, directory)
-    argv = Lab().exec_argv(state.node(node), command)
+    member = state.node(node)
+    argv = Lab().exec_argv(member, command, state.home(member))
     return subprocess.run(argv, check=False).returncode
 
 
@@ -203,4 +226,68 @@ def kill(name: str | None, directory: str | None, node: str) -> int:
     state = _state(name, directory)
     Lab().kill(state, state.node(node))
     click.echo(f"{node}: every process stopped")
+    return 0
+
+
+def _size(count: float, units: tuple[str, ...], step: float) -> str:
+    """1234567 -> '1.2 M'; whole numbers lose their '.0'."""
+    for unit in units:
+        if count < step or unit == units[-1]:
+            return f"{f'{count:.1f}'.removesuffix('.0')} {unit}".rstrip()
+        count /= step
+    raise AssertionError("unreachable")
+
+
+@lab.command("model")
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
+@click.option(
+    "--layers", default=4, show_default=True, type=click.IntRange(1, 64), help="Decoder layers."
+)
+@click.option(
+    "--hidden", default=256, show_default=True, type=click.IntRange(32, 8192), help="Hidden size."
+)
+@click.option(
+    "--heads", default=8, show_default=True, type=click.IntRange(1, 128), help="Attention heads."
+)
+@click.option(
+    "--kv-heads", default=4, show_default=True, type=click.IntRange(1, 128), help="Key/value heads."
+)
+@click.option(
+    "--vocab", default=4096, show_default=True, type=click.IntRange(512, 65536), help="Tokens."
+)
+@click.option(
+    "--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help="Weights' seed."
+)
+@click.option("--force", is_flag=True, help="Write into a non-empty DIR (overwrites our files).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {dir, parameters, bytes, files, ...} as JSON."
+)
+def model(
+    directory: Path,
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv_heads: int,
+    vocab: int,
+    seed: int,
+    force: bool,
+    as_json: bool,
+) -> int:
+    """Write a tiny random Llama model (config, bf16 safetensors, BPE tokenizer) into DIR.
+
+    Nothing is downloaded: vLLM and transformers load DIR with HF_HUB_OFFLINE=1.
+    Example: halo lab model /tmp/tiny && vllm serve /tmp/tiny"""
+    from halo_cluster.lab.model import ModelSpec, write_model
+
+    spec = ModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
+    summary = write_model(directory, spec, force=force)
+    if as_json:
+        emit_json(summary.to_dict())
+        return 0
+    data = summary.to_dict()
+    params = _size(data["parameters"], ("", "k", "M", "G"), 1000)
+    click.echo(
+        f"wrote {data['dir']}: {data['architecture']}, {params} parameters, "
+        f"{_size(data['bytes'], ('B', 'KiB', 'MiB', 'GiB'), 1024)} in {len(data['files'])} files"
+    )
     return 0

@@ -37,10 +37,20 @@ def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-de
 )
 @click.option("--insecure", is_flag=True, help="Allow 0.0.0.0 without an API key.")
 @click.option(
+    "--executor",
+    type=click.Choice(["ray", "mp"]),
+    help="vLLM's distributed executor (default [serve] executor, ray): ray places ranks as Ray "
+    "actors; mp runs one vLLM process per node (--nnodes/--node-rank).",
+)
+@click.option(
     "--wait", "wait_s", default=900.0, show_default=True, help="Seconds to wait for /health."
 )
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print {url, log, expected, verdict, stopped} as JSON."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {url, executor, ranks, engine, traffic, verdict, proven, problems, stopped} "
+    "as JSON.",
 )
 def serve(
     model: str | None,
@@ -50,34 +60,71 @@ def serve(
     port: int | None,
     allow_fallback: bool,
     insecure: bool,
+    executor: str | None,
     wait_s: float,
     as_json: bool,
 ) -> int:
-    """Start vLLM tensor-parallel across the cluster (Ray executor) on the head with the head's
-    plan and NCCL_DEBUG=INFO, wait for /health and /v1/models, then prove the transport from
-    NCCL's log: when the plan wanted RDMA and the log shows sockets or a mix, the server is
-    stopped and halo exits 1 with the evidence (unless --allow-fallback)."""
+    """Start vLLM tensor-parallel across the cluster, each node with its own transport plan,
+    wait for /health, send a warm-up request, then prove where the traffic went with two
+    witnesses: the engine's own log (NCCL/RCCL's, or vLLM's Gloo lines: backend, rendezvous
+    address, each rank's node) and every node's interface/RDMA counters during a probe
+    request (bytes per generated token). When they show another path than the plan asked
+    for, the server is stopped and halo exits 1 with the evidence (unless --allow-fallback).
+    Ctrl-C while waiting stops what was started."""
     server = _server(config_path, as_json)
-    result = server.start(model, tp, host, port, allow_fallback, insecure, wait_s)
+    result = server.start(model, tp, host, port, allow_fallback, insecure, wait_s, executor)
     if as_json:
         emit_json(result.__dict__)
     else:
-        verdict = result.verdict
-        click.echo(
-            f"transport proven: {verdict['transport']} (expected {result.expected}); "
-            f"networks {verdict['networks']}"
-        )
-        for line in verdict["evidence"][:6]:
-            click.echo(f"  {line}")
-        if result.stopped:
-            click.echo(
-                "halo: error: the log shows another transport than the plan asked for: "
-                "server stopped (--allow-fallback keeps it)",
-                err=True,
-            )
-        else:
-            click.echo(f"serving at {result.url} (log {result.log} on {server.head.name})")
+        _render(result, server.head.name)
     return 1 if result.stopped else 0
+
+
+def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
+    engine = result.engine
+    if engine.get("backend"):
+        click.echo(
+            f"engine: vLLM ranks on {engine['backend']}, rendezvous "
+            f"tcp://{engine['init_address']}:{engine['init_port']}"
+        )
+    for rank in result.ranks:
+        click.echo(f"  rank {rank['rank']} on {rank['node']} ({rank['address']})")
+    if result.verdict["transport"] != "unknown":
+        click.echo(
+            f"NCCL's log: {result.verdict['transport']}, networks {result.verdict['networks']}"
+        )
+        for line in result.verdict["evidence"][:6]:
+            click.echo(f"  {line}")
+    traffic = result.traffic
+    if traffic.get("nodes"):
+        click.echo(f"counters during a {traffic['tokens']}-token request:")
+        for node, paths in traffic["nodes"].items():
+            shown = ", ".join(
+                f"{path} {v['name']} {_per_token(v['bytes_per_token'])}"
+                for path, v in paths.items()
+            )
+            click.echo(f"  {node}: {shown}")
+    proven = result.proven or "no"
+    click.echo(f"transport proven: {proven} (expected {result.expected})")
+    for problem in result.problems:
+        click.echo(f"  problem: {problem}", err=True)
+    if result.stopped:
+        click.echo(
+            "halo: error: the evidence shows another path than the plan asked for: "
+            "server stopped (--allow-fallback keeps it)",
+            err=True,
+        )
+    else:
+        click.echo(
+            f"serving {result.model} at {result.url} (ready in {result.ready_s:g} s; "
+            f"log {result.log} on {head})"
+        )
+
+
+def _per_token(value: float | None) -> str:
+    if value is None:
+        return "? B/token"
+    return f"{value / 1024:.1f} KiB/token" if value >= 1024 else f"{value:.0f} B/token"
 
 
 @click.command()
@@ -93,18 +140,20 @@ def stop(config_path: str | None) -> int:
 @click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @click.option("-n", "--lines", default=200, show_default=True, help="Lines to show first.")
-def logs(config_path: str | None, follow: bool, lines: int) -> int:
-    """Show the server's log on the head."""
+@click.option("--node", help="The node whose log to show (default the head; mp executor only).")
+def logs(config_path: str | None, follow: bool, lines: int, node: str | None) -> int:
+    """Show the server's log on the head (or on --node)."""
     server = _server(config_path, True)
-    text = server.tail(lines)
+    member = server.config.node(node) if node else server.head
+    text = server.tail(lines, member)
     sys.stdout.write(text)
     if not follow:
         return 0
-    offset = len(server.log_from(0).encode())
+    offset = len(server.log_from(0, member).encode())
     try:
         while True:
             time.sleep(1.0)
-            new = server.log_from(offset)
+            new = server.log_from(offset, member)
             if new:
                 sys.stdout.write(new)
                 sys.stdout.flush()
@@ -113,12 +162,54 @@ def logs(config_path: str | None, follow: bool, lines: int) -> int:
         return 0
 
 
+@click.command("serve-probe", hidden=True)
+@click.option("--host", default="127.0.0.1")
+@click.option("--port", type=int, required=True)
+@click.option("--tokens", type=click.IntRange(1, 4096), default=64)
+def serve_probe(host: str, port: int, tokens: int) -> int:
+    """Node side: one completion of --tokens tokens; prints {model, completion_tokens,
+    seconds} (key from $HALO_SERVE_KEY)."""
+    from halo_cluster.cluster.api import complete
+
+    try:
+        data = complete(host, port, os.environ.get("HALO_SERVE_KEY") or None, tokens)
+    except (OSError, ValueError) as err:
+        click.echo(f"request failed: {err}", err=True)
+        return 1
+    json.dump(data, sys.stdout)
+    return 0
+
+
+@click.command(hidden=True)
+@click.option("--fabric", metavar="ADDR", help="The fabric address (its interface is read).")
+@click.option("--mgmt", metavar="ADDR", help="The management address (its interface is read).")
+@click.option("--rdma", metavar="HCA:PORT", help="The RDMA port whose data counters are read.")
+@click.option("--root", default="/", show_default=True, help="Filesystem root to read.")
+def counters(fabric: str | None, mgmt: str | None, rdma: str | None, root: str) -> int:
+    """Node side: byte counters of the fabric and management interfaces and the RDMA port,
+    as JSON {paths: {fabric|mgmt|rdma: {name, rx_bytes, tx_bytes}}, warnings}."""
+    from halo_cluster.facts.counters import read_paths
+    from halo_cluster.facts.root import Root
+
+    port = None
+    if rdma:
+        hca, _, number = rdma.partition(":")
+        port = (hca, int(number) if number.isdigit() else 1)
+    reader = Root(root)
+    paths = read_paths(reader, fabric, mgmt, port)
+    json.dump(
+        {"paths": {k: v.to_dict() for k, v in paths.items()}, "warnings": reader.warnings},
+        sys.stdout,
+    )
+    return 0
+
+
 @click.command("serve-health", hidden=True)
 @click.option("--host", default="127.0.0.1")
 @click.option("--port", type=int, required=True)
 def serve_health(host: str, port: int) -> int:
     """Node side: exit 0 when /health and /v1/models answer (key from $HALO_SERVE_KEY)."""
-    from halo_cluster.cluster.serve import health
+    from halo_cluster.cluster.api import health
 
     try:
         data = health(host, port, os.environ.get("HALO_SERVE_KEY") or None)

@@ -28,6 +28,9 @@ from halo_cluster.runner import Result, Runner, exports
 from halo_cluster.transport import TransportPlan, plan_transport
 
 START_TIMEOUT_S = 120.0
+# The Ray resource a CPU-only node declares: one unit per engine rank it takes. halo's
+# vLLM CPU adapter (engine/vllm_cpu_ray) makes it vLLM's device key on the CPU platform.
+ENGINE_RESOURCE = "vllm_cpu"
 REGISTER_TIMEOUT_S = 60.0
 
 
@@ -41,6 +44,7 @@ class UpResult:
     already: list[str] = field(default_factory=list)
     plans: dict[str, TransportPlan] = field(default_factory=dict)
     nodes_alive: list[str] = field(default_factory=list)
+    ranks: dict[str, int] = field(default_factory=dict)  # engine ranks each node offers
 
 
 def node_script(env: Mapping[str, str], argv: list[str]) -> str:
@@ -98,13 +102,16 @@ def start_argv(
     gpus = node.gpus if node.gpus is not None else gpus_found
     if node.gpus == 0 or gpus:
         argv.append(f"--num-gpus={gpus}")
+    if not gpus:
+        argv.append(f"--resources={json.dumps({ENGINE_RESOURCE: 1})}")
     return argv
 
 
 def expected_resources(node: NodeConfig, gpus_found: int) -> tuple[str, float]:
-    """What registration must show for ``node``: its GPUs, or a CPU on a CPU-only node."""
+    """What registration must show for ``node``: its GPUs, or on a CPU-only node its
+    engine rank (``ENGINE_RESOURCE``)."""
     gpus = node.gpus if node.gpus is not None else gpus_found
-    return ("GPU", float(gpus)) if gpus else ("CPU", 1.0)
+    return ("GPU", float(gpus)) if gpus else (ENGINE_RESOURCE, 1.0)
 
 
 def registered(
@@ -248,6 +255,7 @@ class Lifecycle:
         except LifecycleError:
             self.rollback(result.started)
             raise
+        result.ranks = {name: int(amount) for name, _kind, amount in self.wanted().values()}
         write_state(self.config, result)
         return result
 
@@ -327,26 +335,44 @@ class Lifecycle:
             )
         started = state.get("started_at")
         return {
-            "serve": self.serve_health(),
+            "serve": self.serve_health(state.get("serve") or {}, nodes),
             "cluster": self.config.name,
             "head": self.config.head.name,
             "nodes": nodes,
             "up_s": round(time.time() - started, 1) if started and alive else None,
         }
 
-    def serve_health(self) -> dict[str, Any] | None:
-        """The [serve] endpoint's health, asked on the head (None when nothing is configured)."""
+    def serve_health(
+        self, served: dict[str, Any], nodes: list[dict[str, Any]]
+    ) -> dict[str, Any] | None:
+        """The server's health, asked on the head, and the nodes its ranks run on: a lost
+        node (unreachable, or its Ray gone) makes it unhealthy whatever /health says.
+        None when no server was started and none is configured."""
         serve, head = self.config.serve, self.config.head
-        if not serve.model:
+        if not served and not serve.model:
             return None
-        host = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
-        argv = [head.halo, "serve-health", "--host", host, "--port", str(serve.port)]
+        host = served.get("host") or serve.host
+        port = served.get("port") or serve.port
+        local = "127.0.0.1" if host == "0.0.0.0" else host
+        argv = [head.halo, "serve-health", "--host", local, "--port", str(port)]
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
         result = run_script(self.runners[head.name], head, env, argv, timeout=15)
+        members = set(served.get("nodes") or [])
+        lost = [
+            n["name"] for n in nodes if n["name"] in members and not (n["reachable"] and n["ray"])
+        ]
+        detail = result.stdout.strip() if result.ok else result.error_text()
+        if lost:
+            detail = f"lost {', '.join(lost)}" + ("" if result.ok else f"; {detail}")
         return {
-            "endpoint": f"http://{host}:{serve.port}",
-            "healthy": result.ok,
-            "detail": result.stdout.strip() if result.ok else result.error_text(),
+            "endpoint": f"http://{local}:{port}",
+            "healthy": result.ok and not lost,
+            "detail": detail,
+            "model": served.get("model") or serve.model,
+            "executor": served.get("executor"),
+            "ranks": served.get("ranks", []),
+            "proven": served.get("proven"),
+            "lost": lost,
         }
 
     def down(self) -> dict[str, str]:
@@ -423,10 +449,29 @@ def write_state(config: Config, result: UpResult) -> None:
         "head": config.head.name,
         "head_address": config.head.fabric_address or config.head.host,
         "started_at": previous.get("started_at") if not result.started else time.time(),
-        "nodes": {name: {"plan": plan.to_dict()} for name, plan in result.plans.items()},
+        "nodes": {
+            name: {"plan": plan.to_dict(), "ranks": result.ranks.get(name, 1)}
+            for name, plan in result.plans.items()
+        },
     }
     if data["started_at"] is None:
         data["started_at"] = time.time()
+    _write_json(path, data)
+
+
+def update_state(config: Config, key: str, value: Any) -> None:
+    """Set one top-level entry of the state file (atomically); no state: nothing to do."""
+    data = read_state(config)
+    if data is None:
+        return
+    if value is None:
+        data.pop(key, None)
+    else:
+        data[key] = value
+    _write_json(state_path(config), data)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=2)

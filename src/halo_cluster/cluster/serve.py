@@ -1,6 +1,12 @@
-"""``halo serve``: vLLM tensor-parallel on the Ray cluster, started on the head in the
-background with its log in a known file, healthy only when NCCL's own log proves the
-transport the plan asked for.
+"""``halo serve``: vLLM tensor-parallel across the cluster, started in the background with
+its log in a known file on each node, then proven: healthy only when the engine's own
+log and the nodes' counters agree that the traffic took the planned path.
+
+Executors:
+- ``ray``: one ``vllm serve`` on the head, its ranks Ray actors placed on the nodes (GPUs,
+  or the engine resource ``halo up`` declares on CPU-only nodes);
+- ``mp``: vLLM's own multi-node executor, one process per node, each started with its
+  own node's plan (``--nnodes/--node-rank``; the others ``--headless``).
 
 Secrets (the API key, HF_TOKEN) reach vLLM through the environment of the script fed to
 ``bash -s`` — vLLM reads ``VLLM_API_KEY`` as its ``--api-key`` — never through argv, logs,
@@ -9,91 +15,101 @@ state or JSON.
 
 from __future__ import annotations
 
-import json
-import shlex
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, node_script, read_state
+from halo_cluster.cluster import proof
+from halo_cluster.cluster.lifecycle import (
+    Lifecycle,
+    LifecycleError,
+    node_script,
+    read_state,
+    update_state,
+)
+from halo_cluster.cluster.serve_plan import (
+    PREFLIGHT,
+    Placement,
+    background_script,
+    is_local_model,
+    log_paths,
+    placement,
+    preflight_script,
+    serve_argv,
+    stop_script,
+)
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
+from halo_cluster.engine_log import rank_nodes
 from halo_cluster.errors import UsageError
-from halo_cluster.nccl_log import LogVerdict, parse_logs
-from halo_cluster.runner import Result, exports
+from halo_cluster.runner import Result
 from halo_cluster.transport import TransportPlan
 
-STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
 HEALTH_TIMEOUT_S = 900.0
+WARMUP_TOKENS = 4
+PROBE_TOKENS = 64
+MP_MASTER_PORT = 29517
 
 
-@dataclass(frozen=True)
+@dataclass
 class ServeResult:
     url: str
     log: str
-    verdict: dict[str, Any]
+    executor: str
+    model: str
+    tp: int
     expected: str
-    stopped: bool
-
-
-def serve_argv(serve: ServeConfig, model: str, tp: int, unified_memory: bool) -> list[str]:
-    argv = [
-        *shlex.split(serve.command),
-        "serve",
-        model,
-        "--tensor-parallel-size",
-        str(tp),
-        "--pipeline-parallel-size",
-        str(serve.pipeline_parallel_size),
-        "--distributed-executor-backend",
-        "ray",
-        "--host",
-        serve.host,
-        "--port",
-        str(serve.port),
-    ]
-    utilization = serve.gpu_memory_utilization or (0.90 if unified_memory else None)
-    if utilization is not None:
-        argv += ["--gpu-memory-utilization", f"{utilization:g}"]
-    if serve.enforce_eager if serve.enforce_eager is not None else unified_memory:
-        argv.append("--enforce-eager")
-    if serve.max_model_len:
-        argv += ["--max-model-len", str(serve.max_model_len)]
-    return [*argv, *serve.extra_args]
-
-
-def log_paths(config: Config) -> tuple[str, str]:
-    """(log, pid file) on the head, as shell words (the state dir expands there)."""
-    return f"{STATE_DIR}/serve-{config.name}.log", f"{STATE_DIR}/serve-{config.name}.pid"
-
-
-def background_script(env: Mapping[str, str], argv: list[str], log: str, pid: str) -> str:
-    """Start ``argv`` detached, its output in ``log``, its pid in ``pid``."""
-    return (
-        f"set -e\n{exports(env)}mkdir -p {STATE_DIR}\n"
-        f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
-        f"echo $! > {pid}\n"
-    )
+    verdict: dict[str, Any]  # NCCL/RCCL's log
+    engine: dict[str, Any] = field(default_factory=dict)  # vLLM's own lines
+    traffic: dict[str, Any] = field(default_factory=dict)  # counters per token
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    proven: str | None = None
+    problems: list[str] = field(default_factory=list)
+    ready_s: float | None = None
+    warmup_s: float | None = None
+    stopped: bool = False
 
 
 class Server:
     def __init__(self, lifecycle: Lifecycle, progress: Callable[[str], None] | None = None) -> None:
         self.lifecycle = lifecycle
-        self.config = lifecycle.config
+        self.config: Config = lifecycle.config
         self.head: NodeConfig = self.config.head
         self.runner = lifecycle.runners[self.head.name]
         self.progress = progress or (lambda _m: None)
 
-    def _plan(self) -> TransportPlan | None:
+    # -- helpers --------------------------------------------------------------------------
+    def _plans(self) -> dict[str, TransportPlan]:
         state = read_state(self.config) or {}
-        data = state.get("nodes", {}).get(self.head.name, {}).get("plan")
-        return TransportPlan(**{**data, "warnings": tuple(data["warnings"])}) if data else None
+        plans = {}
+        for name, entry in state.get("nodes", {}).items():
+            data = entry.get("plan")
+            if data:
+                plans[name] = TransportPlan(**{**data, "warnings": tuple(data["warnings"])})
+        return plans
 
-    def _run(self, script: str, timeout: float = 60.0) -> Result:
-        return self.runner.run(
-            [*self.head.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout
+    def _capacity(self) -> dict[str, int]:
+        state = read_state(self.config) or {}
+        return {name: int(e.get("ranks", 1)) for name, e in state.get("nodes", {}).items()}
+
+    def _run(self, node: NodeConfig, script: str, timeout: float = 60.0) -> Result:
+        return self.lifecycle.runners[node.name].run(
+            [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout
         )
 
+    def _each(self, nodes: list[NodeConfig], work: Callable[[NodeConfig], Any]) -> list[Any]:
+        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
+            return list(pool.map(work, nodes))
+
+    def _served_nodes(self) -> list[NodeConfig]:
+        """The nodes the last serve started on (every node when unknown)."""
+        names = ((read_state(self.config) or {}).get("serve") or {}).get("nodes")
+        if not names:
+            return list(self.config.nodes)
+        return [n for n in self.config.nodes if n.name in names]
+
+    # -- start ----------------------------------------------------------------------------
     def start(
         self,
         model: str | None,
@@ -103,12 +119,46 @@ class Server:
         allow_fallback: bool,
         insecure: bool,
         wait_s: float = HEALTH_TIMEOUT_S,
+        executor: str | None = None,
     ) -> ServeResult:
         serve = self.config.serve
-        serve = replace(serve, host=host or serve.host, port=port or serve.port)
+        serve = replace(
+            serve,
+            host=host or serve.host,
+            port=port or serve.port,
+            executor=executor or serve.executor,
+        )
         model = model or serve.model
         if not model:
             raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
+        api_key = self._check_key(serve, insecure)
+        plans = self._plans()
+        if self.head.name not in plans:
+            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
+        tp = tp or serve.tensor_parallel_size or len(self.config.nodes)
+        world = tp * serve.pipeline_parallel_size
+        places = placement(self.config.nodes, self._capacity(), world, f"--tp {tp}")
+        self.stop()
+        self._preflight(serve, model, places)
+        started = time.monotonic()
+        self._launch(serve, model, tp, places, plans, api_key)
+        try:
+            self._wait_healthy(serve, places, wait_s)
+            ready_s = time.monotonic() - started
+            self.progress("warming up (one short request)")
+            warm = self._complete(serve, WARMUP_TOKENS)
+        except BaseException:
+            self.stop()
+            raise
+        result = self._prove(serve, model, tp, places, plans)
+        result.ready_s, result.warmup_s = round(ready_s, 1), warm.get("seconds")
+        bad = bool(result.problems)
+        if bad and not allow_fallback:
+            self.stop()
+            result.stopped = True
+        return result
+
+    def _check_key(self, serve: ServeConfig, insecure: bool) -> str | None:
         api_key = secret(serve.api_key_env)
         if serve.api_key_env and not api_key:
             raise UsageError(
@@ -119,109 +169,222 @@ class Server:
                 "refusing to serve on 0.0.0.0 without an API key: set [serve] api_key_env, "
                 "bind a private address, or pass --insecure"
             )
-        plan = self._plan()
-        if plan is None:
-            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
-        tp = tp or serve.tensor_parallel_size or len(self.config.nodes)
-        unified = "APU" in plan.reasons.get("NCCL_NET_GDR_LEVEL", "")
+        return api_key
+
+    def _preflight(self, serve: ServeConfig, model: str, places: list[Placement]) -> None:
+        """Every node that takes ranks has the engine and the model; the head's port is free."""
+        self.progress("checking the engine, the model and the port on every node")
+        local_model = model if is_local_model(model) else None
+        head_port = ("127.0.0.1" if serve.host == "0.0.0.0" else serve.host, serve.port)
+
+        def check(node: NodeConfig) -> tuple[NodeConfig, Result]:
+            port = head_port if node is self.head else None
+            return node, self._run(node, preflight_script(serve.command, local_model, port), 30)
+
+        nodes = [p.node for p in places]
+        if self.head not in nodes:
+            nodes.insert(0, self.head)
+        for node, result in self._each(nodes, check):
+            if result.ok:
+                continue
+            reason = PREFLIGHT.get(result.returncode)
+            if reason is None:
+                raise LifecycleError(f"{node.name}: cannot check it: {result.error_text()}")
+            raise UsageError(
+                f"{node.name}: "
+                + reason.format(command=serve.command, model=model, port=serve.port)
+            )
+
+    def _env(self, node: NodeConfig, plan: TransportPlan, api_key: str | None) -> dict[str, str]:
         env = {
             **plan.env,
-            **dict(self.head.env),
+            **dict(node.env),
             "NCCL_DEBUG": "INFO",
             "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            # every rank's start-up line must reach the log (Ray folds lines that differ
+            # only in numbers, such as "rank=1")
+            "RAY_DEDUP_LOGS": "0",
         }
         for name, value in (("VLLM_API_KEY", api_key), ("HF_TOKEN", secret("HF_TOKEN"))):
             if value:
                 env[name] = value
-        log, pid = log_paths(self.config)
-        self.stop()
-        self.progress(f"starting {serve.command} serve {model} (TP={tp}) on {self.head.name}")
-        started = self._run(background_script(env, serve_argv(serve, model, tp, unified), log, pid))
-        if not started.ok:
-            raise LifecycleError(
-                f"could not start the server on {self.head.name}: {started.error_text()}"
-            )
-        self._wait_healthy(serve.host, serve.port, serve.api_key_env, wait_s)
-        verdict = self.verdict()
-        expected = "rdma" if plan.is_rdma else "socket"
-        bad = verdict.transport != "unknown" and not verdict.meets(expected)
-        if bad and not allow_fallback:
-            self.stop()
-        url = f"http://{serve.host if serve.host != '0.0.0.0' else self.head.host}:{serve.port}"
-        return ServeResult(
-            url, log, verdict.to_dict(), expected, stopped=bad and not allow_fallback
-        )
+        return env
 
-    def _wait_healthy(self, host: str, port: int, key_env: str | None, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
-        local = "127.0.0.1" if host == "0.0.0.0" else host
-        argv = [
-            *self.head.exec_prefix,
-            self.head.halo,
-            "serve-health",
-            "--host",
-            local,
-            "--port",
-            str(port),
-        ]
-        script_env = {"HALO_SERVE_KEY": secret(key_env) or ""}
-        while True:
-            result = self.runner.run(
-                [*self.head.exec_prefix, "bash", "-s"],
-                stdin=node_script(script_env, argv[len(self.head.exec_prefix) :]),
-                timeout=30,
-            )
-            if result.ok:
-                return
-            if not self._alive():
-                raise LifecycleError(f"the server exited while starting; its log: {self.tail(20)}")
-            if time.monotonic() > deadline:
+    def _launch(
+        self,
+        serve: ServeConfig,
+        model: str,
+        tp: int,
+        places: list[Placement],
+        plans: dict[str, TransportPlan],
+        api_key: str | None,
+    ) -> None:
+        unified = "APU" in plans[self.head.name].reasons.get("NCCL_NET_GDR_LEVEL", "")
+        nodes = [self.head] if serve.executor == "ray" else [p.node for p in places]
+        update_state(self.config, "serve", {"nodes": [n.name for n in nodes]})
+        master = plans[self.head.name].address or self.head.host
+        for index, node in enumerate(nodes):
+            mp = (index, len(nodes), master, MP_MASTER_PORT) if serve.executor == "mp" else None
+            argv = serve_argv(serve, model, tp, unified, mp)
+            self.progress(f"starting vllm serve {model} (TP={tp}, {serve.executor}) on {node.name}")
+            env = self._env(node, plans[node.name], api_key)
+            started = self._run(node, background_script(env, argv, self.config.name))
+            if not started.ok:
                 self.stop()
+                raise LifecycleError(
+                    f"could not start the server on {node.name}: {started.error_text()}"
+                )
+
+    def _wait_healthy(self, serve: ServeConfig, places: list[Placement], wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        local = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
+        argv = [self.head.halo, "serve-health", "--host", local, "--port", str(serve.port)]
+        script = node_script({"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}, argv)
+        started = time.monotonic()
+        while True:
+            if self._run(self.head, script, 30).ok:
+                return
+            dead = [n.name for n in self._served_nodes() if not self._alive(n)]
+            if dead:
+                raise LifecycleError(
+                    f"the server exited while starting on {', '.join(dead)}: "
+                    f"{self.fatal_line(self.config.node(dead[0]))}"
+                )
+            if time.monotonic() > deadline:
                 raise LifecycleError(
                     f"the server did not become healthy within {wait_s:g} s; stopped it"
                 )
-            self.progress("waiting for /health and /v1/models")
+            waited = time.monotonic() - started
+            if int(waited) // 10 != int(waited - 1.5) // 10:  # a line every 10 s
+                self.progress(f"waiting for /health ({waited:.0f} s)")
             time.sleep(1.0)
 
-    def _alive(self) -> bool:
-        _log, pid = log_paths(self.config)
-        return self._run(f'kill -0 "$(cat {pid})" 2>/dev/null\n').ok
+    def _complete(self, serve: ServeConfig, tokens: int) -> dict[str, Any]:
+        import json
 
-    def tail(self, lines: int = 200) -> str:
-        log, _pid = log_paths(self.config)
-        return self._run(f"tail -n {int(lines)} {log}\n").stdout
+        local = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
+        argv = [self.head.halo, "serve-probe", "--host", local, "--port", str(serve.port)]
+        argv += ["--tokens", str(tokens)]
+        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
+        result = self._run(self.head, node_script(env, argv), 300)
+        if not result.ok:
+            raise LifecycleError(f"a request to the server failed: {result.error_text()}")
+        try:
+            data: dict[str, Any] = json.loads(result.stdout)
+        except ValueError:
+            raise LifecycleError(f"serve-probe answered {result.stdout[:200]!r}") from None
+        return data
 
-    def log_from(self, offset: int) -> str:
-        log, _pid = log_paths(self.config)
-        return self._run(f"tail -c +{int(offset) + 1} {log} 2>/dev/null\n").stdout
+    # -- proof ----------------------------------------------------------------------------
+    def _prove(
+        self,
+        serve: ServeConfig,
+        model: str,
+        tp: int,
+        places: list[Placement],
+        plans: dict[str, TransportPlan],
+    ) -> ServeResult:
+        head_plan = plans[self.head.name]
+        expected = "rdma" if head_plan.is_rdma else "socket"
+        addresses = {p.node.name: plans[p.node.name].address or p.node.host for p in places}
+        logs = [
+            (f"{n.name}:serve.log", plans[n.name].address, self.log_text(n))
+            for n in self._served_nodes()
+        ]
+        engine, nccl, problems = proof.engine_witness(logs, head_plan.address, addresses)
+        if engine.backend == "gloo" and expected != "socket":
+            problems.append("the ranks used Gloo (TCP sockets) although RDMA was planned")
+        elif engine.backend == "nccl" and nccl.transport != "unknown" and not nccl.meets(expected):
+            problems.append(f"NCCL's log shows {nccl.transport}, the plan asked for {expected}")
+        self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
+        nodes = [p.node for p in places]
+        before = proof.read_counters(self.lifecycle.runners, nodes, plans)
+        probe = self._complete(serve, PROBE_TOKENS)
+        after = proof.read_counters(self.lifecycle.runners, nodes, plans)
+        traffic = proof.traffic_witness(
+            before, after, int(probe["completion_tokens"]), head_plan.is_rdma
+        )
+        traffic["seconds"] = probe["seconds"]
+        problems += traffic["problems"]
+        where = rank_nodes(engine, addresses, self.head.name)
+        ranks = [
+            {"rank": r.rank, "node": where.get(r.rank), "address": r.address or head_plan.address}
+            for r in engine.ranks
+        ]
+        log, _pid = log_paths(self.config.name)
+        host = serve.host if serve.host != "0.0.0.0" else self.head.host
+        result = ServeResult(
+            url=f"http://{host}:{serve.port}",
+            log=self._run(self.head, f"echo {log}\n").stdout.strip() or log,
+            executor=serve.executor,
+            model=model,
+            tp=tp,
+            expected=expected,
+            verdict=nccl.to_dict(),
+            engine=engine.to_dict(),
+            traffic=traffic,
+            ranks=ranks,
+            proven=None if problems else (engine.backend == "gloo" and "socket") or expected,
+            problems=problems,
+        )
+        update_state(self.config, "serve", self.summary(result, serve))
+        return result
 
-    def verdict(self) -> LogVerdict:
-        log, _pid = log_paths(self.config)
-        text = self._run(f"cat {log}\n", timeout=120).stdout
-        return parse_logs([("serve.log", text.splitlines())])
+    def summary(self, result: ServeResult, serve: ServeConfig) -> dict[str, Any]:
+        """What the state file keeps of a serve (no secrets): where it runs and its proof."""
+        return {
+            "model": result.model,
+            "executor": result.executor,
+            "tp": result.tp,
+            "host": serve.host,
+            "port": serve.port,
+            "url": result.url,
+            "nodes": sorted({str(r["node"]) for r in result.ranks} | {self.head.name}),
+            "ranks": result.ranks,
+            "proven": result.proven,
+            "backend": result.engine.get("backend"),
+            "init_method": f"tcp://{result.engine.get('init_address')}:"
+            f"{result.engine.get('init_port')}",
+            "bytes_per_token": {
+                node: {path: v.get("bytes_per_token") for path, v in paths.items()}
+                for node, paths in result.traffic.get("nodes", {}).items()
+            },
+            "problems": result.problems,
+            "started_at": time.time(),
+        }
+
+    # -- running server -------------------------------------------------------------------
+    def _alive(self, node: NodeConfig) -> bool:
+        _log, pid = log_paths(self.config.name)
+        return self._run(node, f'kill -0 "$(cat {pid})" 2>/dev/null\n').ok
+
+    def log_text(self, node: NodeConfig) -> str:
+        log, _pid = log_paths(self.config.name)
+        return self._run(node, f"cat {log} 2>/dev/null\n", timeout=120).stdout
+
+    def fatal_line(self, node: NodeConfig) -> str:
+        """The line of the log that says why the engine stopped (else its last lines)."""
+        from halo_cluster.engine_log import clean
+
+        lines = [clean(line).strip() for line in self.log_text(node).splitlines()]
+        lines = [line for line in lines if line]
+        for line in reversed(lines):
+            if ("Error" in line or "refuses" in line) and not line.startswith("File "):
+                return line[-400:]
+        return " | ".join(lines[-3:])[-400:] or "its log is empty"
+
+    def tail(self, lines: int = 200, node: NodeConfig | None = None) -> str:
+        log, _pid = log_paths(self.config.name)
+        return self._run(node or self.head, f"tail -n {int(lines)} {log}\n").stdout
+
+    def log_from(self, offset: int, node: NodeConfig | None = None) -> str:
+        log, _pid = log_paths(self.config.name)
+        return self._run(
+            node or self.head, f"tail -c +{int(offset) + 1} {log} 2>/dev/null\n"
+        ).stdout
 
     def stop(self) -> bool:
-        """Stop the server (its whole process group); True when one was running."""
-        _log, pid = log_paths(self.config)
-        script = (
-            f'p="$(cat {pid} 2>/dev/null)" || exit 3\n'
-            'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || exit 3\n'
-            'for i in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done\n'
-            'kill -KILL -- "-$p" 2>/dev/null || true\n'
-            f"rm -f {pid}\n"
-        )
-        return self._run(script).ok
-
-
-def health(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Node side: GET /health and /v1/models of the server on this node."""
-    import urllib.request
-
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    out: dict[str, Any] = {}
-    for path in ("/health", "/v1/models"):
-        request = urllib.request.Request(f"http://{host}:{port}{path}", headers=headers)
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read().decode("utf-8", "replace")
-        out[path] = json.loads(body) if path == "/v1/models" else body
-    return out
+        """Stop the server on every node it ran on; True when one was running."""
+        script = stop_script(self.config.name)
+        results = self._each(list(self.config.nodes), lambda n: self._run(n, script, 60))
+        return any(r.ok for r in results)

@@ -35,8 +35,9 @@ def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
     host_pub = (d / "host_ed25519.pub").read_text().split()
     known = []
     for node in state.nodes:
+        Path(state.home(node)).mkdir(parents=True, exist_ok=True)
         (d / f"sshd_config.{node.name}").write_text(
-            _sshd_config(d, node.mgmt_address, node.fabric_address)
+            _sshd_config(d, state.home(node), node.mgmt_address, node.fabric_address)
         )
         names = f"{node.name},{node.name}-fabric,{node.mgmt_address},{node.fabric_address}"
         known.append(f"{names} {host_pub[0]} {host_pub[1]}\n")
@@ -45,10 +46,12 @@ def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
     (d / "halo.toml").write_text(_halo_toml(state, halo))
 
 
-def _sshd_config(d: Path, *addresses: str) -> str:
+def _sshd_config(d: Path, home: str, *addresses: str) -> str:
     listen = "".join(f"ListenAddress {a}\n" for a in addresses)
     return (
         f"# halo lab node sshd: root by key only\n{listen}Port 22\n"
+        # each node its own HOME: logs, pid files and caches of two nodes never collide
+        f"SetEnv HOME={home}\n"
         f"HostKey {d / 'host_ed25519'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\n"
@@ -74,13 +77,40 @@ def _ssh_config(d: Path, state: LabState) -> str:
 
 
 def _halo_toml(state: LabState, halo: str) -> str:
+    engine = ""
+    if state.engine:
+        bin_dir = Path(state.engine) / "bin"
+        engine = (
+            "\n# the engine environment (vLLM CPU, Ray, halo's adapter), read-only on every node\n"
+            f'[ray]\ncommand = "{bin_dir / "ray"}"\n\n'
+            f'[serve]\ncommand = "{bin_dir / "vllm"}"\n'
+            # a small model on a small machine: short context, few sequences, no graph
+            # compilation (ready in about half the time)
+            "max_model_len = 1024\nmax_num_seqs = 8\nenforce_eager = true\n"
+        )
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
         f'mgmt_address = "{n.mgmt_address}"\n'
-        f'halo = "{halo}"\ngpus = 0\n'
-        for n in state.nodes
+        f'halo = "{halo}"\ngpus = 0\n{_engine_env(state, i)}'
+        for i, n in enumerate(state.nodes)
     )
     return (
         f'# written by halo lab up: lab nodes are CPU-only\n[cluster]\nname = "lab-{state.name}"\n'
-        f'transport = "ethernet"\nssh_config = "ssh_config"\n{nodes}'
+        f'transport = "ethernet"\nssh_config = "ssh_config"\n{engine}{nodes}'
     )
+
+
+def _engine_env(state: LabState, index: int) -> str:
+    """The engine's environment on lab node ``index``: no hub (nothing is downloaded),
+    a 1 GiB KV cache, and one core of this machine per node for the engine's threads
+    (the nodes share the machine's cores; vLLM's own executor binds its ranks there)."""
+    if not state.engine:
+        return ""
+    core = index % (os.cpu_count() or 1)
+    values = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": str(core),
+    }
+    return "env = { " + ", ".join(f'{k} = "{v}"' for k, v in values.items()) + " }\n"

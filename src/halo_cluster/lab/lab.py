@@ -8,6 +8,7 @@ Killing a node's PID-namespace init ends every process of that node, which is ho
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -40,6 +41,8 @@ TOOLS = {
     "ssh-keygen": "openssh-client (Debian) / openssh (Fedora)",
 }
 SSHD_WAIT_S = 10.0
+# what 'halo lab exec' passes from the caller's environment into a node
+EXEC_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ")
 
 
 class LabError(HaloError):
@@ -90,7 +93,15 @@ class Lab:
         raise LabError("no free 198.18.X.0/24 subnet left: remove old labs with 'halo lab down'")
 
     # -- up -----------------------------------------------------------------------------
-    def up(self, name: str, directory: Path, nodes: int, fabric_mtu: int, halo: str) -> LabState:
+    def up(
+        self,
+        name: str,
+        directory: Path,
+        nodes: int,
+        fabric_mtu: int,
+        halo: str,
+        engine: str | None = None,
+    ) -> LabState:
         tools = require_tools()
         if not 2 <= nodes <= 8:
             raise UsageError("--nodes must be between 2 and 8")
@@ -100,7 +111,14 @@ class Lab:
                 f"'halo lab down --name {name}' first"
             )
         directory.mkdir(parents=True, exist_ok=True)
-        state = plan_lab(name, directory.resolve(), nodes, fabric_mtu, self._free_subnet())
+        if engine is not None:
+            engine = os.path.realpath(engine)  # the nodes bind the real directory
+            if not os.path.isfile(os.path.join(engine, "bin", "python")):
+                raise UsageError(
+                    f"--engine {engine}: not an environment (no bin/python); build it with "
+                    "'make engine'"
+                )
+        state = plan_lab(name, directory.resolve(), nodes, fabric_mtu, self._free_subnet(), engine)
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
             write_lab_files(state, halo, tools["ssh-keygen"])
@@ -162,15 +180,19 @@ class Lab:
 
     def _start(self, state: LabState, node: LabNode, tools: dict[str, str]) -> LabNode:
         """The node's init: its own PID, mount and UTS namespaces inside its network
-        namespace; private /tmp and /run; sshd; then it only reaps orphans."""
+        namespace; private /tmp, /run and /dev/shm (hosts share none of them: an engine that
+        sees one /dev/shm believes its ranks share a host); the engine environment mounted
+        read-only, as a container image would be; sshd; then it only reaps orphans."""
         sshd_config = Path(state.dir) / f"sshd_config.{node.name}"
         script = (
             "set -e\n"
             f"hostname {shlex.quote(node.name)}\n"
             "mount -t tmpfs -o mode=755 tmpfs /run\n"
             "mkdir -p /run/sshd\n"
+            "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{_private_tmp_script(keep_paths(state))}"
+            f"{_read_only_script(state.engine)}"
             f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
             "trap 'exit 0' TERM\n"
             "while :; do sleep 3600 & wait $! || true; done\n"
@@ -258,10 +280,17 @@ class Lab:
         self._wait_sshd(_with_nodes(new, [fresh]))
         return new
 
-    def exec_argv(self, node: LabNode, command: Sequence[str]) -> list[str]:
+    def exec_argv(
+        self, node: LabNode, command: Sequence[str], home: str | None = None
+    ) -> list[str]:
+        """Run ``command`` inside ``node`` with the environment a login there would have,
+        not the caller's: only ``EXEC_ENV`` passes (an inherited TMPDIR or XDG directory
+        would make two nodes share state), and HOME is the node's own."""
         if node.init_pid is None or not pid_alive(node.init_pid):
             raise LabError(f"{node.name} is not running (killed?): 'halo lab down' and 'up' again")
         nsenter = shutil.which("nsenter") or "nsenter"
+        env = [f"{k}={v}" for k, v in os.environ.items() if k in EXEC_ENV]
+        env += [f"HOME={home or '/root'}", f"HOSTNAME={node.name}"]
         return [
             nsenter,
             "--target",
@@ -271,6 +300,9 @@ class Lab:
             "--mount",
             "--uts",
             "--",
+            "env",
+            "-i",
+            *env,
             *command,
         ]
 
@@ -308,16 +340,16 @@ def _private_tmp_script(kept: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def _read_only_script(path: str | None) -> str:
+    """Bind ``path`` onto itself read-only, inside the node's own mount namespace."""
+    if path is None:
+        return ""
+    quoted = shlex.quote(path)
+    return f"mount --bind {quoted} {quoted}\nmount -o remount,bind,ro {quoted} {quoted}\n"
+
+
 def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:
-    return LabState(
-        state.name,
-        state.dir,
-        state.subnet,
-        state.fabric_mtu,
-        state.mgmt_bridge,
-        state.fabric_bridge,
-        tuple(nodes),
-    )
+    return dataclasses.replace(state, nodes=tuple(nodes))
 
 
 def _replace_pid(node: LabNode, pid: int | None) -> LabNode:

@@ -39,6 +39,7 @@ class LabState:
     mgmt_bridge: str
     fabric_bridge: str
     nodes: tuple[LabNode, ...]
+    engine: str | None = None  # the engine environment every node sees, read-only
 
     @property
     def host_address(self) -> str:
@@ -55,6 +56,10 @@ class LabState:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def home(self, node: LabNode) -> str:
+        """The node's own HOME (state, caches, logs): hosts do not share theirs."""
+        return str(Path(self.dir) / "home" / node.name)
+
     @staticmethod
     def from_dict(data: dict[str, Any]) -> LabState:
         nodes = tuple(LabNode(**node) for node in data["nodes"])
@@ -69,7 +74,14 @@ def check_name(name: str) -> str:
     return name
 
 
-def plan_lab(name: str, directory: Path, nodes: int, fabric_mtu: int, subnet: int) -> LabState:
+def plan_lab(
+    name: str,
+    directory: Path,
+    nodes: int,
+    fabric_mtu: int,
+    subnet: int,
+    engine: str | None = None,
+) -> LabState:
     """Names and addresses, computed before anything is created. Interface names stay
     within the kernel's 15 characters."""
     members = tuple(
@@ -83,7 +95,9 @@ def plan_lab(name: str, directory: Path, nodes: int, fabric_mtu: int, subnet: in
         )
         for i in range(1, nodes + 1)
     )
-    return LabState(name, str(directory), subnet, fabric_mtu, f"hb{name}m", f"hb{name}f", members)
+    return LabState(
+        name, str(directory), subnet, fabric_mtu, f"hb{name}m", f"hb{name}f", members, engine
+    )
 
 
 def state_path(directory: Path) -> Path:
