@@ -30,8 +30,7 @@ _INIT = re.compile(
 )
 _RAY_PREFIX = re.compile(r"^\((?P<actor>[\w.]+) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?\)")
 _TCP = re.compile(r"^tcp://\[?(?P<host>[^\]]+?)\]?:(?P<port>\d+)$")
-_SHM_OFF = "falling back to torch.distributed"
-_SHM_ON = "_CPUSHMDistributed"
+_SHM_OFF = ("falling back to torch.distributed", "halo adapter:")
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class EngineVerdict:
     init_port: int | None
     world_size: int | None
     ranks: tuple[EngineRank, ...]
-    shm_fallback: bool  # vLLM said it falls back to torch.distributed (no shared memory)
+    shm_fallback: bool  # no shared-memory all-reduce: torch.distributed over the network
     evidence: tuple[str, ...] = field(default=())
 
     @property
@@ -83,7 +82,7 @@ def parse_engine_logs(logs: Iterable[tuple[str, str | None, Iterable[str]]]) -> 
     for name, node_address, lines in logs:
         for raw in lines:
             line = clean(raw)
-            if _SHM_OFF in line:
+            if any(marker in line for marker in _SHM_OFF):
                 fallback = True
                 evidence.append(line.strip())
             match = _INIT.search(line)
@@ -102,7 +101,7 @@ def parse_engine_logs(logs: Iterable[tuple[str, str | None, Iterable[str]]]) -> 
                 line=line.strip(),
             )
     ordered = tuple(ranks[k] for k in sorted(ranks))
-    evidence = [r.line for r in ordered] + evidence[:4]
+    evidence = [r.line for r in ordered] + list(dict.fromkeys(evidence))[:4]
     return _verdict(ordered, fallback, tuple(evidence))
 
 

@@ -1,21 +1,27 @@
-"""halo serve through the fake runner: the vLLM command line, the refusal when RDMA was
-planned and the log shows sockets, 0.0.0.0 without a key, secrets only in the script env."""
+"""halo serve through scripted nodes: vLLM's command lines (ray and mp executors), the ranks'
+placement, preflight errors naming the node, the two witnesses (vLLM's recorded Gloo lines
+and NCCL's recorded logs; counters per token) and the refusal when either shows another
+path than the plan, secrets only in the script environment, and stop on every node."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from halo_cluster.cluster.lifecycle import Lifecycle, UpResult, write_state
-from halo_cluster.cluster.serve import Server, serve_argv
+from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, UpResult, write_state
+from halo_cluster.cluster.serve import Server
+from halo_cluster.cluster.serve_plan import Placement, placement, preflight_script, serve_argv
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.runner import Result
-from halo_cluster.transport import plan_transport
+from halo_cluster.transport import TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
+
+VLLM = OUTPUTS / "vllm"
 
 
 def test_vllm_command_line_for_an_apu() -> None:
@@ -45,70 +51,318 @@ def test_vllm_command_line_for_an_apu() -> None:
     assert "--enforce-eager" not in serve_argv(ServeConfig(), "m", 2, unified_memory=False)
 
 
-class Head:
-    """A fake head node: scripts recorded, a server 'running' after start, a recorded log."""
+def test_mp_executor_command_lines_head_and_headless_worker() -> None:
+    serve = ServeConfig(command="/e/bin/vllm", max_model_len=1024, max_num_seqs=8, executor="mp")
+    head = serve_argv(serve, "/m", 2, False, (0, 2, "198.19.1.11", 29517))
+    worker = serve_argv(serve, "/m", 2, False, (1, 2, "198.19.1.11", 29517))
+    common = [
+        "/e/bin/vllm",
+        "serve",
+        "/m",
+        "--tensor-parallel-size",
+        "2",
+        "--pipeline-parallel-size",
+        "1",
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        "2",
+    ]
+    tail = ["--max-model-len", "1024", "--max-num-seqs", "8"]
+    assert head == [
+        *common,
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "198.19.1.11",
+        "--master-port",
+        "29517",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        *tail,
+    ]
+    assert worker == [
+        *common,
+        "--node-rank",
+        "1",
+        "--master-addr",
+        "198.19.1.11",
+        "--master-port",
+        "29517",
+        "--headless",
+        *tail,
+    ]
 
-    def __init__(self, log: str) -> None:
+
+NODES = (
+    NodeConfig("node1", "node1", "198.19.1.11", halo="/h/halo", mgmt_address="198.18.1.11"),
+    NodeConfig("node2", "node2", "198.19.1.12", halo="/h/halo", mgmt_address="198.18.1.12"),
+    NodeConfig("node3", "node3", "198.19.1.13", halo="/h/halo", mgmt_address="198.18.1.13"),
+)
+
+
+def test_placement_fills_nodes_in_order_and_names_the_capacity() -> None:
+    capacity = {"node1": 1, "node2": 1, "node3": 1}
+    assert placement(NODES, capacity, 2, "--tp 2") == [
+        Placement(NODES[0], 0, 1),
+        Placement(NODES[1], 1, 1),
+    ]
+    assert placement(NODES, {"node1": 2, "node2": 2}, 3, "--tp 3") == [
+        Placement(NODES[0], 0, 2),
+        Placement(NODES[1], 1, 1),
+    ]
+    with pytest.raises(UsageError) as err:
+        placement(NODES[:2], {"node1": 1, "node2": 1}, 3, "--tp 3")
+    assert str(err.value) == (
+        "--tp 3: the cluster offers 2 engine rank(s) (node1 1, node2 1); lower it or add nodes"
+    )
+
+
+def test_preflight_script_quotes_every_value() -> None:
+    script = preflight_script("/e/bin/vllm --x", "/models/a b;rm -rf /", ("127.0.0.1", 8000))
+    assert script == (
+        "command -v /e/bin/vllm >/dev/null 2>&1 || exit 10\n"
+        "test -f '/models/a b;rm -rf /'/config.json || exit 11\n"
+        "if timeout 2 bash -c 'exec 3<>'/dev/tcp/127.0.0.1/8000 2>/dev/null; then exit 12; fi\n"
+        "exit 0\n"
+    )
+
+
+def counters(fabric: int, mgmt: int, rdma: int | None = None) -> str:
+    paths: dict[str, Any] = {
+        "fabric": {"name": "enp194s0np0", "rx_bytes": fabric, "tx_bytes": fabric},
+        "mgmt": {"name": "eno1", "rx_bytes": mgmt, "tx_bytes": mgmt},
+    }
+    if rdma is not None:
+        paths["rdma"] = {"name": "rocep194s0/1", "rx_bytes": rdma, "tx_bytes": rdma}
+    return json.dumps({"paths": paths, "warnings": []})
+
+
+class Node:
+    """A scripted node: records scripts; a server 'runs' after its start script; its log,
+    its counters (advancing by ``per_token`` bytes per token and direction on each probe)."""
+
+    def __init__(self, log: str, per_token: tuple[int, int, int | None], **fail: int) -> None:
         self.scripts: list[str] = []
         self.running = False
         self.log = log
+        self.per_token = per_token
+        self.tokens = 0
+        self.fail = fail  # preflight exit code, e.g. {"preflight": 11}
 
     def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
         script = stdin or ""
         self.scripts.append(script)
+        args = tuple(argv)
+        if "command -v" in script:
+            return Result(args, self.fail.get("preflight", 0), "", "")
         if "setsid" in script:
             self.running = True
         elif "serve-health" in script:
-            return Result(tuple(argv), 0 if self.running else 1, "{}", "")
+            return Result(args, 0 if self.running else 1, '{"models": ["m"]}', "")
+        elif "serve-probe" in script:
+            tokens = int(script.split("--tokens ", 1)[1].split()[0])
+            for node in CLUSTER.values():
+                node.tokens += tokens
+            body = {"model": "m", "completion_tokens": tokens, "seconds": 1.5}
+            return Result(args, 0, json.dumps(body), "")
+        elif " counters" in script:
+            fabric, mgmt, rdma = (v * self.tokens if v is not None else None for v in self.per_token)
+            return Result(args, 0, counters(fabric or 0, mgmt or 0, rdma), "")
         elif script.startswith("cat "):
-            return Result(tuple(argv), 0, self.log, "")
+            return Result(args, 0, self.log, "")
+        elif script.startswith("echo "):
+            return Result(args, 0, "/root/.local/state/halo/serve-lab.log\n", "")
         elif "kill -TERM" in script:
             was, self.running = self.running, False
-            return Result(tuple(argv), 0 if was else 3, "", "")
-        return Result(tuple(argv), 0, "", "")
+            return Result(args, 0 if was else 3, "", "")
+        elif script.startswith("kill -0"):
+            return Result(args, 0 if self.running else 1, "", "")
+        return Result(args, 0, "", "")
 
 
-def server(tmp_path: Path, log: str, serve: ServeConfig) -> tuple[Server, Head]:
-    node = NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1", halo="/opt/halo/bin/halo")
-    config = Config(tmp_path / "halo.toml", "strix", "auto", (node,), serve=serve)
-    plan = plan_transport(collect_inventory(str(ROOTS / "strix-e810")), "auto", "192.168.100.2")
-    write_state(config, UpResult(started=["strix1"], plans={"strix1": plan}))
-    head = Head(log)
-    return Server(Lifecycle(config, {"strix1": head})), head  # type: ignore[dict-item]
+CLUSTER: dict[str, Node] = {}
+
+
+def lab_plan(address: str) -> TransportPlan:
+    return TransportPlan(
+        "ethernet",
+        None,
+        None,
+        "enp194s0np0",
+        address,
+        {"GLOO_SOCKET_IFNAME": "enp194s0np0", "VLLM_HOST_IP": address},
+        {},
+    )
+
+
+def cluster(
+    tmp_path: Path,
+    nodes: dict[str, Node],
+    serve: ServeConfig,
+    plans: dict[str, TransportPlan] | None = None,
+) -> Server:
+    CLUSTER.clear()
+    CLUSTER.update(nodes)
+    members = tuple(n for n in NODES if n.name in nodes)
+    config = Config(tmp_path / "halo.toml", "lab", "ethernet", members, serve=serve)
+    plans = plans or {n.name: lab_plan(n.fabric_address or "") for n in members}
+    result = UpResult(started=list(nodes), plans=plans, ranks={n: 1 for n in nodes})
+    write_state(config, result)
+    return Server(Lifecycle(config, nodes))  # type: ignore[arg-type]
+
+
+def test_gloo_across_two_nodes_is_proven_by_both_witnesses(tmp_path: Path) -> None:
+    log = (VLLM / "ray-tp2-head.log").read_text()
+    nodes = {"node1": Node(log, (24_000, 40, None)), "node2": Node("", (24_000, 20, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", command="/e/bin/vllm"))
+    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    assert (result.proven, result.problems, result.stopped) == ("socket", [], False)
+    assert result.ranks == [
+        {"rank": 0, "node": "node1", "address": "198.19.1.11"},
+        {"rank": 1, "node": "node2", "address": "198.19.1.12"},
+    ]
+    assert result.engine["backend"] == "gloo" and result.engine["init_address"] == "198.19.1.11"
+    assert result.traffic["tokens"] == 64
+    assert result.traffic["nodes"]["node2"] == {
+        "fabric": {
+            "name": "enp194s0np0",
+            "rx_bytes": 64 * 24_000,
+            "tx_bytes": 64 * 24_000,
+            "bytes_per_token": 48_000.0,
+        },
+        "mgmt": {"name": "eno1", "rx_bytes": 64 * 20, "tx_bytes": 64 * 20, "bytes_per_token": 40.0},
+    }
+    start = next(s for s in nodes["node1"].scripts if "setsid" in s)
+    assert "--distributed-executor-backend ray" in start and "export RAY_DEDUP_LOGS=0" in start
+    assert not any("setsid" in s for s in nodes["node2"].scripts)  # ray: one driver, on the head
+    warm = [s for s in nodes["node1"].scripts if "serve-probe" in s]
+    assert ["--tokens 4" in warm[0], "--tokens 64" in warm[1]] == [True, True]
+    state = json.loads((tmp_path / ".halo" / "lab.state.json").read_text())
+    assert state["serve"]["ranks"] == result.ranks and state["serve"]["proven"] == "socket"
+    assert state["serve"]["nodes"] == ["node1", "node2"]
+
+
+def test_traffic_on_the_management_network_is_refused(tmp_path: Path) -> None:
+    log = (VLLM / "ray-tp2-head.log").read_text()
+    nodes = {"node1": Node(log, (100, 24_000, None)), "node2": Node("", (100, 24_000, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"))
+    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    assert result.stopped and result.proven is None and not nodes["node1"].running
+    assert result.problems == [
+        "node1: the fabric interface carried only 200 B/token: the tensor-parallel traffic "
+        "went elsewhere",
+        "node2: the fabric interface carried only 200 B/token: the tensor-parallel traffic "
+        "went elsewhere",
+    ]
+
+
+def test_mp_executor_starts_every_node_with_its_own_plan(tmp_path: Path) -> None:
+    logs = [(VLLM / f"mp-tp2-node{i}.log").read_text() for i in (1, 2)]
+    nodes = {"node1": Node(logs[0], (24_000, 40, None)), "node2": Node(logs[1], (24_000, 9, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", executor="mp"))
+    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    assert (result.proven, result.executor) == ("socket", "mp")
+    assert [r["node"] for r in result.ranks] == ["node1", "node2"]
+    for name, rank in (("node1", "0"), ("node2", "1")):
+        start = next(s for s in nodes[name].scripts if "setsid" in s)
+        assert f"--node-rank {rank}" in start and "--master-addr 198.19.1.11" in start
+        assert f"export VLLM_HOST_IP=198.19.1.1{int(rank) + 1}" in start
+    assert "--headless" in next(s for s in nodes["node2"].scripts if "setsid" in s)
+    assert srv.stop() and not nodes["node1"].running and not nodes["node2"].running
+
+
+def test_preflight_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
+    nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None), preflight=10)}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", command="/e/bin/vllm"))
+    with pytest.raises(UsageError) as err:
+        srv.start(None, 2, None, None, False, False, wait_s=5)
+    assert str(err.value) == (
+        "node2: the engine command /e/bin/vllm is not installed there: build the engine "
+        "environment ('make engine') or set [serve] command"
+    )
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+    nodes = {"node1": Node("", (0, 0, None), preflight=12), "node2": Node("", (0, 0, None))}
+    with pytest.raises(UsageError, match="node1: port 8000 is already in use there"):
+        cluster(tmp_path, nodes, ServeConfig(model="/m")).start(None, 2, None, None, False, False)
+
+
+def test_a_server_that_dies_while_starting_is_named_with_its_fatal_line(tmp_path: Path) -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "halo_vllm_cpu_ray.UnsupportedVllm: halo-vllm-cpu-ray was written for vLLM 0.32.0 and "
+        "refuses vLLM 0.33.0: install the engine environment halo pins ('make engine')\n"
+    )
+
+    class Dies(Node):
+        def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
+            result = super().run(argv, stdin, timeout, on_line)
+            if "setsid" in (stdin or ""):
+                self.running = False
+            return result
+
+    nodes = {"node1": Dies(log, (0, 0, None)), "node2": Node("", (0, 0, None))}
+    with pytest.raises(LifecycleError) as err:
+        cluster(tmp_path, nodes, ServeConfig(model="/m")).start(None, 2, None, None, False, False)
+    assert str(err.value).startswith(
+        "the server exited while starting on node1: halo_vllm_cpu_ray.UnsupportedVllm: "
+        "halo-vllm-cpu-ray was written for vLLM 0.32.0 and refuses vLLM 0.33.0"
+    )
+
+
+def strix_plan() -> TransportPlan:
+    return plan_transport(collect_inventory(str(ROOTS / "strix-e810")), "auto", "192.168.100.2")
 
 
 def test_rdma_planned_but_socket_logged_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The NCCL witness, on a recorded socket-fallback log (the stand-in's kind of evidence
+    is only ever used for this refusal path)."""
     monkeypatch.setenv("HALO_KEY", "k3y-secret")
     log = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
-    srv, head = server(tmp_path, log, ServeConfig(model="m", api_key_env="HALO_KEY"))
-    result = srv.start(None, None, None, None, allow_fallback=False, insecure=False, wait_s=5)
+    nodes = {"node1": Node(log, (0, 0, 30_000))}
+    srv = cluster(
+        tmp_path,
+        nodes,
+        ServeConfig(model="m", api_key_env="HALO_KEY"),
+        {"node1": strix_plan()},
+    )
+    result = srv.start(None, 1, None, None, allow_fallback=False, insecure=False, wait_s=5)
     assert result.stopped and result.expected == "rdma" and result.verdict["transport"] == "socket"
-    assert not head.running
-    start = next(s for s in head.scripts if "setsid" in s)
+    assert not nodes["node1"].running
+    start = next(s for s in nodes["node1"].scripts if "setsid" in s)
     assert "export VLLM_API_KEY=k3y-secret" in start and "export NCCL_DEBUG=INFO" in start
     assert "export NCCL_IB_HCA==rocep194s0:1" in start
-    command = start.split("setsid ", 1)[1]
-    assert "k3y-secret" not in command  # never argv
+    assert "k3y-secret" not in start.split("setsid ", 1)[1]  # never argv
     assert "k3y-secret" not in json.dumps(result.__dict__)
 
 
-def test_rdma_log_is_accepted_and_fallback_can_be_allowed(tmp_path: Path) -> None:
+def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
+    tmp_path: Path,
+) -> None:
     good = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
-    srv, head = server(tmp_path, good, ServeConfig(model="m"))
-    result = srv.start(None, None, None, None, allow_fallback=False, insecure=False, wait_s=5)
-    assert not result.stopped and head.running and result.verdict["transport"] == "roce"
+    nodes = {"node1": Node(good, (10, 10, 30_000))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="m"), {"node1": strix_plan()})
+    result = srv.start(None, 1, None, None, allow_fallback=False, insecure=False, wait_s=5)
+    assert not result.stopped and nodes["node1"].running and result.verdict["transport"] == "roce"
+    counted = next(s for s in nodes["node1"].scripts if " counters" in s)
+    assert "--rdma rocep194s0:1" in counted
     bad = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
-    srv, head = server(tmp_path / "b", bad, ServeConfig(model="m"))
-    kept = srv.start(None, None, None, None, allow_fallback=True, insecure=False, wait_s=5)
-    assert not kept.stopped and head.running
+    nodes = {"node1": Node(bad, (30_000, 10, 0))}
+    srv = cluster(tmp_path / "b", nodes, ServeConfig(model="m"), {"node1": strix_plan()})
+    kept = srv.start(None, 1, None, None, allow_fallback=True, insecure=False, wait_s=5)
+    assert not kept.stopped and nodes["node1"].running and kept.problems
 
 
 def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:
-    srv, head = server(tmp_path, "", ServeConfig(model="m", host="0.0.0.0"))
+    nodes = {"node1": Node("", (0, 0, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="m", host="0.0.0.0"))
     with pytest.raises(UsageError, match=r"refusing to serve on 0\.0\.0\.0 without an API key"):
         srv.start(None, None, None, None, allow_fallback=False, insecure=False, wait_s=5)
-    assert head.scripts == []
+    assert nodes["node1"].scripts == []
     with pytest.raises(UsageError, match="no model"):
-        server(tmp_path / "c", "", ServeConfig())[0].start(None, None, None, None, False, False, 5)
+        cluster(tmp_path / "c", nodes, ServeConfig()).start(None, None, None, None, False, False)

@@ -350,7 +350,17 @@ class Ranks:
         self.ray = ray
         self.spec = spec
         self.emit = emit
-        ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
+        import halo_cluster
+
+        # The ranks run in the Python of each node's Ray (the engine environment, which
+        # need not have halo): Ray ships this package to them.
+        package = os.path.dirname(halo_cluster.__file__)
+        ray.init(
+            address="auto",
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            runtime_env={"py_modules": [package]},
+        )
         alive = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
         self.addresses = {n["name"]: n["address"] for n in spec["nodes"]}
         missing = [f"{name} ({a})" for name, a in self.addresses.items() if a not in alive]

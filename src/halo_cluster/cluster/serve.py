@@ -141,16 +141,18 @@ class Server:
         self.stop()
         self._preflight(serve, model, places)
         started = time.monotonic()
-        self._launch(serve, model, tp, places, plans, api_key)
-        try:
+        try:  # whatever ends this early (an error, Ctrl-C) stops what it started
+            self._launch(serve, model, tp, places, plans, api_key)
             self._wait_healthy(serve, places, wait_s)
             ready_s = time.monotonic() - started
             self.progress("warming up (one short request)")
             warm = self._complete(serve, WARMUP_TOKENS)
+            result = self._prove(serve, model, tp, places, plans)
         except BaseException:
+            self.progress("stopping the server on every node")
             self.stop()
+            update_state(self.config, "serve", None)
             raise
-        result = self._prove(serve, model, tp, places, plans)
         result.ready_s, result.warmup_s = round(ready_s, 1), warm.get("seconds")
         bad = bool(result.problems)
         if bad and not allow_fallback:
@@ -291,10 +293,13 @@ class Server:
             (f"{n.name}:serve.log", plans[n.name].address, self.log_text(n))
             for n in self._served_nodes()
         ]
-        engine, nccl, problems = proof.engine_witness(logs, head_plan.address, addresses)
+        engine, nccl, rank_problems = proof.engine_witness(logs, head_plan.address, addresses)
+        problems = []
+        if engine.ranks or nccl.transport == "unknown":  # NCCL's log alone also witnesses
+            problems += rank_problems
         if engine.backend == "gloo" and expected != "socket":
             problems.append("the ranks used Gloo (TCP sockets) although RDMA was planned")
-        elif engine.backend == "nccl" and nccl.transport != "unknown" and not nccl.meets(expected):
+        if nccl.transport != "unknown" and not nccl.meets(expected):
             problems.append(f"NCCL's log shows {nccl.transport}, the plan asked for {expected}")
         self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
         nodes = [p.node for p in places]
@@ -324,7 +329,11 @@ class Server:
             engine=engine.to_dict(),
             traffic=traffic,
             ranks=ranks,
-            proven=None if problems else (engine.backend == "gloo" and "socket") or expected,
+            proven=None
+            if problems
+            else nccl.transport
+            if nccl.transport != "unknown"
+            else "socket",
             problems=problems,
         )
         update_state(self.config, "serve", self.summary(result, serve))
