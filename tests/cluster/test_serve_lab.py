@@ -1,118 +1,176 @@
-"""halo serve in the lab: the stand-in OpenAI server started through Ray's head, its NCCL log
-verdict, the refusal on a transport mismatch, and secrets kept out of argv, logs and state."""
+"""halo serve in the lab with the real engine (vLLM's CPU build from the engine environment,
+TP=2 across two lab nodes): the issue's acceptance run, the two witnesses, bench serve with
+tokens from usage, status naming the ranks and a lost node, heal and serve again with vLLM's
+own executor, stop leaving nothing, secrets kept out of argv, logs and state. The refusal
+path uses the forged stand-in engine (a recorded-style RCCL log), never the demo."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import urllib.request
+import time
 from pathlib import Path
 
 import pytest
 
+from halo_cluster.config import default_engine
 from halo_cluster.examples import EXAMPLES
-from tests.conftest import HALO, free_port, halo, require
+from tests.conftest import halo, require
 
 pytestmark = pytest.mark.lab
-STANDIN = EXAMPLES / "standin_vllm.py"
 SECRET = "s3cr3t-key-never-in-argv"
+LEFTOVER = "pgrep -af 'vllm serve|VLLM::|RayWorker|ray::IDLE' | grep -v pgrep; ls -A /dev/shm"
 
 
-def test_serve_verdict_refusal_and_secrets(tmp_path: Path) -> None:
+def _engine() -> str:
+    engine = default_engine()
+    require(engine is not None, "no engine environment (make engine builds .venv-engine)")
+    assert engine is not None
+    return engine
+
+
+def _node(tmp: Path, lab: str, node: str, script: str) -> str:
+    done = halo("lab", "exec", "--dir", str(tmp / lab), node, "--", "bash", "-c", script, cwd=tmp)
+    return done.stdout
+
+
+def _with_key(config: Path) -> None:
+    text = config.read_text()
+    config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
+
+
+def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "halo lab needs root")
-    require(
-        shutil.which("ray", path=str(Path(HALO).parent)) is not None,
-        "ray is not installed in this venv",
-    )
-    assert halo("lab", "up", "--name", "sv", cwd=tmp_path).returncode == 0
-    lab = tmp_path / ".halo-lab" / "sv"
+    _engine()
+    lab = tmp_path / "D"
     config = lab / "halo.toml"
-    standin = f"python3 {STANDIN}"  # halo's own installation is visible inside the nodes
-    status = json.loads(halo("lab", "status", "--name", "sv", "--json", cwd=tmp_path).stdout)
-    head_mgmt, port = status["nodes"][0]["mgmt_address"], free_port()
-    with config.open("a") as handle:
-        handle.write(
-            f'\n[serve]\nmodel = "standin-8b"\ncommand = "{standin}"\nhost = "{head_mgmt}"\nport = {port}\n'
-            'api_key_env = "HALO_TEST_KEY"\n'
-        )
     env = {"HALO_TEST_KEY": SECRET}
+    assert halo("lab", "up", "--nodes", "2", "--name", "eng", "--dir", str(lab)).returncode == 0
     try:
-        up = halo("up", "--config", str(config), cwd=tmp_path)
-        assert up.returncode == 0, up.stderr
+        assert halo("lab", "model", str(lab / "model")).returncode == 0
+        _with_key(config)
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
         served = halo(
-            "serve", "--config", str(config), "--json", "--wait", "60", cwd=tmp_path, env=env
-        )
+            "serve", str(lab / "model"), "--tp", "2", "--config", str(config), "--json",
+            cwd=tmp_path, env=env, timeout=600,
+        )  # fmt: skip
         assert served.returncode == 0, served.stderr
         result = json.loads(served.stdout)
-        assert result["verdict"]["transport"] == "socket" and result["expected"] == "socket"
-        assert result["verdict"]["ranks_seen"] == 2 and not result["stopped"]
-        request = urllib.request.Request(
-            f"{result['url']}/v1/models", headers={"Authorization": f"Bearer {SECRET}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert json.load(response)["data"][0]["id"] == "standin-8b"
+        assert (result["proven"], result["problems"], result["stopped"]) == ("socket", [], False)
+        assert result["engine"]["backend"] == "gloo" and result["engine"]["complete"]
+        fabric = {n["name"]: n["fabric_address"] for n in _lab_nodes(tmp_path, lab)}
+        assert result["engine"]["init_address"] == fabric["node1"]
+        assert result["ranks"] == [
+            {"rank": 0, "node": "node1", "address": fabric["node1"]},
+            {"rank": 1, "node": "node2", "address": fabric["node2"]},
+        ]
+        for node in ("node1", "node2"):
+            paths = result["traffic"]["nodes"][node]
+            assert paths["fabric"]["name"] == "enp194s0np0" and paths["mgmt"]["name"] == "eno1"
+            # kilobytes per token on the fabric (the all-reduces), next to nothing on mgmt
+            assert paths["fabric"]["bytes_per_token"] > 4096 > paths["mgmt"]["bytes_per_token"]
+        assert result["ready_s"] < 300
+        bench = halo(
+            "bench", "serve", "--config", str(config), "--concurrency", "1,4",
+            "--prompts", "8", "--json", "--out", str(tmp_path / "serve.json"),
+            cwd=tmp_path, env=env, timeout=600,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        levels = json.loads(bench.stdout)["levels"]
+        assert [lv["errors"] for lv in levels] == [0, 0]
+        assert all(lv.get("tokens_from") == "usage" and lv["output_tokens"] > 0 for lv in levels)
         # the secret is in none of: our output, the state file, the server's argv, its log
-        assert SECRET not in served.stdout + served.stderr
+        assert SECRET not in served.stdout + served.stderr + bench.stdout
         assert all(SECRET not in p.read_text() for p in (lab / ".halo").glob("*.json"))
-        argv = halo(
-            "lab", "exec", "--name", "sv", "node1", "--", "pgrep", "-af", "standin", cwd=tmp_path
-        ).stdout
-        assert "standin-8b" in argv and SECRET not in argv
-        health = json.loads(
-            halo("status", "--config", str(config), "--json", cwd=tmp_path, env=env).stdout
-        )["serve"]
-        assert health["healthy"] and "standin-8b" in health["detail"]
-        load = halo(
-            "bench",
-            "serve",
-            "--config",
-            str(config),
-            "--concurrency",
-            "1,2",
-            "--prompts",
-            "4",
-            "--output-len",
-            "4",
-            "--out",
-            str(tmp_path / "serve.json"),
-            "--json",
-            cwd=tmp_path,
-            env=env,
-        )
-        assert load.returncode == 0, load.stderr
-        bench = json.loads(load.stdout)
-        assert [lv["errors"] for lv in bench["levels"]] == [0, 0] and bench["levels"][0][
-            "output_tokens"
-        ] == 16
-        assert {n: p["transport"] for n, p in bench["plans"].items()} == {
-            "node1": "ethernet",
-            "node2": "ethernet",
-        }
+        argv = _node(tmp_path, "D", "node1", "pgrep -af 'vllm serve'")
+        assert "vllm serve" in argv and SECRET not in argv
         logs = halo("logs", "--config", str(config), cwd=tmp_path).stdout
-        assert "Using network Socket" in logs and SECRET not in logs
+        assert "backend=gloo" in logs and SECRET not in logs
+        status = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
+        assert status["serve"]["healthy"] and len(status["serve"]["ranks"]) == 2
+        # a node dies while serving: status names it within 10 s
+        assert halo("lab", "kill", "--dir", str(lab), "node2").returncode == 0
+        start = time.monotonic()
+        lost = halo("status", "--config", str(config), "--json", env=env, timeout=30)
+        assert time.monotonic() - start < 10
+        serve = json.loads(lost.stdout)["serve"]
+        assert not serve["healthy"] and serve["lost"] == ["node2"] and "node2" in serve["detail"]
+        # healed: halo up and halo serve bring it back (vLLM's own executor this time)
+        assert halo("lab", "heal", "--dir", str(lab), "node2").returncode == 0
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
+        again = halo(
+            "serve", str(lab / "model"), "--config", str(config), "--executor", "mp", "--json",
+            cwd=tmp_path, env=env, timeout=600,
+        )  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        back = json.loads(again.stdout)
+        assert back["executor"] == "mp" and back["proven"] == "socket"
+        assert [r["node"] for r in back["ranks"]] == ["node1", "node2"]
         assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
-        # the log shows another transport than the plan asked for: refused and stopped
-        with config.open("a") as handle:
-            handle.write('extra_args = ["--standin-transport", "roce"]\n')
-        refused = halo(
-            "serve", "--config", str(config), "--json", "--wait", "60", cwd=tmp_path, env=env
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, "D", node, LEFTOVER).strip() == "", node
+    finally:
+        halo("stop", "--config", str(config), cwd=tmp_path)
+        halo("down", "--config", str(config), cwd=tmp_path)
+        halo("lab", "down", "--name", "eng", "--dir", str(lab))
+
+
+def _lab_nodes(tmp: Path, lab: Path) -> list[dict[str, str]]:
+    status = halo("lab", "status", "--dir", str(lab), "--json", cwd=tmp)
+    nodes: list[dict[str, str]] = json.loads(status.stdout)["nodes"]
+    return nodes
+
+
+def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
+    require(os.geteuid() == 0, "halo lab needs root")
+    _engine()
+    lab = tmp_path / "B"
+    config = lab / "halo.toml"
+    assert halo("lab", "up", "--name", "b", "--dir", str(lab)).returncode == 0
+    try:
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
+        missing = halo("serve", str(lab / "nothing"), "--config", str(config), cwd=tmp_path)
+        assert missing.returncode == 2
+        assert missing.stderr.strip().endswith(
+            f"halo: error: node1: the model {lab / 'nothing'} is not there (no config.json): "
+            "put it at the same path on every node, or serve a shared path"
         )
-        assert refused.returncode == 1
-        data = json.loads(refused.stdout)
-        assert data["stopped"] and data["verdict"]["transport"] == "roce"
-        assert "no server was running" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
-        # 0.0.0.0 without a key is refused before anything starts
-        exposed = halo(
-            "serve",
-            "--config",
-            str(config),
-            "--host",
-            "0.0.0.0",
-            cwd=tmp_path,
-            env={"HALO_TEST_KEY": ""},
+        assert halo("lab", "model", str(lab / "model")).returncode == 0
+        too_many = halo("serve", str(lab / "model"), "--tp", "3", "--config", str(config))
+        assert too_many.returncode == 2 and "--tp 3: the cluster offers 2 engine rank(s)" in (
+            too_many.stderr
         )
-        assert exposed.returncode == 2
+        _node(tmp_path, "B", "node1", "setsid python3 -m http.server 8000 --bind 127.0.0.1 "
+              ">/dev/null 2>&1 < /dev/null & sleep 1")  # fmt: skip
+        busy = halo("serve", str(lab / "model"), "--config", str(config), cwd=tmp_path)
+        assert busy.returncode == 2 and "node1: port 8000 is already in use there" in busy.stderr
+        assert "vllm serve" not in _node(tmp_path, "B", "node1", "pgrep -af 'vllm serve'")
     finally:
         halo("down", "--config", str(config), cwd=tmp_path)
-        halo("lab", "down", "--name", "sv", cwd=tmp_path)
+        halo("lab", "down", "--name", "b", "--dir", str(lab))
+
+
+def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path) -> None:
+    """The refusal path: the stand-in engine forges an RCCL RoCE log while the lab plans
+    sockets (and its requests move nothing on the fabric): halo stops it and exits 1."""
+    require(os.geteuid() == 0, "halo lab needs root")
+    lab = tmp_path / "R"
+    config = lab / "halo.toml"
+    assert halo("lab", "up", "--name", "r", "--dir", str(lab), "--no-engine").returncode == 0
+    try:
+        forged = f"python3 {EXAMPLES / 'standin_vllm.py'}"
+        with config.open("a") as handle:
+            handle.write(
+                f'\n[serve]\nmodel = "standin-8b"\ncommand = "{forged}"\n'
+                'extra_args = ["--standin-transport", "roce"]\n'
+            )
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
+        refused = halo("serve", "--config", str(config), "--json", "--wait", "60", cwd=tmp_path)
+        assert refused.returncode == 1, refused.stderr
+        data = json.loads(refused.stdout)
+        assert data["stopped"] and data["verdict"]["transport"] == "roce" and data["proven"] is None
+        assert "NCCL's log shows roce, the plan asked for socket" in data["problems"]
+        assert "no server was running" in halo("stop", "--config", str(config)).stdout
+    finally:
+        halo("down", "--config", str(config), cwd=tmp_path)
+        halo("lab", "down", "--name", "r", "--dir", str(lab))

@@ -31,7 +31,7 @@ import logging
 SUPPORTED_VLLM = "0.32.0"
 RESOURCE = "vllm_cpu"  # the custom Ray resource halo up declares on CPU-only nodes
 
-log = logging.getLogger("halo_vllm_cpu_ray")
+log = logging.getLogger("vllm.halo_vllm_cpu_ray")  # vLLM's handlers print it
 
 
 class UnsupportedVllm(RuntimeError):

@@ -8,7 +8,7 @@ import os
 import torch
 from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
 
-log = logging.getLogger("halo_vllm_cpu_ray")
+log = logging.getLogger("vllm.halo_vllm_cpu_ray")  # vLLM's handlers print it
 
 
 def shm_identity() -> str:

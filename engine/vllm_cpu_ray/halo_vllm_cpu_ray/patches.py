@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 
-log = logging.getLogger("halo_vllm_cpu_ray")
+log = logging.getLogger("vllm.halo_vllm_cpu_ray")  # vLLM's handlers print it
 COMMUNICATOR = "halo_vllm_cpu_ray.communicator.HostAwareCpuCommunicator"
 
 

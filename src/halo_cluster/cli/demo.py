@@ -18,23 +18,28 @@ LOGS = {"rccl-roce-2rank.log": "roce", "nccl-socket-fallback.log": "roce"}
 @click.option(
     "--json", "as_json", is_flag=True, help="Print what the demo gathered as one JSON object."
 )
-def demo(as_json: bool) -> int:
+@click.option(
+    "--no-lab",
+    is_flag=True,
+    help="Skip the 2-node lab (Ray, the real engine, benchmarks): the bundled data only.",
+)
+def demo(as_json: bool, no_lab: bool) -> int:
     """Run every capability on this machine and on the bundled example nodes (a Strix Halo +
     E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs): inventory, doctor,
-    transport plan, transport proof."""
+    transport plan, transport proof; then, as root, a 2-node lab serving a tiny model with
+    the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks."""
+    from halo_cluster.cli.demo_lab import lab_demo
     from halo_cluster.cli.output import console, emit_json
 
     gathered = gather()
+    skipped = {"skipped": "--no-lab"}
     if as_json:
-        from halo_cluster.cli.demo_lab import lab_demo
-
-        emit_json({**gathered["json"], "lab": lab_demo(None)})
+        emit_json({**gathered["json"], "lab": skipped if no_lab else lab_demo(None)})
         return 0
     out = console()
     show(out, gathered)
-    from halo_cluster.cli.demo_lab import lab_demo
-
-    lab_demo(out)
+    if not no_lab:
+        lab_demo(out)
     return 0
 
 
