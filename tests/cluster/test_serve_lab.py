@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from halo_cluster.config import default_engine
 from halo_cluster.examples import EXAMPLES
-from tests.conftest import halo, require
+from tests.conftest import HALO, halo, require
 
 pytestmark = pytest.mark.lab
 SECRET = "s3cr3t-key-never-in-argv"
@@ -145,6 +147,19 @@ def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
         busy = halo("serve", str(lab / "model"), "--config", str(config), cwd=tmp_path)
         assert busy.returncode == 2 and "node1: port 8000 is already in use there" in busy.stderr
         assert "vllm serve" not in _node(tmp_path, "B", "node1", "pgrep -af 'vllm serve'")
+        # Ctrl-C while serve waits for /health: exit 130, and what it started is stopped
+        argv = [HALO, "serve", str(lab / "model"), "--config", str(config), "--port", "8001"]
+        waiting = subprocess.Popen(argv, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while "vllm serve" not in _node(tmp_path, "B", "node1", "pgrep -af 'vllm serve'"):
+            assert time.monotonic() < deadline, "the server never started"
+            time.sleep(0.5)
+        time.sleep(3)
+        waiting.send_signal(signal.SIGINT)
+        _out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 130, err
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, "B", node, LEFTOVER).strip() == "", node
     finally:
         halo("down", "--config", str(config), cwd=tmp_path)
         halo("lab", "down", "--name", "b", "--dir", str(lab))

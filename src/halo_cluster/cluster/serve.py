@@ -52,6 +52,17 @@ PROBE_TOKENS = 64
 MP_MASTER_PORT = 29517
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One serve: what runs, how wide, on which nodes, with which plans."""
+
+    serve: ServeConfig
+    model: str
+    tp: int
+    places: list[Placement]
+    plans: dict[str, TransportPlan]
+
+
 @dataclass
 class ServeResult:
     url: str
@@ -141,13 +152,14 @@ class Server:
         self.stop()
         self._preflight(serve, model, places)
         started = time.monotonic()
+        launch = Launch(serve, model, tp, places, plans)
         try:  # whatever ends this early (an error, Ctrl-C) stops what it started
-            self._launch(serve, model, tp, places, plans, api_key)
-            self._wait_healthy(serve, places, wait_s)
+            self._launch(launch, api_key)
+            self._wait_healthy(serve, wait_s)
             ready_s = time.monotonic() - started
             self.progress("warming up (one short request)")
             warm = self._complete(serve, WARMUP_TOKENS)
-            result = self._prove(serve, model, tp, places, plans)
+            result = self._prove(launch)
         except BaseException:
             self.progress("stopping the server on every node")
             self.stop()
@@ -212,23 +224,19 @@ class Server:
                 env[name] = value
         return env
 
-    def _launch(
-        self,
-        serve: ServeConfig,
-        model: str,
-        tp: int,
-        places: list[Placement],
-        plans: dict[str, TransportPlan],
-        api_key: str | None,
-    ) -> None:
+    def _launch(self, launch: Launch, api_key: str | None) -> None:
+        serve, plans = launch.serve, launch.plans
         unified = "APU" in plans[self.head.name].reasons.get("NCCL_NET_GDR_LEVEL", "")
-        nodes = [self.head] if serve.executor == "ray" else [p.node for p in places]
+        nodes = [self.head] if serve.executor == "ray" else [p.node for p in launch.places]
         update_state(self.config, "serve", {"nodes": [n.name for n in nodes]})
         master = plans[self.head.name].address or self.head.host
         for index, node in enumerate(nodes):
             mp = (index, len(nodes), master, MP_MASTER_PORT) if serve.executor == "mp" else None
-            argv = serve_argv(serve, model, tp, unified, mp)
-            self.progress(f"starting vllm serve {model} (TP={tp}, {serve.executor}) on {node.name}")
+            argv = serve_argv(serve, launch.model, launch.tp, unified, mp)
+            self.progress(
+                f"starting vllm serve {launch.model} (TP={launch.tp}, {serve.executor}) "
+                f"on {node.name}"
+            )
             env = self._env(node, plans[node.name], api_key)
             started = self._run(node, background_script(env, argv, self.config.name))
             if not started.ok:
@@ -237,7 +245,7 @@ class Server:
                     f"could not start the server on {node.name}: {started.error_text()}"
                 )
 
-    def _wait_healthy(self, serve: ServeConfig, places: list[Placement], wait_s: float) -> None:
+    def _wait_healthy(self, serve: ServeConfig, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         local = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
         argv = [self.head.halo, "serve-health", "--host", local, "--port", str(serve.port)]
@@ -278,14 +286,8 @@ class Server:
         return data
 
     # -- proof ----------------------------------------------------------------------------
-    def _prove(
-        self,
-        serve: ServeConfig,
-        model: str,
-        tp: int,
-        places: list[Placement],
-        plans: dict[str, TransportPlan],
-    ) -> ServeResult:
+    def _prove(self, launch: Launch) -> ServeResult:
+        serve, places, plans = launch.serve, launch.places, launch.plans
         head_plan = plans[self.head.name]
         expected = "rdma" if head_plan.is_rdma else "socket"
         addresses = {p.node.name: plans[p.node.name].address or p.node.host for p in places}
@@ -322,8 +324,8 @@ class Server:
             url=f"http://{host}:{serve.port}",
             log=self._run(self.head, f"echo {log}\n").stdout.strip() or log,
             executor=serve.executor,
-            model=model,
-            tp=tp,
+            model=launch.model,
+            tp=launch.tp,
             expected=expected,
             verdict=nccl.to_dict(),
             engine=engine.to_dict(),
