@@ -147,6 +147,46 @@ def test_up_ssh_isolation_mtu_faults_down(workdir: Path) -> None:
     assert "nothing to remove" in halo("lab", "down", "--name", "ta", cwd=workdir).stdout
 
 
+def test_nodes_are_hosts(workdir: Path, tmp_path: Path) -> None:
+    """Private /dev/shm and HOME per node, a login's environment in lab exec (the caller's
+    TMPDIR and XDG directories stay out), the engine environment read-only, and a
+    halo.toml that serves with it."""
+    engine = tmp_path / "engine"
+    (engine / "bin").mkdir(parents=True)
+    (engine / "bin" / "python").write_text("")
+    halo("lab", "up", "--name", "th", "--engine", str(engine), cwd=workdir)
+    lab = workdir / ".halo-lab" / "th"
+    ssh(workdir, "th", "node1", "touch /dev/shm/only-on-node1")
+    assert ssh(workdir, "th", "node2", "ls /dev/shm/only-on-node1").returncode != 0
+    assert not Path("/dev/shm/only-on-node1").exists()
+    homes = [ssh(workdir, "th", n, "echo $HOME").stdout.strip() for n in ("node1", "node2")]
+    assert homes == [str(lab.resolve() / "home" / "node1"), str(lab.resolve() / "home" / "node2")]
+    leaked = subprocess.run(
+        [HALO, "lab", "exec", "--name", "th", "node2", "--", "env"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TMPDIR": "/tmp/shared", "XDG_STATE_HOME": "/x", "HALO_T": "1"},
+        check=True,
+    ).stdout.splitlines()
+    names = {line.split("=", 1)[0] for line in leaked}
+    assert not names & {"TMPDIR", "XDG_STATE_HOME", "HALO_T"}
+    assert f"HOME={lab.resolve() / 'home' / 'node2'}" in leaked and "HOSTNAME=node2" in leaked
+    readonly = lab_exec(workdir, "th", "node1", "touch", str(engine / "bin" / "x"))
+    assert readonly.returncode != 0 and "Read-only file system" in readonly.stderr
+    (engine / "bin" / "y").write_text("")  # the host's own view stays writable
+    toml = (lab / "halo.toml").read_text()
+    assert f'[ray]\ncommand = "{engine / "bin" / "ray"}"' in toml
+    assert f'[serve]\ncommand = "{engine / "bin" / "vllm"}"' in toml
+    assert 'VLLM_CPU_OMP_THREADS_BIND = "0"' in toml and 'VLLM_CPU_OMP_THREADS_BIND = "1"' in toml
+    none = halo("lab", "up", "--name", "tn", "--no-engine", cwd=workdir)
+    assert "engine: none" in none.stdout
+    assert "[serve]" not in (workdir / ".halo-lab" / "tn" / "halo.toml").read_text()
+    bad = halo("lab", "up", "--name", "tb", "--engine", str(tmp_path), cwd=workdir, check=False)
+    assert bad.returncode == 2 and "not an environment (no bin/python)" in bad.stderr
+
+
 def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
     halo("lab", "up", "--name", "one", cwd=workdir)
     halo("lab", "up", "--name", "two", cwd=workdir)

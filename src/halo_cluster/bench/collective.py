@@ -399,7 +399,9 @@ class Ranks:
             where = f": {', '.join(lost)} does not answer on the fabric" if lost else ""
             raise DriverError(f"{what} did not finish within {timeout:g} s{where}") from None
         except self.ray.exceptions.RayActorError as err:
-            raise DriverError(f"{what}: a rank died ({str(err).splitlines()[0]})") from None
+            lost = _unreachable(self.addresses)  # a node gone from the fabric kills its rank
+            where = f"; {', '.join(lost)} does not answer on the fabric" if lost else ""
+            raise DriverError(f"{what}: a rank died ({str(err).splitlines()[0]}){where}") from None
         except self.ray.exceptions.RayTaskError as err:
             cause = str(err).strip().splitlines()[-1]
             raise DriverError(f"{what} failed: {cause}") from None

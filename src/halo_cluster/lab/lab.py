@@ -309,10 +309,12 @@ class Lab:
 
 def keep_paths(state: LabState) -> list[str]:
     """Host paths under /tmp that nodes still need behind their private /tmp: the lab
-    directory (keys, configs) and halo's own installation."""
+    directory (keys, configs), halo's own installation and the engine environment."""
     import halo_cluster
 
     wanted = {state.dir, sys.prefix, str(Path(halo_cluster.__file__).resolve().parents[1])}
+    if state.engine:
+        wanted.add(state.engine)
     under_tmp = sorted(
         os.path.realpath(p) for p in wanted if os.path.realpath(p).startswith("/tmp/")
     )
