@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -250,10 +251,10 @@ def test_unreadable_file_is_a_warning(root_copy) -> None:
     root = root_copy("strix-e810")
     target = root / "sys/devices/pci0000:00/0000:00:02.1/0000:c2:00.0/net/enp194s0np0/mtu"
     target.unlink()
-    target.mkdir()  # reading a directory fails like an unreadable attribute
+    target.mkdir()  # a directory where an attribute should be: not read
     inv = collect_inventory(str(root))
     assert inv.interface("enp194s0np0").mtu is None  # type: ignore[union-attr]
-    assert any("/sys/class/net/enp194s0np0/mtu: unreadable" in w for w in inv.warnings)
+    assert "/sys/class/net/enp194s0np0/mtu: not a regular file; not read" in inv.warnings
     assert inv.rdma[0].ports[0].state == "ACTIVE"
 
 
@@ -277,14 +278,47 @@ def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:
         collect_inventory(str(tmp_path / "nope"))
 
 
-def test_link_leaving_the_root_is_a_warning(root_copy) -> None:
+def test_links_stay_inside_the_root(root_copy) -> None:
+    """An absolute link is re-rooted (as a chroot sees it); a relative one climbing above
+    the root is a warning; neither ever reads the host."""
     root = root_copy("no-rdma")
     dev = root / "sys/devices/pci0000:00/0000:00:1f.6/net/eno1/device"
     dev.unlink()
     dev.symlink_to("/definitely/outside")
     inv = collect_inventory(str(root))
-    assert any("outside the root" in w for w in inv.warnings)
     assert inv.interface("eno1").kind == "virtual"  # type: ignore[union-attr]
+    assert not any("outside" in w for w in inv.warnings)  # re-rooted: simply not there
+    dev.unlink()
+    dev.symlink_to("../" * 40 + "etc")
+    inv = collect_inventory(str(root))
+    assert any(w.endswith("/device: a link climbs above the root; not read") for w in inv.warnings)
+
+
+def test_a_root_never_leaks_the_host(root_copy) -> None:
+    root = root_copy("strix-e810")
+    (root / "proc/cmdline").unlink()
+    (root / "proc/cmdline").symlink_to("/etc/passwd")  # the host's file must not be read
+    (root / "etc/passwd").unlink(missing_ok=True)
+    inv = collect_inventory(str(root))
+    assert inv.kernel.cmdline is None and "root:" not in json.dumps(inv.to_dict())
+    (root / "etc/passwd").write_text("inside the root\n")
+    assert collect_inventory(str(root)).kernel.cmdline == "inside the root"
+
+
+def test_fifo_device_and_huge_files_are_warnings_not_hangs(root_copy) -> None:
+    root = root_copy("strix-e810")
+    (root / "proc/cmdline").unlink()
+    os.mkfifo(root / "proc/cmdline")  # opening it for reading would block forever
+    (root / "etc/os-release").unlink()
+    (root / "etc/os-release").write_bytes(b"x" * (2 << 20))
+    inv = collect_inventory(str(root))
+    assert "/proc/cmdline: not a regular file; not read" in inv.warnings
+    assert "/etc/os-release: larger than 1048576 bytes; not read" in inv.warnings
+    if os.geteuid() == 0:  # a device node inside the root (root only can make one)
+        (root / "proc/meminfo").unlink()
+        os.mknod(root / "proc/meminfo", 0o600 | stat.S_IFCHR, os.makedev(1, 5))  # /dev/zero
+        inv = collect_inventory(str(root))
+        assert "/proc/meminfo: not a regular file; not read" in inv.warnings
 
 
 def test_fixture_roots_survive_git() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +13,20 @@ if TYPE_CHECKING:
 
 
 def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2)
+    """Strict JSON: a number that is not finite (NaN, Infinity) is written as null."""
+    json.dump(finite(data), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def finite(data: Any) -> Any:
+    """``data`` with every NaN/Infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
 
 
 def console() -> Console:

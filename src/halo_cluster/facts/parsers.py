@@ -20,9 +20,13 @@ _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _EMPTY_LINK_LOCAL_GID = "fe80:0000:0000:0000:0000:0000:0000:0000"
 
 
+MAX_DIGITS = 20  # 2**64 has 20 digits: no kernel counter or attribute is longer
+
+
 def is_uint(text: str) -> bool:
-    """ASCII digits only (``str.isdigit`` also accepts characters such as '²')."""
-    return text.isascii() and text.isdigit()
+    """ASCII digits only (``str.isdigit`` also accepts characters such as '²'), and no more
+    of them than a 64-bit counter has."""
+    return text.isascii() and text.isdigit() and len(text) <= MAX_DIGITS
 
 
 def _one_line(text: str, what: str) -> str:
@@ -36,6 +40,8 @@ def _one_line(text: str, what: str) -> str:
 def parse_int(text: str) -> int:
     """``"9000\\n"`` -> 9000 (decimal or 0x-prefixed hex)."""
     line = _one_line(text, "an integer")
+    if len(line.lstrip("-+")) > MAX_DIGITS + 2:  # 0x prefix
+        raise ParseError("a number too large for a kernel attribute", text)
     try:
         return int(line, 0) if line.lower().startswith("0x") else int(line)
     except ValueError:
