@@ -38,7 +38,7 @@ from halo_cluster.transport import WANTED
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
 NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
-RAY_KEYS = {"port", "dashboard", "dashboard_host", "command"}
+RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
 SERVE_KEYS = {
     "model",
     "tensor_parallel_size",
@@ -91,6 +91,7 @@ class RayConfig:
     dashboard: bool = False
     dashboard_host: str = "127.0.0.1"
     command: str | None = None  # default: ``ray`` next to each node's halo
+    auth: str = "token"  # Ray's token authentication; "none" leaves the cluster open
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,11 @@ def _ray(where: _Locator, raw: Any) -> RayConfig:
     if not isinstance(dashboard, bool):
         raise where.error("dashboard", "ray.dashboard must be true or false")
     command = _string(where, raw, "command", "ray", default="") or None
-    return RayConfig(
-        port, dashboard, _string(where, raw, "dashboard_host", "ray", default="127.0.0.1"), command
-    )
+    auth = _string(where, raw, "auth", "ray", default="token")
+    if auth not in ("token", "none"):
+        raise where.error("auth", 'ray.auth must be "token" or "none"')
+    host = _string(where, raw, "dashboard_host", "ray", default="127.0.0.1")
+    return RayConfig(port, dashboard, host, command, auth)
 
 
 def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:

@@ -42,9 +42,26 @@ class Result:
 LineSink = Callable[[str], None]
 
 
+RAY_TOKEN_ENV = "HALO_RAY_TOKEN"  # a Ray auth token in a script's env (see cluster/auth.py)
+
+
 def exports(env: Mapping[str, str]) -> str:
-    """``export NAME=value`` lines for a script fed to ``bash -s``, every value quoted."""
-    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+    """``export NAME=value`` lines for a script fed to ``bash -s``, every value quoted. A Ray
+    token (``RAY_TOKEN_ENV``) becomes a 0600 token file in the node's state directory and
+    ``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN_PATH`` pointing at it."""
+    lines = [f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k != RAY_TOKEN_ENV]
+    token = env.get(RAY_TOKEN_ENV)
+    if token:
+        import hashlib
+
+        name = f"ray-{hashlib.sha256(token.encode()).hexdigest()[:12]}.token"
+        lines += [
+            '_halo_state="${XDG_STATE_HOME:-$HOME/.local/state}/halo"\n',
+            f'(umask 077 && mkdir -p "$_halo_state" && printf %s {shlex.quote(token)} '
+            f'> "$_halo_state/{name}")\n',
+            f'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$_halo_state/{name}"\n',
+        ]
+    return "".join(lines)
 
 
 class Runner(Protocol):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +53,7 @@ class Cluster:
             ),
         )
         self.config = Config(tmp_path / "halo.toml", "strix", "auto", nodes)
+        self.ray_clients: list[str] = []
         self.runners = {
             n.name: self._runner(n, inv, fail_start_on == n.name)
             for n, inv in zip(nodes, strix_pair(), strict=True)
@@ -85,6 +87,9 @@ class Cluster:
         original = runner.run
 
         def run(argv, stdin=None, timeout=30.0):  # type: ignore[no-untyped-def]
+            if list(argv) == ["bash", "-s"] and "ray-nodes" in (stdin or ""):
+                self.ray_clients.append(stdin or "")
+                return original(["/opt/halo/bin/halo", "ray-nodes"], None, timeout)
             if list(argv) == ["bash", "-s"]:
                 self.scripts.append((node.name, stdin or ""))
                 if " start " in (stdin or ""):
@@ -126,6 +131,16 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert "export HF_HOME=/models" in worker and "HF_HOME" not in head
     state = read_state(cluster.config)
     assert state and state["nodes"]["strix2"]["plan"]["address"] == "192.168.100.2"
+    # Ray's token authentication: a 0600 token next to the state, on the nodes only
+    # through the scripts (a 0600 file there), never in argv or the state file
+    token_file = tmp_path / ".halo" / "strix.ray-token"
+    token = token_file.read_text().strip()
+    assert len(token) == 64 and stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    for script in [head, worker, *cluster.ray_clients]:
+        assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in script
+        assert f"(umask 077 && mkdir -p \"$_halo_state\" && printf %s {token} >" in script
+        assert token not in script.splitlines()[-1]  # the exec line: argv
+    assert token not in json.dumps(state)
 
 
 def test_a_node_registered_without_its_gpu_is_named(tmp_path: Path) -> None:

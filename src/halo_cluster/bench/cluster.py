@@ -11,6 +11,7 @@ from typing import Any
 from halo_cluster.bench.collective import read_events
 from halo_cluster.bench.net import BenchError, interface_for
 from halo_cluster.bench.remote import RemoteJobs
+from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather, ssh_runners
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import HaloError, UsageError
@@ -114,7 +115,7 @@ def drive_remote(
             "driver",
             [head.halo, "bench-driver"],
             limit_s,
-            env={"HALO_BENCH_SPEC": json.dumps(spec)},
+            env={"HALO_BENCH_SPEC": json.dumps(spec), **ray_env(cluster.config)},
             on_line=on_line,
         )
     except KeyboardInterrupt as interrupt:

@@ -21,6 +21,7 @@ from halo_cluster.checks import Finding
 from halo_cluster.checks.cluster import cluster_checks
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.platform import node_checks
+from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
@@ -186,8 +187,8 @@ class Lifecycle:
     def nodes_table(self) -> list[dict[str, Any]]:
         """Ray's node table as the head sees it (empty when the head is not running)."""
         head = self.config.head
-        result = self.runners[head.name].run(
-            [*head.exec_prefix, head.halo, "ray-nodes"], timeout=60
+        result = run_script(
+            self.runners[head.name], head, ray_env(self.config), [head.halo, "ray-nodes"], 60
         )
         return parse_nodes(result)
 
@@ -233,7 +234,10 @@ class Lifecycle:
                 result.already.append(node.name)
                 continue
             self.progress(f"starting Ray on {node.name} ({address})")
-            env = node_env(node, result.plans[node.name], contexts[node.name])
+            env = {
+                **node_env(node, result.plans[node.name], contexts[node.name]),
+                **ray_env(self.config, create=True),
+            }
             argv = start_argv(
                 self.config,
                 node,
@@ -402,9 +406,10 @@ class Waiter:
     def _run(self) -> None:
         head = self.lifecycle.config.head
         wanted = ",".join(self.lifecycle.wanted())  # the addresses
-        argv = [*head.exec_prefix, head.halo, "ray-nodes", "--wait", wanted]
-        argv += ["--timeout", f"{REGISTER_TIMEOUT_S:g}"]
-        self.answer = self.lifecycle.runners[head.name].run(argv, timeout=REGISTER_TIMEOUT_S + 15)
+        argv = [head.halo, "ray-nodes", "--wait", wanted, "--timeout", f"{REGISTER_TIMEOUT_S:g}"]
+        env = ray_env(self.lifecycle.config, create=True)
+        runner = self.lifecycle.runners[head.name]
+        self.answer = run_script(runner, head, env, argv, REGISTER_TIMEOUT_S + 15)
 
     def result(self) -> list[str]:
         self.thread.join(REGISTER_TIMEOUT_S + 20)

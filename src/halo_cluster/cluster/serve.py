@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from halo_cluster.cluster import proof
+from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.lifecycle import (
     Lifecycle,
     LifecycleError,
@@ -218,6 +219,7 @@ class Server:
             # every rank's start-up line must reach the log (Ray folds lines that differ
             # only in numbers, such as "rank=1")
             "RAY_DEDUP_LOGS": "0",
+            **ray_env(self.config),
         }
         for name, value in (("VLLM_API_KEY", api_key), ("HF_TOKEN", secret("HF_TOKEN"))):
             if value:
