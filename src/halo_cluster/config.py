@@ -36,6 +36,7 @@ from halo_cluster.errors import UsageError
 from halo_cluster.transport import WANTED
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
 NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
 RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
@@ -152,8 +153,10 @@ def find_config(explicit: str | None) -> Path | None:
     """--config FILE, else ./halo.toml, else $XDG_CONFIG_HOME/halo/halo.toml; None if none."""
     if explicit:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"config file {explicit} does not exist")
+        if not path.is_file():
+            raise UsageError(f"config file {explicit} is not a regular file")
         return path
     xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     for candidate in (Path("halo.toml"), Path(xdg) / "halo" / "halo.toml"):
@@ -162,16 +165,38 @@ def find_config(explicit: str | None) -> Path | None:
     return None
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: Path) -> Config:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    text = _read_config(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     return _validate(path, text, data)
+
+
+def _read_config(path: Path) -> str:
+    """The file's text: a regular file, at most 1 MiB, UTF-8 (a BOM is accepted)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        raw = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than 1 MiB; not a halo.toml")
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
 
 
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
@@ -199,9 +224,16 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     if duplicate:
         raise where.error("name", f"node name {duplicate!r} appears twice")
     ssh_config = _string(where, cluster, "ssh_config", "cluster", default="")
+    name = _string(where, cluster, "name", "cluster", default=path.parent.resolve().name)
+    if not _CLUSTER_NAME.match(name):
+        raise where.error(
+            "name",
+            f"cluster name {name!r}: use 1-64 letters, digits, '.', '_' or '-' "
+            "(set [cluster] name when the directory's name is not one)",
+        )
     return Config(
         path=path,
-        name=_string(where, cluster, "name", "cluster", default=path.parent.resolve().name),
+        name=name,
         transport=transport,
         nodes=nodes,
         ssh_config=(path.parent / ssh_config) if ssh_config else None,
@@ -242,7 +274,10 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
     mgmt = _address(where, raw, "mgmt_address", label, index)
     prefix = raw.get("exec_prefix", [])
     if isinstance(prefix, str):
-        prefix = shlex.split(prefix)
+        try:
+            prefix = shlex.split(prefix)
+        except ValueError as err:
+            raise where.error("exec_prefix", f"{label}.exec_prefix: {err}", index) from None
     if not isinstance(prefix, list) or not all(isinstance(p, str) for p in prefix):
         raise where.error(
             "exec_prefix", f"{label}.exec_prefix must be a string or a list of strings", index
@@ -250,9 +285,14 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
     gpus = raw.get("gpus")
     if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0):
         raise where.error("gpus", f"{label}.gpus must be a whole number >= 0", index)
+    ssh = _string(where, raw, "ssh", label, index=index, default=name)
+    if not ssh or ssh.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ssh):
+        raise where.error(
+            "ssh", f"{label}.ssh {ssh!r}: an SSH target (host, user@host or an alias)", index
+        )
     return NodeConfig(
         name=name,
-        ssh=_string(where, raw, "ssh", label, index=index, default=name),
+        ssh=ssh,
         fabric_address=fabric,
         exec_prefix=tuple(prefix),
         halo=_string(where, raw, "halo", label, index=index, default="halo"),

@@ -1,0 +1,129 @@
+"""Hostile and broken halo.toml: one-line errors, never a traceback; and hostile strings in
+every config field that reaches a node never execute in any script halo generates."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from halo_cluster.cluster.lifecycle import node_script
+from halo_cluster.cluster.serve_plan import (
+    background_script,
+    preflight_script,
+    serve_argv,
+    stop_script,
+)
+from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
+from halo_cluster.errors import UsageError
+from halo_cluster.runner import RAY_TOKEN_ENV
+
+NODE = '\n[[node]]\nname = "n1"\nssh = "n1"\n'
+
+
+def write(tmp_path: Path, content: str | bytes, name: str = "halo.toml") -> Path:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'[cluster]\nname = "a\xff"\n', "not UTF-8 text (byte 19)"),
+        ('[cluster]\nname = "x;rm -rf /"\n' + NODE, "cluster name 'x;rm -rf /': use 1-64"),
+        ("[cluster]\n" + NODE + 'exec_prefix = "toolbox \'run"\n', "exec_prefix: No closing quotation"),
+        ('[[node]]\nname = "n1"\nssh = "-oProxyCommand=touch /tmp/x"\n',
+         "node[0].ssh '-oProxyCommand=touch /tmp/x': an SSH target"),
+        ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid TOML"),
+        ('[ray]\nauth = "maybe"\n' + NODE, 'ray.auth must be "token" or "none"'),
+    ],
+)  # fmt: skip
+def test_bad_config_is_one_line(tmp_path: Path, content: str | bytes, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, content))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_bom_is_accepted(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, '\ufeff[cluster]\nname = "bom"\n' + NODE))
+    assert config.name == "bom"
+
+
+def test_directory_fifo_and_huge_configs(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not a regular file"):
+        find_config(str(tmp_path))
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="is not a regular file"):
+        find_config(str(fifo))
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(fifo)  # never blocks on the FIFO
+    with pytest.raises(ConfigError, match="larger than 1 MiB"):
+        load_config(write(tmp_path, "#" * (2 << 20)))
+
+
+CANARY = "/tmp/halo-hostile-canary"
+HOSTILE = st.sampled_from(
+    [
+        f"$(touch {CANARY})",
+        f"`touch {CANARY}`",
+        f"; touch {CANARY}",
+        f"\ntouch {CANARY}\n",
+        f"' ; touch {CANARY}; '",
+        f'" ; touch {CANARY}; "',
+        f"&& touch {CANARY}",
+        f"| touch {CANARY}",
+        f"${{IFS}}touch${{IFS}}{CANARY}",
+    ]
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(HOSTILE, HOSTILE, HOSTILE, HOSTILE)
+def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d: str) -> None:
+    if os.path.exists(CANARY):
+        os.remove(CANARY)
+    """Every script halo feeds to bash -s, built with hostile values in the fields that reach
+    it (model, command, host, extra args, node env, API key, Ray token), run for real with
+    every external command stubbed: the canary file is never made."""
+    serve = ServeConfig(model=a, host=b, command=f"/opt/vllm {c}", extra_args=(d, a), executor="mp")
+    env = {"HF_HOME": a, "VLLM_API_KEY": b, RAY_TOKEN_ENV: c, "X": d}
+    argv = serve_argv(serve, a, 2, True, (1, 2, b, 29517))
+    scripts = [
+        node_script(env, argv),
+        background_script(env, argv, "lab-x"),
+        preflight_script(serve.command, a, (b, 8000)),
+        stop_script("lab-x"),
+    ]
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(exist_ok=True)
+    for tool in ("setsid", "mkdir", "pgrep", "ps", "stat", "date", "seq", "sleep", "timeout",
+                 "grep", "ls", "rm", "cat", "tr", "opt"):  # fmt: skip
+        stub = stubs / tool
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        stub.chmod(stat.S_IRWXU)
+    touch = stubs / "touch"  # the one command that really runs: what an injection would do
+    touch.write_text('#!/bin/sh\nexec /usr/bin/touch "$@"\n')
+    touch.chmod(stat.S_IRWXU)
+    for script in scripts:
+        done = subprocess.run(
+            ["/bin/bash", "-s"],
+            input=script.replace("exec ", "true "),
+            env={"PATH": str(stubs), "HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert not os.path.exists(CANARY), (script, done.stderr)
