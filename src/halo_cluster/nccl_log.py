@@ -22,8 +22,11 @@ _IB_DEV = re.compile(r"\[\d+\]([^\s:/\[]+:\d+)/(IB|RoCE|UNSPECIFIED)")
 _VIA = re.compile(r"\bvia NET/([A-Za-z][\w ]*?)/\d+(?:\(\d+\))?(/GDRDMA)?")
 _GDR_HCA = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA")
 _GDR_RING = re.compile(r"use ring PXN \d+ GDR (\d)")
-_RANK = re.compile(r"\brank (\d+) nranks (\d+)\b")
-_CHANNEL_RANKS = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : (\d+)(?:\[[0-9a-fx]+\])? -> (\d+)")
+# rank numbers are at most 7 digits (no job has 10 million ranks): longer ones are noise
+_RANK = re.compile(r"\brank (\d{1,7}) nranks (\d{1,7})\b")
+_CHANNEL_RANKS = re.compile(
+    r"(?:Channel|Ring) \d+(?:/\d+)? : (\d{1,7})(?:\[[0-9a-fx]+\])? -> (\d{1,7})\b"
+)
 _FAILED_IB = re.compile(r"(Failed to initialize NET plugin IB|NET/IB : No device found)")
 
 EXPECTATIONS = ("roce", "infiniband", "rdma", "socket")

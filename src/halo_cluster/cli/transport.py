@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
@@ -125,22 +126,44 @@ def verdict_exit_code(verdict: LogVerdict, expect: str | None) -> int:
     return 1 if verdict.transport == "mixed" else 0
 
 
-def _read_sources(files: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+MAX_LINE = 1 << 16  # longer lines are cut: no NCCL line is anywhere near
+
+
+def _read_sources(files: tuple[str, ...]) -> list[tuple[str, Iterator[str]]]:
+    """Each log as a stream of lines (never the whole file in memory)."""
     from halo_cluster.errors import UsageError
 
-    sources = []
+    sources: list[tuple[str, Iterator[str]]] = []
     for name in files:
         if name == "-":
-            sources.append(
-                ("stdin", sys.stdin.buffer.read().decode("utf-8", "replace").splitlines())
-            )
+            sources.append(("stdin", _lines(sys.stdin.buffer, "stdin")))
             continue
         try:
-            with open(name, "rb") as handle:
-                sources.append((name, handle.read().decode("utf-8", "replace").splitlines()))
+            handle = open(name, "rb")  # noqa: SIM115 (closed by _lines when exhausted)
         except OSError as err:
             raise UsageError(f"cannot read log {name}: {err.strerror or err}") from None
+        sources.append((name, _lines(handle, name)))
     return sources
+
+
+def _lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    from halo_cluster.errors import UsageError
+
+    try:
+        while True:
+            try:
+                raw = handle.readline(MAX_LINE)
+            except OSError as err:
+                raise UsageError(f"cannot read log {name}: {err.strerror or err}") from None
+            if not raw:
+                return
+            if not raw.endswith(b"\n") and len(raw) == MAX_LINE:  # skip the rest of it
+                while (more := handle.readline(MAX_LINE)) and not more.endswith(b"\n"):
+                    pass
+            yield raw.decode("utf-8", "replace")
+    finally:
+        if handle is not sys.stdin.buffer:
+            handle.close()
 
 
 def _render_verdict(verdict: LogVerdict, expect: str | None, code: int) -> None:
