@@ -190,3 +190,46 @@ def test_cli_list_show_report(stored: Path, tmp_path: Path) -> None:
     missing = halo("report", "nothing-here", "--dir", str(stored), "-o", str(out))
     assert missing.returncode != 0 and "no result 'nothing-here'" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_bad_result_files_are_one_line_errors(tmp_path: Path) -> None:
+    from halo_cluster.bench.results import load, write_file
+    from halo_cluster.errors import UsageError
+
+    cases = {
+        "future.json": ('{"schema": "halo.bench.net/999"}', "is not one this halo reads"),
+        "nan.json": ('{"schema": "halo.bench.net/1", "x": NaN}', "not JSON"),
+        "kind.json": ('{"schema": "halo.bench.weather/1"}', "not a kind of result"),
+        "list.json": ("[1, 2]", "no halo.bench.* schema"),
+        "deep.json": ("[" * 100_000 + "]" * 100_000, "not JSON"),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UsageError) as err:
+            load(tmp_path / name)
+        assert message in str(err.value) and "\n" not in str(err.value), name
+    with pytest.raises(UsageError, match="not a regular file"):
+        load(tmp_path)
+    with pytest.raises(UsageError, match="not a regular file; give the path of a file"):
+        write_file(Path("/dev/null"), "never")
+    write_file(tmp_path / "r.html", "<p>ok</p>")
+    assert (tmp_path / "r.html").stat().st_mode & 0o777 == 0o644
+
+
+def test_report_survives_results_of_the_wrong_shape(tmp_path: Path) -> None:
+    from tests.conftest import halo
+
+    shapes = [
+        '"paths": 7',
+        '"paths": [7]',
+        '"sweep": [{"bytes": "x"}]',
+        '"rows": [{"batch": null}]',
+    ]
+    for index, body in enumerate(shapes):
+        for kind in ("net", "collective", "tp", "serve"):
+            bad = tmp_path / f"{kind}{index}.json"
+            bad.write_text(f'{{"schema": "halo.bench.{kind}/1", {body}}}')
+            done = halo("report", str(bad), "-o", str(tmp_path / "r.html"))
+            assert "Traceback" not in done.stderr and done.returncode in (0, 2), (kind, body)
+    refused = halo("report", str(bad), "-o", "/dev/stdout")
+    assert refused.returncode == 2 and "not a regular file" in refused.stderr

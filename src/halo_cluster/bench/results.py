@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -43,24 +44,65 @@ def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) 
         moment = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
         path = results_dir / f"{kind}-{moment}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".result.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
+    write_file(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return path
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A result file; UsageError (one line) when it is not a readable halo result."""
+def write_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically (a temporary file in the same directory, then
+    a rename), readable ``mode``; never onto something that is not a regular file (a
+    device such as /dev/stdout, a FIFO or a directory)."""
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path}: not a regular file; give the path of a file to write")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# the result schemas this halo reads: kind -> version
+KNOWN_SCHEMAS = {"net": 1, "collective": 1, "tp": 1, "serve": 1}
+MAX_RESULT_BYTES = 64 << 20
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A result file; UsageError (one line) when it is not a readable halo result of a
+    schema this halo knows (``halo.bench.<kind>/<version>``), or carries NaN/Infinity."""
+    try:
+        if not path.is_file():
+            raise UsageError(f"{path}: not a regular file")
+        if path.stat().st_size > MAX_RESULT_BYTES:
+            raise UsageError(f"{path}: larger than 64 MiB; not a halo result")
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
     except OSError as err:
         raise UsageError(f"{path}: {err.strerror or err}") from None
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise UsageError(f"{path}: not JSON ({err})") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("halo.bench."):
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("halo.bench."):
         raise UsageError(f"{path}: not a halo benchmark result (no halo.bench.* schema)")
+    kind, _, version = schema.removeprefix("halo.bench.").partition("/")
+    if kind not in KNOWN_SCHEMAS:
+        raise UsageError(f"{path}: not a kind of result this halo knows ({schema[:60]!r})")
+    if version != str(KNOWN_SCHEMAS[kind]):
+        raise UsageError(
+            f"{path}: schema {schema[:60]!r} is not one this halo reads "
+            f"(halo.bench.{kind}/{KNOWN_SCHEMAS[kind]})"
+        )
     return data
 
 
@@ -68,7 +110,13 @@ def listing(directory: Path) -> list[dict[str, Any]]:
     """Every result in ``directory``, oldest first, with a one-line summary; unreadable files
     are listed with the reason instead of a summary."""
     rows: list[dict[str, Any]] = []
-    for path in sorted(directory.glob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)):
+    try:
+        found = [(p.stat().st_mtime, p.name, p) for p in directory.glob("*.json")]
+    except OSError as err:
+        raise UsageError(f"cannot read the results directory {directory}: {err.strerror}") from None
+    if directory.exists() and not os.access(directory, os.R_OK | os.X_OK):
+        raise UsageError(f"cannot read the results directory {directory}: permission denied")
+    for _mtime, _name, path in sorted(found):
         try:
             data = load(path)
         except UsageError as err:

@@ -101,22 +101,21 @@ def report(
     """One self-contained HTML file (no network needed to view it) from RESULT files or ids:
     latency and bandwidth per path, all-reduce time and bus bandwidth over message size,
     network cost per token per model, and every run's plan stamp."""
-    import os
-    import tempfile
-
-    from halo_cluster.bench.results import load, resolve
+    from halo_cluster.bench.results import load, resolve, write_file
+    from halo_cluster.errors import UsageError
     from halo_cluster.report import render
 
     where = _directory(directory)
     paths = [resolve(ref, where) for ref in result_refs]
     loaded = [{**load(p), "label": p.stem} for p in paths]
+    for path, data in zip(paths, loaded, strict=True):
+        try:  # a result of the right schema but the wrong shape is named, not a traceback
+            render([data], title)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            raise UsageError(f"{path}: not a complete {data['schema']} result ({err!r})") from None
     page = render(loaded, title)
     target = Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(page)
-    os.replace(tmp, target)
+    write_file(target, page)
     if as_json:
         emit_json({"output": str(target), "results": [str(p) for p in paths]})
     else:
