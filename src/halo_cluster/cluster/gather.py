@@ -51,11 +51,12 @@ def _gather_node(
         return _done(progress, NodeReport(node, None, f"{node.ssh}: {result.error_text()}"))
     try:
         inv = inventory_from_dict(json.loads(result.stdout))
-    except (ValueError, KeyError, TypeError) as err:
-        return _done(
-            progress,
-            NodeReport(node, None, f"{node.ssh}: unreadable inventory from {node.halo} ({err})"),
-        )
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        # one line, whatever the node sent: the reason and the first bytes, escaped
+        shown = ascii(result.stdout[:60])
+        reason = ascii(str(err)[:120])[1:-1]
+        message = f"{node.ssh}: unreadable inventory from {node.halo} ({reason}; got {shown})"
+        return _done(progress, NodeReport(node, None, message))
     pings = {
         peer.name: runner.run(
             ["ping", "-c", "1", "-W", "2", peer.fabric_address], timeout=PING_TIMEOUT_S
