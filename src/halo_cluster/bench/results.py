@@ -103,7 +103,8 @@ def load(path: Path) -> dict[str, Any]:
             f"{path}: schema {schema[:60]!r} is not one this halo reads "
             f"(halo.bench.{kind}/{KNOWN_SCHEMAS[kind]})"
         )
-    return data
+    result: dict[str, Any] = data
+    return result
 
 
 def listing(directory: Path) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import ipaddress
 from collections.abc import Sequence
 
 from halo_cluster.checks import Finding, fail, info, ok, warn
+from halo_cluster.checks.fixes import q
 from halo_cluster.cluster.gather import NodeReport
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
@@ -35,7 +36,7 @@ def check_reachable(reports: Sequence[NodeReport]) -> list[Finding]:
             f"{r.node.name} did not answer",
             r.error or "",
             fix=[
-                f"ssh -o BatchMode=yes {r.node.ssh} true   # test by hand",
+                f"ssh -o BatchMode=yes -- {q(r.node.ssh)} true   # test by hand",
                 f'# is halo installed there? set halo = "/path/to/halo" for {r.node.name}',
             ],
         )

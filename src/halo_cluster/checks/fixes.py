@@ -20,6 +20,12 @@ def q(value: str) -> str:
     return shlex.quote(value)
 
 
+def c(value: str) -> str:
+    """A value inside a ``#`` comment: quoted, with newlines and other control characters
+    shown escaped, so nothing from a node can end the comment and become a command."""
+    return shlex.quote("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value))
+
+
 def set_mtu(fam: str, iface: str, mtu: int = 9000) -> list[str]:
     if fam == "fedora":
         return [
@@ -28,7 +34,7 @@ def set_mtu(fam: str, iface: str, mtu: int = 9000) -> list[str]:
         ]
     if fam == "debian":
         return [
-            f"# set 'mtu: {mtu}' for {iface} in /etc/netplan/*.yaml, then:",
+            f"# set 'mtu: {mtu}' for {c(iface)} in /etc/netplan/*.yaml, then:",
             "sudo netplan apply",
         ]
     return [f"sudo ip link set dev {q(iface)} mtu {mtu}"]
@@ -42,7 +48,7 @@ def set_address(fam: str, iface: str, cidr: str) -> list[str]:
         ]
     if fam == "debian":
         return [
-            f"# add '{cidr}' under {iface}: addresses: in /etc/netplan/*.yaml, then:",
+            f"# add {c(cidr)} under {c(iface)}: addresses: in /etc/netplan/*.yaml, then:",
             "sudo netplan apply",
         ]
     return [f"sudo ip addr add {q(cidr)} dev {q(iface)}"]
@@ -64,10 +70,10 @@ def kernel_args(fam: str, add: list[str], remove: list[str]) -> list[str]:
         return [f"sudo grubby --update-kernel=ALL {' '.join(parts)}", "sudo reboot"]
     steps = []
     if add:
-        steps.append(f"# add '{' '.join(add)}' to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub")
+        steps.append(f"# add {c(' '.join(add))} to GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub")
     if remove:
         steps.append(
-            f"# remove '{' '.join(remove)}' from GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub"
+            f"# remove {c(' '.join(remove))} from GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub"
         )
     tool = "sudo update-grub" if fam == "debian" else "sudo grub2-mkconfig -o /boot/grub2/grub.cfg"
     return [*steps, tool, "sudo reboot"]

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
+from halo_cluster.cli.output import emit_json, styled, table
 
 CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
 
@@ -86,7 +86,7 @@ def status(config_path: str | None, as_json: bool) -> int:
             grid.add_row(
                 node["name"],
                 node["address"],
-                "[green]alive[/]" if node["ray"] else "[red]missing[/]",
+                styled("[green]alive[/]" if node["ray"] else "[red]missing[/]"),
                 f"{node['transport'] or '-'} {node['hca'] or ''}",
             )
         console().print(grid)

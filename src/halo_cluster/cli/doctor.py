@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from halo_cluster.cli.output import dash, emit_json, table
+from halo_cluster.cli.output import dash, emit_json, styled, table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -108,15 +108,9 @@ def _findings_table(title: str, findings: list[Finding]) -> object:
             else f.summary
         )
         grid.add_row(
-            f"[{colour}]{f.severity.upper()}[/]",
+            styled(f"[{colour}]{f.severity.upper()}[/]"),
             f.check,
-            _escape(summary),
-            _escape("\n".join(f.fix)) or dash(None),
+            summary,  # data: the table shows it as it is
+            "\n".join(f.fix) or dash(None),
         )
     return grid
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from halo_cluster.cli.output import dash, emit_json, table
+from halo_cluster.cli.output import dash, emit_json, safe, styled, table
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from halo_cluster.facts.model import Inventory, RdmaPort
 
@@ -45,7 +46,7 @@ def inventory(root: str, as_json: bool, versions: bool) -> int:
 
 
 def render_inventory(out: Console, inv: Inventory, title: str) -> None:
-    out.rule(f"[bold]{title}")
+    out.rule(f"[bold]{safe(title)}")
     summary = table("System", "fact", "value")
     summary.add_row("host", dash(inv.hostname))
     summary.add_row("os", f"{dash(inv.os.id)} {dash(inv.os.version_id)}")
@@ -60,7 +61,7 @@ def render_inventory(out: Console, inv: Inventory, title: str) -> None:
     _render_net(out, inv)
     _render_hardware(out, inv)
     for warning in inv.warnings:
-        out.print(f"[yellow]warning:[/] {warning}", markup=True)
+        out.print(f"[yellow]warning:[/] {safe(warning)}", markup=True)
 
 
 def _render_rdma(out: Console, inv: Inventory) -> None:
@@ -97,10 +98,10 @@ def _render_rdma(out: Console, inv: Inventory) -> None:
     out.print(grid)
 
 
-def _state(state: str | None) -> str:
+def _state(state: str | None) -> Text:
     if state == "ACTIVE":
-        return "[green]ACTIVE[/]"
-    return f"[red]{dash(state)}[/]"
+        return styled("[green]ACTIVE[/]")
+    return styled(f"[red]{safe(dash(state))}[/]")
 
 
 def _rate(rate: float | None) -> str:
@@ -141,7 +142,10 @@ def _render_hardware(out: Console, inv: Inventory) -> None:
                 link.current_speed_gts or 0
             ) < (link.max_speed_gts or 0)
             grid.add_row(
-                bdf, dash(link.driver), f"[yellow]{current}[/]" if degraded else current, maximum
+                bdf,
+                dash(link.driver),
+                styled(f"[yellow]{safe(current)}[/]") if degraded else current,
+                maximum,
             )
         out.print(grid)
     gpus = table("GPUs", "vendor", "name", "pci", "VRAM", "GTT")

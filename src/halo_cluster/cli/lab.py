@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
+from halo_cluster.cli.output import emit_json, styled, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -162,7 +162,7 @@ def status(name: str | None, directory: str | None, as_json: bool) -> int:
             node["name"],
             node["mgmt_address"],
             node["fabric_address"],
-            "[green]up[/]" if node["sshd"] else "[red]down[/]",
+            styled("[green]up[/]" if node["sshd"] else "[red]down[/]"),
         )
     console().print(grid)
     return 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 
 def emit_json(data: Any) -> None:
@@ -38,10 +40,40 @@ def console() -> Console:
     return out
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(value: object) -> str:
+    """Text that came from a node, for a terminal: control characters (ANSI escapes among
+    them) shown escaped, never interpreted; newlines and tabs kept."""
+    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(value))
+
+
+def safe(value: object) -> str:
+    """``plain`` and inert for Rich: markup in the data (``[/x]``, ``[link=…]``) is shown
+    as it is, never styles or breaks the output."""
+    from rich.markup import escape
+
+    return escape(plain(value))
+
+
+def styled(markup: str) -> Text:
+    """Intended styling (halo's own words), for a table cell: only this is markup."""
+    from rich.text import Text
+
+    return Text.from_markup(markup)
+
+
 def table(title: str, *columns: str) -> Table:
+    """A Rich table whose plain-string cells are data: shown with ``safe``; halo's own
+    styling goes in as ``styled(...)``."""
     from rich.table import Table
 
-    grid = Table(title=title, title_justify="left", title_style="bold")
+    class DataTable(Table):
+        def add_row(self, *cells: Any, **options: Any) -> None:
+            super().add_row(*(safe(c) if isinstance(c, str) else c for c in cells), **options)
+
+    grid = DataTable(title=safe(title), title_justify="left", title_style="bold")
     for column in columns:
         grid.add_column(column)
     return grid

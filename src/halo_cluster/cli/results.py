@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
+from halo_cluster.cli.output import emit_json, safe, styled, table
 
 DIR_HELP = "Results directory (default $XDG_DATA_HOME/halo/results)."
 
@@ -43,7 +43,7 @@ def results_list(directory: str | None, kind: str | None, as_json: bool) -> int:
     grid = table(f"Results in {where}", "id", "kind", "created", "summary")
     for row in rows:
         if "error" in row:
-            grid.add_row(row["id"], "-", "-", f"[red]{row['error']}[/]")
+            grid.add_row(row["id"], "-", "-", styled(f"[red]{safe(row['error'])}[/]"))
             continue
         note = " [yellow](incomplete)[/]" if row.get("incomplete") else ""
         grid.add_row(row["id"], row["kind"], row["created"] or "-", row["summary"] + note)

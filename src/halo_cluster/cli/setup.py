@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
+from halo_cluster.cli.output import emit_json, styled, table
 
 if TYPE_CHECKING:
     from halo_cluster.setup.plan import SetupOptions
@@ -172,7 +172,6 @@ def _remote(
 
 
 def _render(data: dict[str, Any]) -> None:
-    from rich.markup import escape
 
     from halo_cluster.cli.output import console
 
@@ -180,12 +179,10 @@ def _render(data: dict[str, Any]) -> None:
     for name, node in data.items():
         grid = table(f"Setup of {name}", "step", "state", "commands", "note")
         for step in node["steps"]:
-            state = "[green]done[/]" if step["done"] else "[yellow]pending[/]"
+            state = styled("[green]done[/]" if step["done"] else "[yellow]pending[/]")
             if step["reboot"]:
                 state += " (reboot)"
-            grid.add_row(
-                step["id"], state, escape("\n".join(step["commands"])) or "-", escape(step["note"])
-            )
+            grid.add_row(step["id"], state, "\n".join(step["commands"]) or "-", step["note"])
         out.print(grid)
         if node["applied"]:
             out.print(
