@@ -143,6 +143,10 @@ def resolve(ref: str, directory: Path) -> Path:
     given = Path(ref)
     if given.is_file():
         return given
+    if given.exists():
+        raise UsageError(f"{ref}: not a regular file")
+    if "/" in ref or ref.startswith("."):
+        raise UsageError(f"no result file {ref}")
     if ref == "latest" or ref.startswith("latest:"):
         kind = ref.partition(":")[2]
         rows = [r for r in listing(directory) if "error" not in r and kind in ("", r["kind"])]
