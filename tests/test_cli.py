@@ -235,6 +235,11 @@ def test_plan_command() -> None:
         "tokens_per_s",
         "network_share",
         "tokens_per_s_batch1",
+        "engine",
+        "tokens_per_s_low",
+        "tokens_per_s_high",
+        "weights_source",
+        "efficiency_source",
     }
     assert (
         data["recommendation"]["layout"] == "TP2" and data["recommendation"]["link"] == "roce-e810"

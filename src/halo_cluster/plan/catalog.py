@@ -1,72 +1,33 @@
-"""Model, hardware and link profiles (data files in halo_cluster/data), and any model read
-from a local Hugging Face ``config.json``."""
+"""Model, hardware and link profiles (data files in halo_cluster/data, extended by
+halo_cluster/plan/data/models.json), and any model read from a local ``config.json``."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from halo_cluster.errors import UsageError
+from halo_cluster.plan.hf_config import model_from_hf_config, read_json_object
+from halo_cluster.plan.spec import Hardware, Link, ModelSpec
 
+__all__ = [
+    "Hardware",
+    "Link",
+    "ModelSpec",
+    "find_hardware",
+    "find_link",
+    "find_model",
+    "hardware_profiles",
+    "link_from_result",
+    "links",
+    "model_from_hf_config",
+    "models",
+]
 
-@dataclass(frozen=True)
-class ModelSpec:
-    id: str
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    tied_embeddings: bool = False
-    experts: int = 0
-    active_experts: int = 0
-    expert_intermediate: int = 0
-    shared_experts: int = 0
-    dense_layers: int = 0  # leading layers with a dense MLP in a MoE model
-    q_lora_rank: int = 0  # multi-head latent attention (DeepSeek)
-    kv_lora_rank: int = 0
-    qk_rope_head_dim: int = 0
-    qk_nope_head_dim: int = 0
-    v_head_dim: int = 0
-    params_b: float | None = None
-    active_params_b: float | None = None
-    dtype: str = "bf16"
-    context_limit: int | None = None
-
-    @property
-    def is_moe(self) -> bool:
-        return self.experts > 0
-
-    @property
-    def is_mla(self) -> bool:
-        return self.kv_lora_rank > 0
-
-
-@dataclass(frozen=True)
-class Hardware:
-    id: str
-    name: str
-    memory_gib: float
-    usable_memory_gib: float
-    memory_bw_gbs: float
-    decode_efficiency: float
-    unified: bool
-    source: str
-
-
-@dataclass(frozen=True)
-class Link:
-    id: str
-    name: str
-    alpha_us: float
-    beta_gbps: float
-    source: str
+COLLECTIVE_SCHEMA = "halo.bench.collective/1"  # what `halo bench collective` writes
 
 
 def _data(name: str) -> dict[str, Any]:
@@ -75,10 +36,23 @@ def _data(name: str) -> dict[str, Any]:
     return data
 
 
+def plan_data(*parts: str) -> dict[str, Any]:
+    """A JSON data file of the planner (halo_cluster/plan/data/…)."""
+    node = resources.files("halo_cluster.plan").joinpath("data", *parts)
+    data: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
+    return data
+
+
 def models() -> dict[str, ModelSpec]:
-    return {
-        key: ModelSpec(id=key, **value) for key, value in _data("models.json")["models"].items()
+    """The catalog: the shared model file plus the planner's additions and, per model, how
+    its vendor counts the published active parameters."""
+    extra = plan_data("models.json")
+    entries: dict[str, dict[str, Any]] = {
+        key: {**value, **extra["overrides"].get(key, {})}
+        for key, value in _data("models.json")["models"].items()
     }
+    entries.update(extra["models"])
+    return {key: ModelSpec(id=key, **value) for key, value in entries.items()}
 
 
 def hardware_profiles() -> dict[str, Hardware]:
@@ -126,77 +100,26 @@ def find_link(link_id: str) -> Link:
 
 def link_from_result(path: Path) -> Link:
     """``{"schema": "halo.bench.collective/1", "fit": {"alpha_us": …, "beta_gbps": …}}``."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        fit = data["fit"]
-        alpha, beta = float(fit["alpha_us"]), float(fit["beta_gbps"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    data = read_json_object(path, "a bench collective result")
+    if data.get("schema") != COLLECTIVE_SCHEMA:
         raise UsageError(
-            f"{path}: not a bench collective result with fit.alpha_us / fit.beta_gbps ({err})"
-        ) from None
+            f"{path}: schema is {data.get('schema')!r}, expected {COLLECTIVE_SCHEMA!r} "
+            "(a bench collective result with fit.alpha_us / fit.beta_gbps)"
+        )
+    fit = data.get("fit")
+    if not isinstance(fit, dict):
+        raise UsageError(
+            f"{path}: no fit object (fit.alpha_us / fit.beta_gbps); the sweep gave no fit"
+        )
+    alpha = _number(path, fit, "fit", "alpha_us")
+    beta = _number(path, fit, "fit", "beta_gbps")
     if alpha < 0 or beta <= 0:
         raise UsageError(f"{path}: fit must have alpha_us >= 0 and beta_gbps > 0")
     return Link(f"measured:{path.name}", f"measured ({path.name})", alpha, beta, str(path))
 
 
-# Hugging Face config keys -> ours (first key present wins)
-HF_KEYS: dict[str, tuple[str, ...]] = {
-    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "hidden": ("hidden_size", "n_embd", "d_model"),
-    "heads": ("num_attention_heads", "n_head"),
-    "kv_heads": ("num_key_value_heads",),
-    "head_dim": ("head_dim",),
-    "intermediate": ("intermediate_size", "ffn_hidden_size"),
-    "vocab": ("vocab_size",),
-    "tied_embeddings": ("tie_word_embeddings",),
-    "experts": ("num_experts", "num_local_experts", "n_routed_experts"),
-    "active_experts": ("num_experts_per_tok", "experts_per_token", "moe_topk"),
-    "expert_intermediate": ("moe_intermediate_size",),
-    "shared_experts": ("n_shared_experts",),
-    "dense_layers": ("first_k_dense_replace",),
-    "q_lora_rank": ("q_lora_rank",),
-    "kv_lora_rank": ("kv_lora_rank",),
-    "qk_rope_head_dim": ("qk_rope_head_dim",),
-    "qk_nope_head_dim": ("qk_nope_head_dim",),
-    "v_head_dim": ("v_head_dim",),
-    "context_limit": ("max_position_embeddings", "n_positions"),
-}
-REQUIRED = ("layers", "hidden", "heads", "intermediate", "vocab")
-
-
-def model_from_hf_config(path: Path) -> ModelSpec:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
-    except ValueError as err:
-        raise UsageError(f"{path} is not JSON: {err}") from None
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: expected a JSON object (a Hugging Face config.json)")
-    config = (
-        {**raw.get("text_config", {}), **raw} if isinstance(raw.get("text_config"), dict) else raw
-    )
-    values: dict[str, Any] = {}
-    for ours, keys in HF_KEYS.items():
-        for key in keys:
-            if config.get(key) is not None:
-                values[ours] = config[key]
-                break
-    missing = [k for k in REQUIRED if k not in values]
-    if missing:
-        names = ", ".join(HF_KEYS[k][0] for k in missing)
-        raise UsageError(f"{path}: missing {names}: is this a decoder model's config.json?")
-    ints = {f.name for f in fields(ModelSpec) if f.type in ("int", int)}
-    for key, value in values.items():
-        if key in ints and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise UsageError(
-                f"{path}: {HF_KEYS[key][0]} must be a whole number >= 0, got {value!r}"
-            )
-    values.setdefault("kv_heads", values["heads"])
-    values.setdefault("head_dim", values["hidden"] // values["heads"])
-    if values.get("experts") and not values.get("expert_intermediate"):
-        values["expert_intermediate"] = values["intermediate"]
-    values["tied_embeddings"] = bool(values.get("tied_embeddings", False))
-    return ModelSpec(
-        id=path.parent.name or path.stem, name=str(config.get("_name_or_path", path)), **values
-    )
+def _number(path: Path, obj: dict[str, Any], parent: str, key: str) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UsageError(f"{path}: {parent}.{key} must be a finite number, got {value!r}")
+    return float(value)

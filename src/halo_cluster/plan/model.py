@@ -1,100 +1,69 @@
 """Memory and decode-time model (pure arithmetic; see docs/plan.md).
 
 Decode is memory-bound on these machines: a step reads every weight it uses once (shared by
-the whole batch) plus the KV cache of every sequence. Tensor parallelism splits those reads
-across ranks but adds 2·L + 2 all-reduces of batch × hidden activations per step; pipeline
-parallelism does not split a token's reads but only passes activations between stages.
+the whole batch) plus the KV cache of every sequence, at the share of the memory bandwidth
+the engine achieves, and pays the engine's fixed cost per layer. Tensor parallelism (vLLM)
+splits those reads across ranks but adds 2·L + 2 all-reduces of batch × hidden activations
+per step; pipeline parallelism and llama.cpp's RPC layer split do not split a token's reads
+(stages run one after another) but only pass activations between stages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from halo_cluster.errors import UsageError
+from halo_cluster.plan.calibration import Calibration
 from halo_cluster.plan.catalog import Hardware, Link, ModelSpec
+from halo_cluster.plan.engines import Efficiency, Engine, find_engine
+from halo_cluster.plan.params import (
+    ParamCounts,
+    active_params,
+    experts_touched,
+    param_counts,
+    total_params,
+)
+from halo_cluster.plan.quants import find_quant
+from halo_cluster.plan.weights import WeightBytes, from_quant
+
+__all__ = [
+    "ParamCounts",
+    "Request",
+    "Row",
+    "active_params",
+    "allreduce_s",
+    "evaluate",
+    "experts_touched",
+    "kv_bytes_per_token",
+    "param_counts",
+    "plan_rows",
+    "recommend",
+    "step_seconds",
+    "total_params",
+    "tp_collectives_per_token",
+    "weight_bytes",
+]
 
 GIB = 2**30
-BITS = {"bf16": 16.0, "fp16": 16.0, "fp8": 8.0, "int8": 8.0, "int4": 4.25, "mxfp4": 4.25, "q4": 4.5}
 ACTIVATION_BYTES = 2  # activations and all-reduce payloads stay in bf16
 KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
-ACTIVATION_HEADROOM_GIB = 3.0  # per rank: activations, CUDA/HIP graphs off, runtime buffers
-
-
-@dataclass(frozen=True)
-class ParamCounts:
-    embedding: int
-    attention: int  # all layers
-    dense_mlp: int  # all dense MLPs (dense models, or the leading dense layers of MoE models)
-    expert: int  # one routed expert of one layer
-    moe_layers: int
-    shared: int  # shared experts + routers, all MoE layers
-
-    def total_with(self, experts_per_layer: float) -> float:
-        return (
-            self.embedding
-            + self.attention
-            + self.dense_mlp
-            + self.shared
-            + self.expert * self.moe_layers * experts_per_layer
-        )
-
-
-def param_counts(m: ModelSpec) -> ParamCounts:
-    if m.is_mla:
-        q = (
-            m.hidden * m.q_lora_rank
-            + m.q_lora_rank * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-            if m.q_lora_rank
-            else m.hidden * m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-        )
-        kv = m.hidden * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * m.heads * (
-            m.qk_nope_head_dim + m.v_head_dim
-        )
-        attention = q + kv + m.heads * m.v_head_dim * m.hidden
-    else:
-        attention = 2 * m.hidden * m.heads * m.head_dim + 2 * m.hidden * m.kv_heads * m.head_dim
-    embedding = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
-    moe_layers = m.layers - m.dense_layers if m.is_moe else 0
-    dense_layers = m.dense_layers if m.is_moe else m.layers
-    expert = 3 * m.hidden * m.expert_intermediate
-    shared = moe_layers * (m.shared_experts * expert + m.hidden * m.experts)
-    return ParamCounts(
-        embedding,
-        attention * m.layers,
-        dense_layers * 3 * m.hidden * m.intermediate,
-        expert,
-        moe_layers,
-        shared,
-    )
-
-
-def total_params(m: ModelSpec) -> float:
-    return param_counts(m).total_with(m.experts)
-
-
-def active_params(m: ModelSpec) -> float:
-    return param_counts(m).total_with(m.active_experts)
-
-
-def experts_touched(m: ModelSpec, batch: int) -> float:
-    """Expected distinct experts per layer a batch of tokens routes to (uniform routing)."""
-    if not m.is_moe:
-        return 0.0
-    return m.experts * (1 - (1 - m.active_experts / m.experts) ** batch)
 
 
 def weight_bytes(m: ModelSpec, quant: str, experts_per_layer: float | None = None) -> float:
-    """Bytes of weights (all experts unless ``experts_per_layer``); embeddings stay bf16."""
-    counts = param_counts(m)
-    per = m.experts if experts_per_layer is None else experts_per_layer
-    body = counts.total_with(per) - counts.embedding
-    return body * BITS[quant] / 8 + counts.embedding * 2
+    """Bytes of weights in format ``quant``: all of them, or what a step reads when it
+    routes to ``experts_per_layer`` experts (then the embedding table is not read)."""
+    weights = from_quant(m, find_quant(quant))
+    if experts_per_layer is None:
+        return weights.total
+    return weights.read(experts_per_layer)
 
 
 def kv_bytes_per_token(m: ModelSpec, tp: int, pp: int, kv_dtype: str = "bf16") -> float:
     """KV cache of one token on one rank. KV heads split over TP down to one head per rank
-    (then replicated); MLA's compressed latent is replicated on every TP rank."""
-    layers = m.layers / pp
+    (then replicated); MLA's compressed latent is replicated on every TP rank; linear
+    attention layers (Qwen3-Next) keep a fixed state instead of a KV cache."""
+    layers = m.attention_layers / pp
     if m.is_mla:
         return layers * (m.kv_lora_rank + m.qk_rope_head_dim) * KV_BYTES[kv_dtype]
     heads = max(1.0, m.kv_heads / tp)
@@ -118,6 +87,10 @@ def tp_collectives_per_token(m: ModelSpec) -> int:
     return 2 * m.layers + 2
 
 
+def _default_engine() -> Engine:
+    return find_engine("vllm")
+
+
 @dataclass(frozen=True)
 class Request:
     model: ModelSpec
@@ -128,8 +101,22 @@ class Request:
     quant: str = "bf16"
     context: int = 8192
     batch: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: the engine's own share
     kv_dtype: str = "bf16"
+    engine: Engine = field(default_factory=_default_engine)
+    weights: WeightBytes | None = None  # None: the catalog shape in format ``quant``
+    calibration: Calibration | None = None
+
+    def resolved_weights(self) -> WeightBytes:
+        if self.weights is not None:
+            return self.weights
+        source = "catalog" if self.quant == self.model.dtype else "quant"
+        return from_quant(self.model, find_quant(self.quant), source)
+
+    def memory_fraction(self) -> float:
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return self.engine.memory_fraction
 
 
 @dataclass(frozen=True)
@@ -147,6 +134,11 @@ class Row:
     tokens_per_s: float
     network_share: float
     tokens_per_s_batch1: float
+    engine: str
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    weights_source: str
+    efficiency_source: str
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -156,62 +148,140 @@ def layouts(ranks: int) -> list[tuple[int, int]]:
     return [(tp, ranks // tp) for tp in range(ranks, 0, -1) if ranks % tp == 0]
 
 
-def evaluate(req: Request, tp: int, pp: int) -> Row:
+def engine_layouts(req: Request) -> list[tuple[str, int, int]]:
+    """(name, tp, pp) of every layout the engine can run on these nodes."""
+    if req.engine.rpc is not None:  # llama.cpp: one node, or a layer split over RPC
+        if req.nodes == 1:
+            return [("single", 1, 1)]
+        return [(f"RPC{req.nodes}", 1, req.nodes)]
+    rows = []
+    for tp, pp in layouts(req.nodes * req.gpus_per_node):
+        rows.append((f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}", tp, pp))
+    return rows
+
+
+def efficiency(req: Request) -> Efficiency:
+    """The engine's bandwidth share for this model (dense or MoE), or the calibrated one."""
+    if req.calibration is not None:
+        return calibrated(req, req.calibration)
+    tuning = req.engine.tuning(req.hardware)
+    return tuning.moe if req.model.is_moe else tuning.dense
+
+
+def fixed_seconds(req: Request) -> float:
+    """The engine's fixed cost of a step: per layer, and more per gated delta-net layer."""
+    tuning, m = req.engine.tuning(req.hardware), req.model
+    linear = m.layers - m.attention_layers
+    return (m.layers * tuning.per_layer_us + linear * tuning.per_linear_layer_us) * 1e-6
+
+
+def _read_bytes(req: Request, tp: int, pp: int, batch: int, context: int) -> float:
+    m = req.model
+    read = req.resolved_weights().read(experts_touched(m, batch)) / tp
+    # stages run one after another; each sequence reads the KV of its average context
+    return read + kv_bytes_per_token(m, tp, pp, req.kv_dtype) * pp * context / 2 * batch
+
+
+def network_seconds(req: Request, tp: int, pp: int, batch: int) -> float:
+    m, link = req.model, req.link
+    payload = batch * m.hidden * ACTIVATION_BYTES
+    protocol = req.engine.rpc
+    if protocol is not None:
+        layers = m.layers / pp
+        stage = protocol.stage_seconds(
+            m.hidden, layers, batch, req.context // 2, link.alpha_us, link.beta_gbps
+        )
+        return (req.nodes - 1) * stage
+    network = 0.0
+    if tp > req.gpus_per_node:  # TP group spans nodes
+        network += tp_collectives_per_token(m) * allreduce_s(payload, tp, link)
+    cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
+    return network + cross_stage * p2p_s(payload, link)
+
+
+def step_seconds(
+    req: Request, tp: int, pp: int, batch: int, share: float | None = None
+) -> tuple[float, float]:
+    """(memory-bound compute, network) seconds of one decode step for ``batch`` sequences,
+    at bandwidth share ``share`` (default: the engine's central efficiency)."""
+    share = efficiency(req).central if share is None else share
+    bandwidth = req.hardware.memory_bw_gbs * 1e9 * share
+    compute = _read_bytes(req, tp, pp, batch, req.context) / bandwidth
+    compute += fixed_seconds(req)
+    return compute, network_seconds(req, tp, pp, batch)
+
+
+def calibrated(req: Request, cal: Calibration) -> Efficiency:
+    """The bandwidth share that makes one node of this engine decode this model at the
+    measured speed (batch 1, the measurement's average context)."""
+    bandwidth = req.hardware.memory_bw_gbs * 1e9
+    read = _read_bytes(req, 1, 1, 1, cal.context)
+    fixed = fixed_seconds(req)
+
+    def share(rate: float) -> float:
+        left = 1 / rate - fixed
+        if left <= 0:  # faster than the engine's fixed cost allows: all of it is bandwidth
+            left = 1 / rate
+        return read / bandwidth / left
+
+    central = share(cal.tokens_per_s)
+    if central > 1:
+        raise UsageError(
+            f"{cal.path}: {cal.tokens_per_s:g} tok/s would read "
+            f"{central * req.hardware.memory_bw_gbs:.0f} GB/s, more than the hardware's "
+            f"{req.hardware.memory_bw_gbs:g} GB/s: was it measured with this model and --quant?"
+        )
+    low, high = share(cal.tokens_per_s_low), min(1.0, share(cal.tokens_per_s_high))
+    return Efficiency(central, low, high, cal.label)
+
+
+def _memory(req: Request, tp: int, pp: int) -> tuple[float, float, int, bool]:
+    """(weights per rank, KV per token per rank, max context, fits) in bytes/tokens."""
     m, hw = req.model, req.hardware
-    ranks_per_node = req.gpus_per_node
-    weights_rank = weight_bytes(m, req.quant) / (tp * pp)
-    usable = (
-        min(hw.usable_memory_gib, hw.memory_gib) * GIB * req.gpu_memory_utilization / ranks_per_node
-    )
-    kv_budget = usable - weights_rank - ACTIVATION_HEADROOM_GIB * GIB
+    weights_rank = req.resolved_weights().total / (tp * pp)
+    usable = min(hw.usable_memory_gib, hw.memory_gib) * GIB * req.memory_fraction()
+    kv_budget = usable / req.gpus_per_node - weights_rank - req.engine.headroom_gib * GIB
     kv_token = kv_bytes_per_token(m, tp, pp, req.kv_dtype)
     max_context = int(max(0.0, kv_budget) / kv_token / req.batch) if kv_token else 0
     if m.context_limit:
         max_context = min(max_context, m.context_limit) if kv_budget > 0 else 0
     fits = kv_budget > 0 and max_context >= req.context
-    kv_gib = kv_token * req.context * req.batch * ranks_per_node / GIB
-    compute, network = step_seconds(req, tp, pp, req.batch)
-    compute1, network1 = step_seconds(req, tp, pp, 1)
+    return weights_rank, kv_token, max_context, fits
+
+
+def evaluate(req: Request, tp: int, pp: int, layout: str | None = None) -> Row:
+    weights_rank, kv_token, max_context, fits = _memory(req, tp, pp)
+    eff = efficiency(req)
+    compute, network = step_seconds(req, tp, pp, req.batch, eff.central)
+    compute1, network1 = step_seconds(req, tp, pp, 1, eff.central)
+    slow = step_seconds(req, tp, pp, req.batch, eff.low)[0]
+    fast = step_seconds(req, tp, pp, req.batch, eff.high)[0]
     step = compute + network
+    per_node = req.gpus_per_node if req.engine.rpc is None else 1
     return Row(
-        layout=f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}",
+        layout=layout or (f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}"),
         tp=tp,
         pp=pp,
         link=req.link.id,
         fits=fits,
-        weights_gib_per_node=weights_rank * ranks_per_node / GIB,
-        kv_gib_per_node=kv_gib,
+        weights_gib_per_node=weights_rank * per_node / GIB,
+        kv_gib_per_node=kv_token * req.context * req.batch * per_node / GIB,
         max_context=max_context,
         decode_ms_compute=compute * 1e3,
         decode_ms_network=network * 1e3,
         tokens_per_s=req.batch / step,
         network_share=network / step,
         tokens_per_s_batch1=1 / (compute1 + network1),
+        engine=req.engine.id,
+        tokens_per_s_low=req.batch / (slow + network),
+        tokens_per_s_high=req.batch / (fast + network),
+        weights_source=req.resolved_weights().source,
+        efficiency_source=eff.source,
     )
 
 
-def step_seconds(req: Request, tp: int, pp: int, batch: int) -> tuple[float, float]:
-    """(memory-bound compute, network) seconds of one decode step for ``batch`` sequences."""
-    m, hw = req.model, req.hardware
-    bandwidth = hw.memory_bw_gbs * 1e9 * hw.decode_efficiency
-    read = (
-        weight_bytes(m, req.quant, experts_touched(m, batch)) / tp
-    )  # stages run one after another
-    read += (
-        kv_bytes_per_token(m, tp, pp, req.kv_dtype) * pp * req.context / 2 * batch
-    )  # average context
-    compute = read / bandwidth
-    payload = batch * m.hidden * ACTIVATION_BYTES
-    network = 0.0
-    if tp > req.gpus_per_node:  # TP group spans nodes
-        network += tp_collectives_per_token(m) * allreduce_s(payload, tp, req.link)
-    cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
-    network += cross_stage * p2p_s(payload, req.link)
-    return compute, network
-
-
 def plan_rows(req: Request) -> list[Row]:
-    return [evaluate(req, tp, pp) for tp, pp in layouts(req.nodes * req.gpus_per_node)]
+    return [evaluate(req, tp, pp, name) for name, tp, pp in engine_layouts(req)]
 
 
 def recommend(rows: list[Row]) -> tuple[Row | None, str]:
@@ -223,6 +293,7 @@ def recommend(rows: list[Row]) -> tuple[Row | None, str]:
         )
     best = max(fitting, key=lambda r: r.tokens_per_s)
     return best, (
-        f"{best.layout} over {best.link}: {best.tokens_per_s:.1f} tok/s, network "
+        f"{best.layout} over {best.link}: {best.tokens_per_s:.1f} tok/s "
+        f"({best.tokens_per_s_low:.1f}–{best.tokens_per_s_high:.1f}), network "
         f"{best.network_share:.1%} of each step, max context {best.max_context}"
     )
