@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,9 +54,11 @@ def leftovers(name: str) -> dict[str, list[str]]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if stat.rsplit(")", 1)[-1].split()[0] != "Z" and f".halo-lab/{name}/" in cmd:
-            procs.append(cmd)
-    return {"netns": netns, "links": links, "processes": procs}
+        alive = stat.rsplit(")", 1)[-1].split()[0] != "Z"
+        if alive and (f".halo-lab/{name}/" in cmd or f"/run/halo/lab/{name}/" in cmd):
+            procs.append(cmd)  # node processes, and SSH masters (named after their socket)
+    registry = [str(p) for p in Path(f"/run/halo/lab/{name}").glob("*")]
+    return {"netns": netns, "links": links, "processes": procs + registry}
 
 
 @pytest.fixture
@@ -322,3 +325,108 @@ def test_setup_apply_inside_a_lab_node(workdir: Path) -> None:
     finally:
         if not existed:
             memlock_file.unlink(missing_ok=True)
+
+
+def established(address: str) -> int:
+    """TCP connections from this host to sshd on ``address``."""
+    out = subprocess.run(
+        ["ss", "-tnH", "state", "established", "dst", f"{address}:22"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return len(out.splitlines())
+
+
+def test_ssh_connections_are_shared_one_master_per_node(workdir: Path) -> None:
+    """halo's SSH runner on real sshd: with the lab's ssh_config (which shares connections
+    itself) every command goes through the lab's one master per node; with an ssh_config
+    that does not, through halo's own master in its control directory, which
+    close_connections (halo down) ends."""
+    from halo_cluster.runner import SSHRunner, close_connections, control_dir
+
+    halo("lab", "up", "--name", "sr", cwd=workdir)
+    lab = workdir / ".halo-lab" / "sr"
+    status = json.loads(halo("lab", "status", "--name", "sr", "--json", cwd=workdir).stdout)
+    node1, node2 = (n["mgmt_address"] for n in status["nodes"])
+    plain = lab / "ssh_config.plain"  # the lab's ssh_config without its Control* lines
+    plain.write_text(
+        "".join(
+            line
+            for line in (lab / "ssh_config").read_text().splitlines(keepends=True)
+            if "Control" not in line
+        )
+    )
+    lab_runner, halo_runner = SSHRunner("node1", lab / "ssh_config"), SSHRunner("node2", plain)
+    shared = control_dir()
+    assert shared is not None
+    others = {p for p in shared.iterdir() if p.is_socket()}  # other clusters' masters
+    for _ in range(5):
+        assert lab_runner.run(["hostname"]).stdout == "node1\n"
+        assert halo_runner.run(["cat", "/proc/sys/kernel/hostname"]).stdout == "node2\n"
+    assert (established(node1), established(node2)) == (1, 1)
+    labs_sockets = [p for p in Path("/run/halo/lab/sr/ssh").iterdir() if p.is_socket()]
+    assert len(labs_sockets) == 1
+    halos = [p for p in shared.iterdir() if p.is_socket() and p not in others]
+    assert len(halos) == 1 and halos[0].name != labs_sockets[0].name
+    # stdin scripts and exit codes travel through the shared connection
+    script = halo_runner.run(["bash", "-s"], stdin="echo in; exit 3\n")
+    assert (script.returncode, script.stdout) == (3, "in\n")
+    # halo down ends halo's master, and leaves the lab's (the lab's own ssh_config) alone
+    assert close_connections(["node1"], lab / "ssh_config") == []
+    assert close_connections(["node1", "node2"], plain) == ["node2"]
+    deadline = time.monotonic() + 5
+    while established(node2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (established(node1), established(node2)) == (1, 0)
+    assert not any(p.is_socket() and p.name == halos[0].name for p in shared.iterdir())
+    # first commands at once: one makes the master, the others run on their own, and none
+    # of them has ssh's word about it in its stderr
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: halo_runner.run(["echo", "x"]), range(4)))
+    assert [(r.returncode, r.stdout, r.stderr) for r in results] == [(0, "x\n", "")] * 4
+    assert close_connections(["node2"], plain) == ["node2"]
+    # a node that dies takes its shared connection with it: the next command fails fast
+    halo("lab", "kill", "--name", "sr", "node1", cwd=workdir)
+    started = time.monotonic()
+    assert not lab_runner.run(["true"], timeout=30).ok
+    assert time.monotonic() - started < 15
+    halo("lab", "down", "--name", "sr", cwd=workdir)
+    assert leftovers("sr") == {"netns": [], "links": [], "processes": []}
+
+
+def test_a_lab_is_found_by_name_from_anywhere(workdir: Path) -> None:
+    halo("lab", "up", "--name", "rg", cwd=workdir)
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    status = json.loads(halo("lab", "status", "--name", "rg", "--json", cwd=elsewhere).stdout)
+    assert status["dir"] == str((workdir / ".halo-lab" / "rg").resolve())
+    assert lab_exec(elsewhere, "rg", "node2", "hostname").stdout == "node2\n"
+    # the name is taken, wherever the other lab lives
+    again = halo("lab", "up", "--name", "rg", cwd=elsewhere, check=False)
+    assert again.returncode == 1 and f"already exists in {status['dir']}" in again.stderr
+    # its directory removed: the lab still runs, is still found, and goes down by name
+    shutil.rmtree(workdir / ".halo-lab" / "rg")
+    assert [
+        n["sshd"]
+        for n in json.loads(halo("lab", "status", "--name", "rg", "--json", cwd=elsewhere).stdout)[
+            "nodes"
+        ]
+    ] == [True, True]
+    assert halo("lab", "down", "--name", "rg", cwd=elsewhere).stdout == "lab rg removed\n"
+    assert leftovers("rg") == {"netns": [], "links": [], "processes": []}
+    # directory and registry both gone: what is named after it still goes
+    halo("lab", "up", "--name", "rz", cwd=workdir)
+    ssh(workdir, "rz", "node1", "true")  # a master too
+    shutil.rmtree(workdir / ".halo-lab" / "rz")
+    Path("/run/halo/lab/rz/state.json").unlink()
+    down = halo("lab", "down", "--name", "rz", cwd=elsewhere)
+    assert down.stdout.startswith(
+        "lab rz: its directory was gone; removed 2 namespace(s), 6 link(s), "
+    )
+    assert leftovers("rz") == {"netns": [], "links": [], "processes": []}
+    assert halo("lab", "down", "--name", "rz", cwd=elsewhere).stdout == (
+        "no lab named rz: nothing to remove\n"
+    )

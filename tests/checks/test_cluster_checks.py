@@ -152,7 +152,7 @@ def test_ssh_argv_quotes_every_word() -> None:
         "ConnectTimeout=7",
         "-F",
         "cfg",
+        "--",  # the target can never be read as an option
         "root@node; rm -rf /",
-        "--",
         "halo inventory --root '/tmp/a b;$(x)'",
     ]

@@ -46,5 +46,27 @@ def test_prometheus_config_command(tmp_path: Path) -> None:
         text=True,
         check=True,
     ).stdout
-    assert "- targets: ['192.168.1.51:9877']" in out and "- targets: ['strix2.lan:9877']" in out
-    assert "job_name: halo" in out
+    assert '- targets: ["192.168.1.51:9877"]' in out and '- targets: ["strix2.lan:9877"]' in out
+    assert '        labels: {"node": "strix1", "cluster": "strix"}' in out
+    assert "job_name: halo" in out and 'scrape_interval: "5s"' in out
+
+
+def test_prometheus_config_cannot_be_injected(tmp_path: Path) -> None:
+    """A config path with a newline stays in its comment; a bad interval is refused."""
+    odd = tmp_path / "a\nscrape_configs: evil"
+    odd.mkdir()
+    config = odd / "halo.toml"
+    config.write_text('[cluster]\nname = "c"\n[[node]]\nname = "n1"\nssh = "n1"\n')
+    argv = [sys.executable, "-m", "halo_cluster", "monitoring", "prometheus-config"]
+    out = subprocess.run(
+        [*argv, "--config", str(config)], capture_output=True, text=True, check=True
+    ).stdout
+    assert [line for line in out.splitlines() if line.startswith("scrape")] == ["scrape_configs:"]
+    assert "\\nscrape_configs: evil" in out
+    bad = subprocess.run(
+        [*argv, "--config", str(config), "--interval", "5s\n  - job_name: evil"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "evil" not in bad.stdout

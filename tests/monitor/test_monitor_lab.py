@@ -207,3 +207,102 @@ def test_prometheus_scrapes_and_rate_query(tmp_path: Path) -> None:
         exporter.terminate()
         server.wait(timeout=20)
         exporter.wait(timeout=10)
+
+
+def test_interfaces_come_and_go_and_a_flood_of_partial_requests(
+    lab: tuple[Path, dict],  # type: ignore[type-arg]
+) -> None:
+    """On a node's real sysfs: an interface that appears, vanishes, comes back, and is
+    re-created between two samples has its series back each time, read afresh; then 2000
+    connections from the host that send half a request and hang up stall no scrape for
+    more than an interval, and the exporter's log stays free of tracebacks."""
+    import socket
+    import threading
+
+    cwd, status = lab
+    node1 = status["nodes"][0]
+    address = f"{node1['mgmt_address']}:9879"
+    run = f"{HALO} exporter --listen {address} --interval 200ms --rescan 300ms"
+    exporter = subprocess.Popen(
+        [
+            HALO,
+            "lab",
+            "exec",
+            "--name",
+            "mon",
+            "node1",
+            "--",
+            "bash",
+            "-c",
+            f"{run} 2>/tmp/exporter.log & echo $! >/tmp/exporter.pid; wait",
+        ],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+    )
+
+    def node1_sh(script: str) -> None:
+        done = halo("lab", "exec", "--name", "mon", "node1", "--", "bash", "-c", script, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+
+    def until(condition, timeout_s: float = 10) -> dict:  # type: ignore[no-untyped-def,type-arg]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            samples = metrics(address)
+            if condition(samples) or time.monotonic() > deadline:
+                return samples
+            time.sleep(0.1)
+
+    try:
+        wait_for(address)
+        up = ("halo_net_up", (("interface", "veth7"),))
+        mtu = ("halo_net_mtu_bytes", (("interface", "veth7"),))
+        node1_sh("ip link add veth7 type veth peer name veth7p && ip link set veth7 mtu 1300 up")
+        assert until(lambda s: up in s).get(mtu) == 1300
+        node1_sh("ip link del veth7")
+        assert up not in until(lambda s: up not in s)
+        node1_sh("ip link add veth7 type veth peer name veth7p && ip link set veth7 mtu 1400")
+        assert until(lambda s: s.get(mtu) == 1400).get(mtu) == 1400
+        # a reset between two samples: the old files are dead, the new ones are read
+        node1_sh(
+            "ip link del veth7; ip link add veth7 type veth peer name veth7p; ip link set veth7 mtu 1500"
+        )
+        assert until(lambda s: s.get(mtu) == 1500).get(mtu) == 1500
+
+        host, port = node1["mgmt_address"], 9879
+        latencies: list[float] = []
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def scrape_loop() -> None:
+            while not stop.is_set():
+                start = time.monotonic()
+                try:
+                    metrics(address)
+                    latencies.append(time.monotonic() - start)
+                except OSError as err:
+                    failures.append(repr(err))
+                time.sleep(0.05)
+
+        def flood(count: int) -> None:
+            for _ in range(count):
+                with socket.create_connection((host, port), timeout=5) as sock:
+                    sock.sendall(b"GET /metr")
+
+        scraper = threading.Thread(target=scrape_loop)
+        scraper.start()
+        floods = [threading.Thread(target=flood, args=(250,)) for _ in range(8)]
+        for thread in floods:
+            thread.start()
+        for thread in floods:
+            thread.join(120)
+        time.sleep(0.5)
+        stop.set()
+        scraper.join(10)
+        assert failures == [] and len(latencies) > 5 and max(latencies) < 1.0, max(latencies)
+        log = halo(
+            "lab", "exec", "--name", "mon", "node1", "--", "cat", "/tmp/exporter.log", cwd=cwd
+        )
+        assert log.stdout.startswith("halo exporter on http://") and "Traceback" not in log.stdout
+    finally:
+        node1_sh("kill $(cat /tmp/exporter.pid)")
+        exporter.wait(timeout=20)

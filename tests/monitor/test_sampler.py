@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -165,3 +166,184 @@ def test_baseline_from_the_latest_bench_net_result(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a bench net result"):
         load_baseline(tmp_path / "other.json")
     assert latest_result(tmp_path / "missing") is None
+
+
+# -- an exporter that lives as long as the node ---------------------------------------------
+NET_STAT_NAMES = (
+    "rx_bytes",
+    "tx_bytes",
+    "rx_packets",
+    "tx_packets",
+    "rx_errors",
+    "tx_errors",
+    "rx_dropped",
+    "tx_dropped",
+)
+
+
+def add_interface(root: Path, name: str, value: int, ifindex: int = 100) -> None:
+    """A virtual interface as sysfs shows it: its directory and the class link to it."""
+    base = root / "sys/devices/virtual/net" / name
+    (base / "statistics").mkdir(parents=True)
+    for stat in NET_STAT_NAMES:
+        (base / "statistics" / stat).write_text(f"{value}\n")
+    (base / "mtu").write_text("1500\n")
+    (base / "operstate").write_text("up\n")
+    (base / "type").write_text("1\n")
+    (base / "ifindex").write_text(f"{ifindex}\n")
+    (root / "sys/class/net" / name).symlink_to(f"../../devices/virtual/net/{name}")
+
+
+def interface_series(
+    name: str, value: float
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    labels = (("interface", name),)
+    series = {(metric, labels): value for metric in NET_METRIC_NAMES}
+    series[("halo_net_up", labels)] = 1.0
+    series[("halo_net_mtu_bytes", labels)] = 1500.0
+    return series
+
+
+NET_METRIC_NAMES = (
+    "halo_net_receive_bytes_total",
+    "halo_net_transmit_bytes_total",
+    "halo_net_receive_packets_total",
+    "halo_net_transmit_packets_total",
+    "halo_net_receive_errors_total",
+    "halo_net_transmit_errors_total",
+    "halo_net_receive_drop_total",
+    "halo_net_transmit_drop_total",
+)
+
+
+def rdma_series(snapshot: Snapshot) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {k: v for k, v in snapshot.values.items() if k[0].startswith("halo_rdma")}
+
+
+def test_descriptors_stay_within_the_budget(strix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """95 more interfaces (950 more counter files) than the node had: at most the budget is
+    kept open, the rest is opened and closed per sample, and the values are the same."""
+    from halo_cluster.monitor import sampler as sampler_module
+
+    for i in range(95):
+        add_interface(strix, f"veth{i}", i)
+    bounded = Sampler(str(strix), fd_budget=100)
+    unbounded = Sampler(str(strix), fd_budget=100_000)
+    assert (bounded.open_files(), len(bounded.sources)) == (100, 1_019)
+    assert unbounded.open_files() == 1_019
+    got, want = bounded.sample().values, unbounded.sample().values
+    assert got == want
+    for i in (0, 94):
+        assert {k: v for k, v in got.items() if k[1] == (("interface", f"veth{i}"),)} == (
+            interface_series(f"veth{i}", float(i))
+        )
+    bounded.close()
+    unbounded.close()
+    assert bounded.open_files() == unbounded.open_files() == 0
+    monkeypatch.setattr(sampler_module.resource, "getrlimit", lambda _which: (1024, 1024))
+    assert sampler_module.default_fd_budget() == 448  # half of 1024, less 64 for sockets
+
+
+def test_devices_that_vanish_and_come_back_are_discovered_again(
+    strix: Path, tmp_path: Path
+) -> None:
+    sampler = Sampler(str(strix), rescan_s=0.0)  # look again at every sample
+    before = sampler.sample()
+    link = strix / "sys/class/infiniband/rocep194s0"
+    device = link.resolve()
+    saved = tmp_path / "saved-device"
+    shutil.copytree(device, saved, symlinks=True)
+    target = os.readlink(link)
+    link.unlink()  # a driver reload: the device goes...
+    shutil.rmtree(device)
+    gone = sampler.sample()
+    assert rdma_series(gone) == {} and gone.vanished == ("sys/class/infiniband/rocep194s0",)
+    shutil.copytree(saved, device, symlinks=True)  # ...and comes back
+    link.symlink_to(target)
+    back = sampler.sample()
+    assert rdma_series(back) == rdma_series(before)
+    assert back.vanished == () and back.errors == 0
+    # a new interface appears, with its series
+    add_interface(strix, "veth7", 7)
+    added = sampler.sample()
+    assert {k: v for k, v in added.values.items() if k[1] == (("interface", "veth7"),)} == (
+        interface_series("veth7", 7.0)
+    )
+    # an interface re-created between two samples (new ifindex) is read afresh
+    veth = strix / "sys/devices/virtual/net/veth7"
+    shutil.rmtree(veth)
+    (strix / "sys/class/net/veth7").unlink()
+    add_interface(strix, "veth7", 3, ifindex=101)
+    again = sampler.sample()
+    assert {k: v for k, v in again.values.items() if k[1] == (("interface", "veth7"),)} == (
+        interface_series("veth7", 3.0)
+    )
+    # nothing changed: the cheap look finds it, and nothing is discovered again
+    count = sampler.discoveries
+    sampler.sample()
+    assert sampler.discoveries == count
+    sampler.close()
+
+
+def test_byte_totals_agree_with_inventory_on_a_port_with_both_families(root_copy) -> None:
+    """A ConnectX port has PMA data counters *and* irdma-style octet counters: the PMA's
+    words x 4 win, in inventory and exporter alike (never their sum)."""
+    from halo_cluster.facts.inventory import collect_inventory
+
+    root = root_copy("connectx-roce")
+    port_dir = root / "sys/class/infiniband/mlx5_0/ports/1"
+    for name, value in (
+        ("ip4OutOctets", 111),
+        ("ip6OutOctets", 222),
+        ("ip4InOctets", 333),
+        ("ip6InOctets", 444),
+    ):
+        write(root, f"{port_dir.relative_to(root)}/hw_counters/{name}", value)
+    labels = (("device", "mlx5_0"), ("port", "1"))
+
+    def both() -> tuple[tuple[int | None, int | None], dict[str, float]]:
+        port = collect_inventory(str(root)).rdma[0].ports[0]
+        sampler = Sampler(str(root))
+        values = sampler.sample().values
+        sampler.close()
+        totals = {
+            name: values[(name, labels)]
+            for name in (
+                "halo_rdma_port_transmit_bytes_total",
+                "halo_rdma_port_receive_bytes_total",
+            )
+            if (name, labels) in values
+        }
+        return (port.xmit_bytes, port.rcv_bytes), totals
+
+    assert both() == (
+        (1_000_000_000_000, 960_000_000_000),
+        {
+            "halo_rdma_port_transmit_bytes_total": 1_000_000_000_000.0,
+            "halo_rdma_port_receive_bytes_total": 960_000_000_000.0,
+        },
+    )
+    # a PMA that answers N/A leaves that total unknown in both, not the octets in its place
+    (port_dir / "counters" / "port_xmit_data").write_text("N/A\n")
+    assert both() == (
+        (None, 960_000_000_000),
+        {"halo_rdma_port_receive_bytes_total": 960_000_000_000.0},
+    )
+
+
+def test_a_fifo_or_symlink_in_place_of_a_counter_is_an_error_not_a_hang(strix: Path) -> None:
+    sampler = Sampler(str(strix), fd_budget=0)  # every file opened for each read
+    counter = strix / HW / "cnpSent"
+    counter.unlink()
+    os.mkfifo(counter)
+    fifo = sampler.sample()
+    assert fifo.errors == 1
+    assert ("halo_rdma_hw_counter_total", (*PORT, ("counter", "cnpSent"))) not in fifo.values
+    counter.unlink()
+    counter.symlink_to("/dev/zero")
+    linked = sampler.sample()
+    assert linked.errors == 1
+    assert ("halo_rdma_hw_counter_total", (*PORT, ("counter", "cnpSent"))) not in linked.values
+    write(strix, f"{HW}/RetransSegs", 2**64)  # past a 64-bit counter: garbage
+    assert sampler.sample().errors == 2
+    sampler.close()

@@ -15,8 +15,8 @@ from halo_cluster.cli.output import emit_json, styled, table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-NAME_HELP = "Lab name (default: the only lab in ./.halo-lab, else 'lab')."
-DIR_HELP = "Lab directory (default ./.halo-lab/NAME)."
+NAME_HELP = "Lab name (default: the only lab in ./.halo-lab, or of this host, else 'lab')."
+DIR_HELP = "Lab directory (default ./.halo-lab/NAME, else where lab NAME was made)."
 
 
 def lab_options(command: F) -> F:
@@ -32,21 +32,30 @@ def lab() -> None:
 
 
 def _resolve(name: str | None, directory: str | None) -> tuple[str, Path]:
+    """The lab's name and directory: --dir, else ./.halo-lab/NAME, else where the registry
+    says lab NAME lives (so a lab is found by name from anywhere)."""
     from halo_cluster.lab.lab import find_labs, lab_dir
-    from halo_cluster.lab.state import check_name
+    from halo_cluster.lab.state import check_name, read_state, registered
 
     if name is None:
         labs = find_labs()
         name = labs[0] if len(labs) == 1 else "lab"
-    return check_name(name), lab_dir(name, directory)
+    check_name(name)
+    path = lab_dir(name, directory)
+    if directory is None and read_state(path) is None:
+        elsewhere = registered(name)
+        if elsewhere is not None:
+            path = Path(elsewhere.dir)
+    return name, path
 
 
 def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-def]
     from halo_cluster.errors import UsageError
-    from halo_cluster.lab.state import read_state
+    from halo_cluster.lab.state import read_state, registered
 
     lab_name, path = _resolve(name, directory)
-    state = read_state(path)
+    # a lab whose directory was removed still runs: the registry knows it
+    state = read_state(path) or (registered(lab_name) if directory is None else None)
     if state is None:
         raise UsageError(
             f"no lab named {lab_name} in {path}: start one with 'halo lab up --name {lab_name}'"
@@ -109,18 +118,24 @@ def up(
 @lab.command("down")
 @lab_options
 def down(name: str | None, directory: str | None) -> int:
-    """Remove every process, namespace, link and bridge of the lab (a missing lab is fine)."""
+    """Remove every process, namespace, link and bridge of the lab (a missing lab is fine),
+    also when its directory is gone: whatever is named after it goes."""
     from halo_cluster.lab.lab import Lab, require_tools
-    from halo_cluster.lab.state import read_state
+    from halo_cluster.lab.registry import sweep
+    from halo_cluster.lab.state import read_state, registered
 
-    require_tools()
+    tools = require_tools()
     lab_name, path = _resolve(name, directory)
-    state = read_state(path)
-    if state is None:
-        click.echo(f"no lab named {lab_name}: nothing to remove")
+    state = read_state(path) or registered(lab_name)
+    if state is not None:
+        Lab().down(state)
+        click.echo(f"lab {lab_name} removed")
         return 0
-    Lab().down(state)
-    click.echo(f"lab {lab_name} removed")
+    found = sweep(lab_name, tools["ip"])
+    if found:
+        click.echo(f"lab {lab_name}: its directory was gone; removed {found.describe()}")
+    else:
+        click.echo(f"no lab named {lab_name}: nothing to remove")
     return 0
 
 
@@ -185,7 +200,8 @@ def exec_(name: str | None, directory: str | None, node: str, command: tuple[str
 
 
 def _fault(name: str | None, directory: str | None, node: str, net: str, up: bool) -> int:
-    from halo_cluster.lab.lab import Lab, pid_alive
+    from halo_cluster.lab.lab import Lab
+    from halo_cluster.lab.processes import pid_alive
 
     state = _state(name, directory)
     lab = Lab()

@@ -33,10 +33,29 @@ def parse_duration(text: str) -> float:
 
 
 def _listen(text: str) -> tuple[str, int]:
+    from halo_cluster.errors import UsageError
+
     host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"{text!r}: use ADDR:PORT, e.g. 127.0.0.1:9877")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(
+            f"--listen {text!r}: use ADDR:PORT with a port 1-65535, e.g. 127.0.0.1:9877"
+        )
     return host.strip("[]"), int(port)
+
+
+def raise_fd_limit(wanted: int = 65536) -> None:
+    """Let the soft descriptor limit reach the hard one (as Go programs such as
+    node_exporter do by themselves); the exporter sizes its file cache and its connection
+    limit from what it gets."""
+    import contextlib
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        # a container may refuse: the budgets then follow the limit we have
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _this_node(config: Config, name: str | None) -> NodeConfig | None:
@@ -106,6 +125,12 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
     metavar="FILE",
     help="bench net result for latency alerts (default: the latest in the results directory).",
 )
+@click.option(
+    "--rescan",
+    default="10s",
+    show_default=True,
+    help="Look for devices and interfaces that appeared, vanished or came back this often.",
+)
 @click.option("--once", is_flag=True, help="Print one /metrics page and exit (no server).")
 def exporter(
     root: str,
@@ -117,6 +142,7 @@ def exporter(
     probe_port: int,
     rdma_probe_every: str | None,
     baseline_path: str | None,
+    rescan: str,
     once: bool,
 ) -> int:
     """Prometheus exporter of the fabric: RDMA port and driver counters, normalised RDMA
@@ -124,10 +150,11 @@ def exporter(
     on each path, and alerts (link down, errors rising, latency over twice its baseline)."""
     from halo_cluster.config import find_config, load_config
     from halo_cluster.monitor.exporter import Exporter, serve
-    from halo_cluster.monitor.probes import EchoServer, Target
+    from halo_cluster.monitor.probes import Target
     from halo_cluster.monitor.sampler import Sampler
 
     interval_s = parse_duration(interval)
+    rescan_s = parse_duration(rescan)
     address, port = _listen(listen)
     path = find_config(config_path) if config_path else None
     targets: list[Target] = [Target(a, "extra", a, probe_port) for a in probes]
@@ -138,17 +165,19 @@ def exporter(
         targets += probe_targets(config, me, probe_port)
         if me is not None:
             echo_addresses = [a for a in (me.fabric_address, me.mgmt_address) if a]
-    state = Exporter(Sampler(root), targets, interval_s, _baseline(baseline_path))
+    if not once:
+        raise_fd_limit()
+    state = Exporter(Sampler(root, rescan_s), targets, interval_s, _baseline(baseline_path))
     if rdma_probe_every:
         state.rdma = rdma_prober(root, targets, parse_duration(rdma_probe_every))
     if once:
         state.tick()
         sys.stdout.write(state.metrics())
         return 0
-    echoes = [EchoServer(a, probe_port) for a in echo_addresses or ([address] if probes else [])]
+    server = serve(state, address, port)  # first: a busy port is one line, before anything runs
+    echoes = _echo_servers(echo_addresses or ([address] if probes else []), probe_port)
     for echo in echoes:
         echo.start()
-    server = serve(state, address, port)
     state.start()
     if state.rdma is not None:
         state.rdma.start()
@@ -168,6 +197,24 @@ def exporter(
             echo.shutdown()
             echo.server_close()
     return 0
+
+
+def _echo_servers(addresses: list[str], port: int) -> list[Any]:
+    from halo_cluster.errors import UsageError
+    from halo_cluster.monitor.probes import EchoServer
+
+    servers = []
+    for address in addresses:
+        try:
+            servers.append(EchoServer(address, port))
+        except OSError as err:
+            for server in servers:
+                server.server_close()
+            raise UsageError(
+                f"cannot answer probes on {address}:{port}: {err.strerror or err} "
+                "(--probe-port PORT)"
+            ) from None
+    return servers
 
 
 def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
@@ -216,6 +263,14 @@ def scrape(target: str, timeout_s: float = 3.0) -> dict[Any, float] | str:
         return f"{target}: {getattr(err, 'reason', err)}"
 
 
+def scrape_all(targets: list[str]) -> dict[str, Any]:
+    """Every exporter at once: a slow one costs its own timeout, not everyone's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+        return dict(zip(targets, pool.map(scrape, targets), strict=True))
+
+
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:
     from halo_cluster.config import find_config, load_config
     from halo_cluster.errors import UsageError
@@ -259,9 +314,9 @@ def top(
     interval_s = parse_duration(interval)
     names = top_targets(config_path, targets, port)
     if once:
-        first = {t: scrape(t) for t in names}
+        first = scrape_all(names)
         time.sleep(interval_s)
-        second = {t: scrape(t) for t in names}
+        second = scrape_all(names)
         frame = build_frame(first, second, interval_s)
         if as_json:
             emit_json(frame)
@@ -299,18 +354,22 @@ def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
     path = find_config(config_path)
     if path is None:
         raise UsageError("no cluster config: --config halo.toml")
+    import json
+
     config = load_config(path)
+    seconds = parse_duration(interval)  # a bad interval is a usage error, never YAML
+    # every value is a JSON string, which YAML reads as a double-quoted scalar: nothing in
+    # a node's name, address or the config's path can add keys or lines
     lines = [
-        f"# halo exporters of cluster {config.name} (generated from {path})",
+        f"# halo exporters of cluster {config.name} (generated from {ascii(str(path))[1:-1]})",
         "scrape_configs:",
         "  - job_name: halo",
-        f"    scrape_interval: {interval}",
+        f"    scrape_interval: {json.dumps(f'{seconds:g}s')}",
         "    static_configs:",
     ]
     for node in config.nodes:
-        lines += [
-            f"      - targets: ['{node.mgmt_address or node.host}:{port}']",
-            f"        labels: {{node: '{node.name}', cluster: '{config.name}'}}",
-        ]
+        target = json.dumps(f"{node.mgmt_address or node.host}:{port}")
+        labels = {"node": node.name, "cluster": config.name}
+        lines += [f"      - targets: [{target}]", f"        labels: {json.dumps(labels)}"]
     click.echo("\n".join(lines))
     return 0

@@ -25,7 +25,7 @@ from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
-from halo_cluster.runner import Result, Runner, exports
+from halo_cluster.runner import Result, Runner, close_connections, exports
 from halo_cluster.transport import TransportPlan, plan_transport
 
 START_TIMEOUT_S = 120.0
@@ -386,6 +386,8 @@ class Lifecycle:
             self.progress(f"stopping Ray on {node.name}")
             result = self.stop_node(node)
             outcome[node.name] = "stopped" if result.ok else f"failed: {result.error_text()}"
+        # the shared SSH connections halo kept open to the nodes end with the cluster
+        close_connections([n.ssh for n in self.config.nodes], self.config.ssh_config)
         return outcome
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 
 from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import Gid, RdmaDevice, RdmaPort
@@ -56,7 +57,7 @@ def _read_port(root: Root, base: str, port: int, device_path: str | None) -> Rdm
     counters = _read_counters(root, f"{pbase}/counters")
     hw_counters = _read_counters(root, f"{pbase}/hw_counters")
     has_pma = root.exists(f"{pbase}/counters/port_xmit_data")
-    xmit, rcv = _byte_totals(has_pma, counters, hw_counters)
+    xmit, rcv = byte_totals(has_pma, counters, hw_counters)
     netdev = next((gid.netdev for gid in gids if gid.netdev), None)
     return RdmaPort(
         port=port,
@@ -109,12 +110,14 @@ def _read_counters(root: Root, directory: str) -> dict[str, int]:
     return values
 
 
-def _byte_totals(
-    has_pma: bool, counters: dict[str, int], hw_counters: dict[str, int]
+def byte_totals(
+    has_pma: bool, counters: Mapping[str, int], hw_counters: Mapping[str, int]
 ) -> tuple[int | None, int | None]:
-    """Normalised byte totals. ``port_*_data`` counts 4-byte words (one per lane);
-    irdma has no PMA counters, so its IPv4 + IPv6 octet counters stand in. A PMA that
-    answers ``N/A`` leaves the totals unknown rather than mixing in other counters."""
+    """Normalised (transmitted, received) byte totals of one port, the one rule that
+    ``inventory`` and the exporter share. ``port_*_data`` counts 4-byte words (one per
+    lane) and wins whenever the port has a PMA; irdma has no PMA counters, so its IPv4 +
+    IPv6 octet counters stand in. A PMA that answers ``N/A`` leaves the totals unknown
+    rather than mixing in other counters."""
     if has_pma:
         xmit = counters.get("port_xmit_data")
         rcv = counters.get("port_rcv_data")
@@ -122,7 +125,7 @@ def _byte_totals(
     return _octets(hw_counters, "Out"), _octets(hw_counters, "In")
 
 
-def _octets(hw: dict[str, int], direction: str) -> int | None:
+def _octets(hw: Mapping[str, int], direction: str) -> int | None:
     names = (f"ip4{direction}Octets", f"ip6{direction}Octets")
     if not any(name in hw for name in names):
         return None

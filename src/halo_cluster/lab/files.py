@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from halo_cluster.lab.state import LabState
+from halo_cluster.lab.state import LabState, control_dir
 
 
 def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
@@ -65,7 +65,8 @@ def _ssh_config(d: Path, state: LabState) -> str:
         f"  UserKnownHostsFile {d / 'known_hosts'}\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n"
         # one SSH connection per node, reused by every command (halo runs many short ones);
         # 'halo lab down' closes them
-        "  ControlMaster auto\n  ControlPath /tmp/halo-cm-%C\n  ControlPersist 60\n"
+        # (sockets in the lab's 0700 directory under /run; each node has its own there)
+        f"  ControlMaster auto\n  ControlPath {control_dir(state.name)}/%C\n  ControlPersist 60\n"
         # a dead node (lab kill, lab cut) must fail the shared connection within seconds
         "  ServerAliveInterval 1\n  ServerAliveCountMax 3\n"
     )

@@ -12,7 +12,6 @@ import dataclasses
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,16 +21,21 @@ from pathlib import Path
 
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.lab.files import write_lab_files
+from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
+from halo_cluster.lab.registry import find_leftovers, forget, sweep
 from halo_cluster.lab.state import (
     FABRIC_IF,
     MGMT_IF,
     LabNode,
     LabState,
+    control_dir,
     plan_lab,
     read_state,
+    registered,
+    registered_names,
     write_state,
 )
-from halo_cluster.runner import LocalRunner, Runner
+from halo_cluster.runner import LocalRunner, Runner, close_connections
 
 TOOLS = {
     "ip": "iproute2 (Debian and Fedora)",
@@ -68,7 +72,8 @@ def lab_dir(name: str, directory: str | None) -> Path:
 
 
 def find_labs(base: Path = Path(".halo-lab")) -> list[str]:
-    return sorted(p.parent.name for p in base.glob("*/state.json"))
+    """Labs in ``base``; when there are none, every lab of this host (the registry)."""
+    return sorted(p.parent.name for p in base.glob("*/state.json")) or registered_names()
 
 
 class Lab:
@@ -105,11 +110,13 @@ class Lab:
         tools = require_tools()
         if not 2 <= nodes <= 8:
             raise UsageError("--nodes must be between 2 and 8")
-        if read_state(directory) is not None:
+        other = registered(name)
+        if read_state(directory) is not None or find_leftovers(name, tools["ip"]):
+            where = directory if other is None else Path(other.dir)
             raise LabError(
-                f"a lab named {name} already exists in {directory}: "
-                f"'halo lab down --name {name}' first"
+                f"a lab named {name} already exists in {where}: 'halo lab down --name {name}' first"
             )
+        forget(name)  # a stale registry entry of a lab that is gone
         directory.mkdir(parents=True, exist_ok=True)
         if engine is not None:
             engine = os.path.realpath(engine)  # the nodes bind the real directory
@@ -189,6 +196,7 @@ class Lab:
             f"hostname {shlex.quote(node.name)}\n"
             "mount -t tmpfs -o mode=755 tmpfs /run\n"
             "mkdir -p /run/sshd\n"
+            f"mkdir -p -m 700 {shlex.quote(str(control_dir(state.name)))}\n"
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{_private_tmp_script(keep_paths(state))}"
@@ -221,7 +229,7 @@ class Lab:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        return _replace_pid(node, _child_of(proc.pid))
+        return _replace_pid(node, child_of(proc.pid))
 
     def _wait_sshd(self, state: LabState) -> None:
         deadline = time.monotonic() + SSHD_WAIT_S
@@ -236,10 +244,11 @@ class Lab:
 
     # -- down ---------------------------------------------------------------------------
     def down(self, state: LabState) -> None:
-        """Remove everything the state names; what is already gone is skipped."""
+        """Remove everything the state names (what is already gone is skipped), then
+        whatever else is named after the lab."""
         self._close_ssh_masters(state)
         for node in state.nodes:
-            kill_tree(node.init_pid)
+            kill_tree(in_netns(node.init_pid, node.netns))
         for node in state.nodes:
             self.sh("ip", "netns", "del", node.netns, check=False)
             for veth in (node.host_mgmt_veth, node.host_fabric_veth):
@@ -247,15 +256,18 @@ class Lab:
         for bridge in (state.mgmt_bridge, state.fabric_bridge):
             self.sh("ip", "link", "del", bridge, check=False)
         shutil.rmtree(state.dir, ignore_errors=True)
+        sweep(state.name)
 
     def _close_ssh_masters(self, state: LabState) -> None:
-        """End the shared SSH connections of the lab's ssh_config (ControlPersist)."""
+        """End the shared SSH connections to the nodes: the lab's own (its ssh_config's
+        ControlPersist) and halo's (when that ssh_config was made not to share)."""
         config = Path(state.dir) / "ssh_config"
         if not config.exists():
             return
-        for node in state.nodes:
-            for alias in (node.name, f"{node.name}-fabric"):
-                self.sh("ssh", "-F", str(config), "-O", "exit", alias, check=False)
+        aliases = [a for n in state.nodes for a in (n.name, f"{n.name}-fabric")]
+        for alias in aliases:
+            self.sh("ssh", "-F", str(config), "-O", "exit", "--", alias, check=False)
+        close_connections(aliases, config, self.runner)
 
     # -- faults -------------------------------------------------------------------------
     def set_link(self, node: LabNode, net: str, up: bool) -> None:
@@ -263,7 +275,7 @@ class Lab:
         self.sh("ip", "-n", node.netns, "link", "set", inner, "up" if up else "down")
 
     def kill(self, state: LabState, node: LabNode) -> LabState:
-        kill_tree(node.init_pid)
+        kill_tree(in_netns(node.init_pid, node.netns))
         nodes = [_replace_pid(n, None) if n.name == node.name else n for n in state.nodes]
         new = _with_nodes(state, nodes)
         write_state(new)
@@ -364,51 +376,6 @@ def _replace_pid(node: LabNode, pid: int | None) -> LabNode:
         node.host_fabric_veth,
         pid,
     )
-
-
-def _child_of(pid: int, timeout_s: float = 5.0) -> int:
-    """unshare --fork runs the namespace's init as its child: that child is PID 1 inside."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        except OSError:
-            children = []
-        if children:
-            return int(children[0])
-        time.sleep(0.005)
-    raise LabError(f"the node's init did not start (unshare pid {pid})")
-
-
-def pid_alive(pid: int) -> bool:
-    """Running (a zombie waiting for its parent to reap it counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def kill_tree(pid: int | None) -> None:
-    """SIGKILL to a PID-namespace init ends every process in that namespace."""
-    if pid is None or not pid_alive(pid):
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 5
-    while pid_alive(pid) and time.monotonic() < deadline:
-        _reap()
-        time.sleep(0.005)
-
-
-def _reap() -> None:
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
 
 
 def sshd_answers(address: str, port: int = 22, timeout_s: float = 0.3) -> bool:

@@ -15,6 +15,7 @@ from halo_cluster.errors import UsageError
 MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
 FABRIC_NET = "198.19"
 MGMT_IF = "eno1"
+RUN_DIR = Path("/run/halo/lab")
 FABRIC_IF = "enp194s0np0"
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
@@ -104,12 +105,33 @@ def state_path(directory: Path) -> Path:
     return directory / "state.json"
 
 
+def runtime_dir(name: str) -> Path:
+    """The lab's directory under /run (root's, gone at reboot with the namespaces): its
+    registry entry, and its SSH control sockets (inside every node, a private one of the same
+    name: nodes have their own /run)."""
+    return RUN_DIR / name
+
+
+def control_dir(name: str) -> Path:
+    return runtime_dir(name) / "ssh"
+
+
 def write_state(state: LabState) -> None:
-    """Atomically: a crash mid-write never leaves half a state file."""
-    path = state_path(Path(state.dir))
-    fd, tmp = tempfile.mkstemp(dir=state.dir, prefix=".state.")
+    """Atomically (a crash mid-write never leaves half a state file), into the lab's
+    directory and into the registry under /run, so that the lab is found by name from
+    anywhere, and taken down even when its directory is gone."""
+    _write_json(state_path(Path(state.dir)), state.to_dict())
+    try:
+        control_dir(state.name).mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_json(state_path(runtime_dir(state.name)), state.to_dict())
+    except OSError:
+        pass  # not root: a lab cannot be built anyway, and its directory still has it
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(state.to_dict(), handle, indent=2)
+        json.dump(data, handle, indent=2)
     os.replace(tmp, path)
 
 
@@ -117,9 +139,21 @@ def read_state(directory: Path) -> LabState | None:
     path = state_path(directory)
     try:
         return LabState.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, OSError) as err:
         raise UsageError(
             f"{path} is not a lab state file ({err}); remove the lab with 'halo lab down'"
         ) from None
+
+
+def registered(name: str) -> LabState | None:
+    """The registry's copy of lab ``name``'s state (None when it has none)."""
+    return read_state(runtime_dir(name))
+
+
+def registered_names() -> list[str]:
+    try:
+        return sorted(p.parent.name for p in RUN_DIR.glob("*/state.json"))
+    except OSError:
+        return []

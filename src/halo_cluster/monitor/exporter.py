@@ -1,19 +1,25 @@
 """``halo exporter``: samples every interval in the background, probes peers, evaluates
-alerts, and serves the latest state at ``/metrics`` (never failing a scrape)."""
+alerts, and serves the latest state at ``/metrics`` (never failing a scrape).
+
+A page is rendered once per sample, by the first scrape that asks for it; other scrapes
+of the same sample get the same bytes."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from halo_cluster.monitor.alerts import Alert, evaluate_alerts
 from halo_cluster.monitor.exposition import render
+from halo_cluster.monitor.httpd import MetricsServer
 from halo_cluster.monitor.probes import Prober, Target
 from halo_cluster.monitor.rates import rates
 from halo_cluster.monitor.rdma_probe import RdmaProber
-from halo_cluster.monitor.sampler import Key, Labels, Sampler, Snapshot
+from halo_cluster.monitor.sampler import Labels, Sampler, Snapshot
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass
@@ -41,7 +47,9 @@ class Exporter:
         self.prober = Prober(targets, interval_s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="halo-sampler", daemon=True)
-        self._watched: list[Key] | None = None
+        self._page: tuple[int, bytes] = (-1, b"")  # (sample number, rendered page)
+        self._samples = 0
+        self._last_error = ""
 
     def start(self) -> None:
         self.prober.start()
@@ -55,7 +63,14 @@ class Exporter:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.tick()
+            try:
+                self.tick()
+            except Exception as err:  # a long-lived sampler reports, and samples again
+                self.sampler.scrape_errors += 1
+                text = f"halo exporter: sampling failed: {type(err).__name__}: {err}"
+                if text != self._last_error:  # once per distinct error, never a traceback
+                    print(text.encode("unicode_escape").decode(), file=sys.stderr, flush=True)
+                    self._last_error = text
 
     def tick(self) -> None:
         snapshot = self.sampler.sample()
@@ -70,11 +85,36 @@ class Exporter:
         )
         with self.lock:
             self.state = State(snapshot, previous, alerts)
+            self._samples += 1
 
     def _target(self, key: tuple[str, str]) -> Target:
         return next(t for t in self.targets if (t.peer, t.path) == key)
 
     rdma: RdmaProber | None = None
+
+    def page(self, target: str) -> tuple[int, str, bytes]:
+        """What the HTTP server answers for a request target."""
+        path = target.split("?", 1)[0]
+        if path.startswith(("http://", "https://")):  # absolute form
+            path = "/" + path.split("://", 1)[1].partition("/")[2]
+        if path == "/metrics":
+            return 200, CONTENT_TYPE, self.metrics_bytes()
+        if path == "/":
+            return 200, "text/plain; charset=utf-8", b"halo exporter: see /metrics\n"
+        return 404, "text/plain; charset=utf-8", b"only /metrics here\n"
+
+    def metrics_bytes(self) -> bytes:
+        """The page of the latest sample, rendered once."""
+        with self.lock:
+            number, page = self._page
+            if number == self._samples:
+                return page
+            number = self._samples
+        page = self.metrics().encode()
+        with self.lock:
+            if number == self._samples:
+                self._page = (number, page)
+        return page
 
     def metrics(self) -> str:
         with self.lock:
@@ -102,28 +142,7 @@ class Exporter:
         return render(state.current.values, extra)
 
 
-def serve(exporter: Exporter, address: str, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.split("?")[0] not in ("/metrics", "/"):
-                self.send_error(404, "only /metrics here")
-                return
-            body = (
-                exporter.metrics().encode()
-                if self.path.startswith("/metrics")
-                else (b"halo exporter: see /metrics\n")
-            )
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return  # quiet: a scrape a second would flood the terminal
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 256  # the default 5 refuses bursts of concurrent scrapers
-
-    return Server((address, port), Handler)
+def serve(exporter: Exporter, address: str, port: int) -> MetricsServer:
+    """The /metrics server (see monitor/httpd.py); raises ListenError (one line) when the
+    address cannot be listened on."""
+    return MetricsServer(address, port, exporter.page)

@@ -14,15 +14,29 @@ PROBE_BYTES = 64
 WINDOW = 600
 
 
+ECHO_IDLE_S = 60.0  # a prober sends every interval: a minute of silence is a dead peer
+MAX_ECHO_CLIENTS = 64
+
+
 class _EchoHandler(socketserver.BaseRequestHandler):
+    server: EchoServer
+
     def handle(self) -> None:
         conn = self.request
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        while True:
-            data = conn.recv(4096)
-            if not data:
-                return
-            conn.sendall(data)
+        if not self.server.clients.acquire(blocking=False):
+            return  # more peers than a cluster has: not one of ours
+        try:
+            conn.settimeout(ECHO_IDLE_S)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while True:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                conn.sendall(data)
+        except OSError:
+            return  # reset, timeout: the peer went away
+        finally:
+            self.server.clients.release()
 
 
 class EchoServer(socketserver.ThreadingTCPServer):
@@ -30,7 +44,11 @@ class EchoServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(self, address: str, port: int) -> None:
+        self.clients = threading.BoundedSemaphore(MAX_ECHO_CLIENTS)
         super().__init__((address, port), _EchoHandler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        return  # a client's misbehaviour is not worth a traceback in the log
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="halo-echo", daemon=True)

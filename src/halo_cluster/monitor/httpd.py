@@ -1,0 +1,309 @@
+"""A small HTTP/1.1 server for ``/metrics``: one thread, non-blocking sockets.
+
+Why not ``http.server``: it spends a thread per connection and waits without limit for a
+request that never completes. A flood of connections that send half a request overflows its
+accept backlog (normal scrapes then wait for SYN retransmits: seconds), fills the descriptor
+table, and every client that hangs up early prints a traceback.
+
+Here a connection is a buffer. The accept queue is drained as fast as connections come;
+a request is answered as soon as its header is complete; a connection that has not sent its
+request within ``header_timeout_s`` (or idles longer than ``idle_timeout_s`` between
+requests) is closed; the number of connections is bounded, and when it is reached the
+connection that has been waiting longest without a request makes room; a client that goes
+away is simply closed. Nothing is ever printed for a client's behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import resource
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from halo_cluster.errors import UsageError
+
+MAX_HEADER_BYTES = 8192
+ACCEPTS_PER_WAKE = 256
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+# path -> (status, content type, body)
+Pages = Callable[[str], tuple[int, str, bytes]]
+
+
+class ListenError(UsageError):
+    """The address cannot be listened on (busy port, unknown host, no permission)."""
+
+
+def default_max_connections() -> int:
+    """A quarter of the descriptors this process may have, at most 1024."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1024
+    return max(16, min(1024, soft // 4))
+
+
+@dataclass
+class _Conn:
+    sock: socket.socket
+    deadline: float
+    since: float  # when it last finished a request (or connected): eviction order
+    inbuf: bytearray = field(default_factory=bytearray)
+    out: memoryview | None = None
+    close_after: bool = False
+    requests: int = 0
+
+
+class MetricsServer:
+    def __init__(
+        self,
+        address: str,
+        port: int,
+        pages: Pages,
+        max_connections: int | None = None,
+        header_timeout_s: float = 5.0,
+        idle_timeout_s: float = 60.0,
+    ) -> None:
+        self.pages = pages
+        self.max_connections = max_connections or default_max_connections()
+        self.header_timeout_s = header_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.listener = _listen(address, port)
+        self.server_address: tuple[str, int] = self.listener.getsockname()[:2]
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, self._wake_r)
+        self.conns: dict[int, _Conn] = {}
+        self._listening = True
+        self._resume_at = 0.0
+        self._stop = threading.Event()
+        self.served = 0
+        self.evicted = 0
+        self.timed_out = 0
+
+    # -- life -------------------------------------------------------------------------------
+    def serve_forever(self, poll_s: float = 0.25) -> None:
+        while not self._stop.is_set():
+            for key, mask in self.selector.select(poll_s):
+                if key.data is None:
+                    self._accept()
+                elif key.data is self._wake_r:
+                    _drain(self._wake_r)
+                else:
+                    self._ready(key.data, mask)
+            self._sweep(time.monotonic())
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.serve_forever, name="halo-http", daemon=True)
+        thread.start()
+        return thread
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def server_close(self) -> None:
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        for sock in (self.listener, self._wake_r, self._wake_w):
+            sock.close()
+        self.selector.close()
+
+    # -- connections ------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                sock, _peer = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as err:
+                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # out of descriptors: make room, or stop accepting for a moment
+                    if not self._evict():
+                        self._pause()
+                    return
+                continue  # ECONNABORTED and friends: that client is gone already
+            if len(self.conns) >= self.max_connections and not self._evict():
+                sock.close()  # every connection is busy answering: refuse this one
+                continue
+            sock.setblocking(False)
+            now = time.monotonic()
+            conn = _Conn(sock, now + self.header_timeout_s, now)
+            self.conns[sock.fileno()] = conn
+            self.selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _evict(self) -> bool:
+        """Close the connection waiting longest without sending a request; False when every
+        connection is in the middle of its answer."""
+        idle = [c for c in self.conns.values() if c.out is None]
+        if not idle:
+            return False
+        self._close(min(idle, key=lambda c: c.since))
+        self.evicted += 1
+        return True
+
+    def _pause(self) -> None:
+        if self._listening:
+            self.selector.unregister(self.listener)
+            self._listening = False
+            self._resume_at = time.monotonic() + 0.05
+
+    def _sweep(self, now: float) -> None:
+        if not self._listening and now >= self._resume_at:
+            self.selector.register(self.listener, selectors.EVENT_READ, None)
+            self._listening = True
+        for conn in [c for c in self.conns.values() if c.deadline <= now]:
+            self.timed_out += 1
+            self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        fd = conn.sock.fileno()
+        if self.conns.get(fd) is conn:
+            del self.conns[fd]
+            self.selector.unregister(conn.sock)
+        conn.sock.close()
+
+    def _ready(self, conn: _Conn, mask: int) -> None:
+        try:
+            if mask & selectors.EVENT_WRITE:
+                self._write(conn)
+            elif mask & selectors.EVENT_READ:
+                self._read(conn)
+        except OSError:  # reset, broken pipe: the client went away
+            self._close(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        data = conn.sock.recv(65536)
+        if not data:
+            self._close(conn)
+            return
+        if not conn.inbuf:  # the first bytes of a request: it must be complete in time
+            conn.deadline = min(conn.deadline, time.monotonic() + self.header_timeout_s)
+        conn.inbuf += data
+        self._answer(conn)
+
+    def _answer(self, conn: _Conn) -> None:
+        end = _header_end(conn.inbuf)
+        if end < 0:
+            if len(conn.inbuf) > MAX_HEADER_BYTES:
+                self._respond(conn, 431, "text/plain", b"request header too large\n", True)
+            return
+        head = bytes(conn.inbuf[:end])
+        del conn.inbuf[: _skip_blank(conn.inbuf, end)]
+        status, ctype, body, close, method = self._handle(head)
+        self._respond(conn, status, ctype, b"" if method == "HEAD" else body, close, len(body))
+
+    def _handle(self, head: bytes) -> tuple[int, str, bytes, bool, str]:
+        lines = head.decode("latin-1").split("\n")
+        words = lines[0].strip().split()
+        if len(words) != 3 or not words[2].startswith("HTTP/1."):
+            return 400, "text/plain", b"bad request\n", True, ""
+        method, target, version = words
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip().lower()
+        connection = headers.get("connection", "")
+        close = connection == "close" or (version == "HTTP/1.0" and connection != "keep-alive")
+        if "content-length" in headers or "transfer-encoding" in headers:
+            close = True  # a body we will not read: answer, then hang up
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"only GET here\n", True, method
+        try:
+            status, ctype, body = self.pages(target)
+        except Exception as err:  # a bug must cost one scrape, never the server
+            return 500, "text/plain", f"error: {type(err).__name__}\n".encode(), True, method
+        self.served += 1
+        return status, ctype, body, close, method
+
+    def _respond(
+        self,
+        conn: _Conn,
+        status: int,
+        ctype: str,
+        body: bytes,
+        close: bool,
+        length: int | None = None,
+    ) -> None:
+        header = (
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: {ctype}\r\nContent-Length: {len(body) if length is None else length}"
+            f"\r\n{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
+        ).encode()
+        conn.out = memoryview(header + body)
+        conn.close_after = close
+        conn.requests += 1
+        self._write(conn)
+
+    def _write(self, conn: _Conn) -> None:
+        assert conn.out is not None
+        sent = conn.sock.send(conn.out)
+        conn.out = conn.out[sent:]
+        if len(conn.out):
+            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            conn.deadline = time.monotonic() + self.idle_timeout_s  # a slow reader, not idle
+            return
+        conn.out = None
+        if conn.close_after:
+            self._close(conn)
+            return
+        now = time.monotonic()
+        conn.since, conn.deadline = now, now + self.idle_timeout_s
+        self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        if conn.inbuf:  # a pipelined request is already here
+            conn.deadline = now + self.header_timeout_s
+            self._answer(conn)
+
+
+def _listen(address: str, port: int) -> socket.socket:
+    where = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    if not 0 < port < 65536:
+        raise ListenError(f"cannot listen on {where}: the port must be 1 to 65535")
+    try:
+        family, kind, proto, _name, sockaddr = socket.getaddrinfo(
+            address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise ListenError(f"cannot listen on {where}: {getattr(err, 'strerror', err)}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(4096)  # the kernel caps it at net.core.somaxconn
+    except OSError as err:
+        sock.close()
+        raise ListenError(f"cannot listen on {where}: {err.strerror or err}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def _header_end(buf: bytearray) -> int:
+    """Where the request header ends (before its blank line), or -1."""
+    crlf, lf = buf.find(b"\r\n\r\n"), buf.find(b"\n\n")
+    found = [i for i in (crlf, lf) if i >= 0]
+    return min(found) if found else -1
+
+
+def _skip_blank(buf: bytearray, end: int) -> int:
+    return end + (4 if buf[end : end + 4] == b"\r\n\r\n" else 2)
+
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while sock.recv(4096):
+            pass
