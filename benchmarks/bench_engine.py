@@ -70,7 +70,10 @@ def bare_serve(lab: Path, state: dict[str, Any], model: str, port: int) -> float
     plan = state["nodes"]["node1"]["plan"]["env"]
     config = (lab / "halo.toml").read_text()
     vllm = config.split('[serve]\ncommand = "', 1)[1].split('"', 1)[0]
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in plan.items())
+    # the cluster runs Ray with token authentication (halo up): a user's driver needs it too
+    token = next((lab / ".halo").glob("*.ray-token")).read_text().strip()
+    env = {**plan, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     script = (
         f"{exports}export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1\n"
         f"cd; setsid {vllm} serve {model} --tensor-parallel-size 2 "
@@ -83,12 +86,17 @@ def bare_serve(lab: Path, state: dict[str, Any], model: str, port: int) -> float
     subprocess.run([*ssh, "bash", "-s"], input=script, text=True, check=True)
     probe = f"curl -sf -m 2 http://127.0.0.1:{port}/health"
     while subprocess.run([*ssh, probe], capture_output=True).returncode != 0:
-        if time.perf_counter() - start > 600:
-            raise SystemExit("the bare server never became healthy")
+        alive = subprocess.run([*ssh, 'cd; kill -0 "$(cat bare.pid)"'], capture_output=True)
+        if alive.returncode != 0 or time.perf_counter() - start > 600:
+            log = subprocess.run([*ssh, "cd; tail -5 bare.log"], capture_output=True, text=True)
+            raise SystemExit(f"the bare server never became healthy: {log.stdout}")
         time.sleep(0.5)
     ready = time.perf_counter() - start
+    # as halo stop does: TERM to the group, KILL after 5 s (under Ray, vLLM can block on TERM)
     stop = (
-        'p=$(cat bare.pid); kill -TERM -- "-$p"; while kill -0 "$p" 2>/dev/null; do sleep 0.2; done'
+        'cd; p=$(cat bare.pid); kill -TERM -- "-$p"; '
+        'for i in $(seq 25); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done; '
+        'kill -KILL -- "-$p" 2>/dev/null; true'
     )
     subprocess.run([*ssh, "bash", "-c", shlex.quote(stop)], check=False)
     time.sleep(3)  # Ray ends the actors of the gone driver
