@@ -81,6 +81,9 @@ def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
         levels = json.loads(bench.stdout)["levels"]
         assert [lv["errors"] for lv in levels] == [0, 0]
         assert all(lv.get("tokens_from") == "usage" and lv["output_tokens"] > 0 for lv in levels)
+        proof = json.loads(bench.stdout)["serve_proof"]  # stored with the bench result
+        assert proof["proven"] == "socket" and proof["backend"] == "gloo"
+        assert proof["bytes_per_token"]["node2"]["fabric"] > 4096
         # the secret is in none of: our output, the state file, the server's argv, its log
         assert SECRET not in served.stdout + served.stderr + bench.stdout
         assert all(SECRET not in p.read_text() for p in (lab / ".halo").glob("*.json"))

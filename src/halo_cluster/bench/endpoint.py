@@ -87,11 +87,10 @@ def route(config: Config) -> Route:
 
 
 def tunnel_argv(ssh: SSHRunner, local_port: int, forward: str, port: int) -> list[str]:
-    # SSHRunner's own options (BatchMode, ConnectTimeout, -F): its argv for a command is
-    # [ssh, options..., target, "--", command].
-    options = ssh.ssh_argv([])[:-3]
+    # SSHRunner's own options (BatchMode, ConnectTimeout, -F), for a tunnel: never through
+    # a shared connection (an -N -L client handing its forward to a master exits at once)
     return [
-        *options,
+        *ssh.ssh_options(tunnel=True),
         "-N",
         "-o",
         "ExitOnForwardFailure=yes",

@@ -55,8 +55,21 @@ def _levels(text: str) -> list[int]:
     type=click.IntRange(1, 100_000),
     help="Requests per level.",
 )
-@click.option("--input-len", default=128, show_default=True, type=click.IntRange(1, 1_000_000))
-@click.option("--output-len", default=128, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option(
+    "--input-len",
+    default=128,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Prompt tokens per request, as the server counts them.",
+)
+@click.option(
+    "--output-len",
+    default=128,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Output tokens per request (max_tokens, ignore_eos).",
+)
+@click.option("--seed", type=int, help="Seed of the random prompts (default: new ones each run).")
 @click.option("--api-key-env", metavar="NAME", help="Environment variable holding the API key.")
 @result_options
 def bench_serve(
@@ -67,76 +80,109 @@ def bench_serve(
     prompts: int,
     input_len: int,
     output_len: int,
+    seed: int | None,
     api_key_env: str | None,
     out: str | None,
     as_json: bool,
 ) -> int:
-    """Streaming load: TTFT, inter-token latency, end-to-end latency (p50/p90/p99) and output
-    tokens/s per concurrency level."""
+    """Streaming load: TTFT, inter-token latency, time per output token, end-to-end latency
+    (p50/p90/p99) and output tokens/s per concurrency level, measured as `vllm bench serve`
+    measures them. With a cluster config, the head's server is reached at its address, or
+    through an SSH tunnel when it listens on the head's loopback."""
+    import contextlib
+
     from halo_cluster.bench import results
+    from halo_cluster.bench.endpoint import Endpoint, reach
     from halo_cluster.bench.serve_load import run
     from halo_cluster.cluster.lifecycle import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
-    from halo_cluster.errors import UsageError
+    from halo_cluster.errors import HaloError, UsageError
 
     levels = _levels(concurrency)
     path = find_config(config_path) if (config_path or not url) else None
-    plans = None
-    key_env = api_key_env
-    if path is not None:
-        config = load_config(path)
-        serve = config.serve
-        host = config.head.host if serve.host == "0.0.0.0" else serve.host
-        url = url or f"http://{host}:{serve.port}"
-        key_env = key_env or serve.api_key_env
-        state = read_state(config) or {}
-        plans = {name: node["plan"] for name, node in state.get("nodes", {}).items()}
-    if not url:
+    if path is None and not url:
         raise UsageError("give --url or a cluster config with a [serve] section")
-    result = run(
-        url,
-        model,
-        levels,
-        prompts,
-        input_len,
-        output_len,
-        secret(key_env),
-        None if as_json else lambda m: click.echo(f"  {m}", err=True),
-    )
+    config = load_config(path) if path is not None else None
+    plans = None
+    proof = None
+    key_env = api_key_env
+    if config is not None:
+        key_env = key_env or config.serve.api_key_env
+        state = read_state(config) or {}
+        nodes = state.get("nodes", {})
+        plans = {name: node.get("plan") for name, node in nodes.items() if isinstance(node, dict)}
+        proof = state.get("serve")  # what halo serve proved about the server measured here
+    say = _progress(as_json)
+    with contextlib.ExitStack() as stack:
+        endpoint: Endpoint | None = None
+        if not url:
+            assert config is not None
+            endpoint = stack.enter_context(reach(config, say))
+        target = url or (endpoint.url if endpoint else "")
+        try:
+            result = run(
+                target, model, levels, prompts, input_len, output_len, secret(key_env), say, seed
+            )
+        except HaloError as err:
+            where = f"{endpoint.route.node}'s server" if endpoint else target
+            raise HaloError(f"{where}: {err}") from None
+    if endpoint is not None:
+        result["endpoint"] = endpoint.to_dict()
+    if proof:
+        result["serve_proof"] = proof
     result = results.stamp(result, plans)
-    saved = results.save(result, out, results_dir(), "serve")
+    try:
+        saved = results.save(result, out, results_dir(), "serve")
+    except OSError as err:
+        raise HaloError(f"cannot save the result: {err.strerror or err}") from None
+    ok = all(level["errors"] == 0 for level in result["levels"])
     if as_json:
         emit_json({**result, "saved": str(saved)})
-        return 0 if all(level["errors"] == 0 for level in result["levels"]) else 1
+        return 0 if ok else 1
+    shown = target
+    if endpoint is not None and endpoint.via == "ssh-tunnel":
+        shown = f"{endpoint.to_dict()['server']} on {endpoint.route.node} (SSH tunnel)"
+    _serve_table(result, shown)
+    click.echo(f"saved {saved}")
+    return 0 if ok else 1
+
+
+def _serve_table(result: dict[str, object], where: str) -> None:
     from halo_cluster.cli.output import console
 
+    def pp(d: dict[str, float | None]) -> str:
+        return f"{d['p50'] or 0:.1f} / {d['p99'] or 0:.1f}"
+
     grid = table(
-        f"{result['model']} at {url}",
+        f"{result['model']} at {where}",
         "conc.",
         "requests",
         "errors",
         "TTFT p50/p99 ms",
         "ITL p50/p99 ms",
+        "TPOT p50/p99 ms",
         "e2e p50/p99 ms",
         "output tok/s",
     )
-    for level in result["levels"]:
-
-        def pp(d: dict[str, float | None]) -> str:
-            return f"{d['p50'] or 0:.1f} / {d['p99'] or 0:.1f}"
-
+    levels = result["levels"]
+    assert isinstance(levels, list)
+    for level in levels:
+        rate = level["output_tokens_per_s"]
         grid.add_row(
             str(level["concurrency"]),
             str(level["requests"]),
             str(level["errors"]),
             pp(level["ttft_ms"]),
             pp(level["itl_ms"]),
+            pp(level["tpot_ms"]),
             pp(level["e2e_ms"]),
-            f"{level['output_tokens_per_s']:.1f}",
+            f"{rate:.1f}" if rate is not None else "-",
         )
+        if level["first_error"]:
+            click.echo(f"concurrency {level['concurrency']}: {level['first_error']}", err=True)
     console().print(grid)
-    click.echo(f"saved {saved}")
-    return 0 if all(level["errors"] == 0 for level in result["levels"]) else 1
+    if result.get("tokens_from") == "chunks":
+        click.echo("the server reported no usage: output tokens are counted chunks", err=True)
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:

@@ -1,0 +1,117 @@
+"""A small OpenAI-compatible server for the serve-load tests, shaped like vLLM's: streamed
+completions where some tokens carry empty text, a final usage event when asked for with
+``stream_options.include_usage``, ``POST /tokenize``, keep-alive connections with Nagle off
+(as uvicorn has them). It records every request body it gets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def count_tokens(text: str) -> int:
+    """This server's tokenizer: a BOS, one token per word, two for a word over 6 letters."""
+    return 1 + sum(2 if len(word) > 6 else 1 for word in text.split())
+
+
+class FakeOpenAI:
+    def __init__(
+        self,
+        model: str,
+        token_delay_s: float,
+        usage: bool = True,
+        idle_close_s: float | None = None,
+    ) -> None:
+        self.model, self.token_delay_s, self.usage = model, token_delay_s, usage
+        self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long
+        self.bodies: list[dict[str, Any]] = []
+        self.connections = 0
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+            timeout = fake.idle_close_s
+
+            def setup(self) -> None:
+                super().setup()
+                fake.connections += 1
+
+            def _json(self, code: int, body: object) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                if self.path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [{"id": fake.model}]})
+                else:
+                    self._json(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self._post()  # the client may go away (Ctrl-C in a test)
+
+            def _post(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    self._json(200, {"count": count_tokens(body["prompt"]), "max_model_len": 1024})
+                    return
+                fake.bodies.append(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for index in range(body["max_tokens"]):
+                    time.sleep(fake.token_delay_s)
+                    text = "" if index % 3 == 1 else f" w{index}"  # a token with no text yet
+                    last = index == body["max_tokens"] - 1
+                    choice = {"index": 0, "text": text, "logprobs": None}
+                    choice["finish_reason"] = "length" if last else None
+                    self._event({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
+                if fake.usage and (body.get("stream_options") or {}).get("include_usage"):
+                    prompt = count_tokens(body["prompt"])
+                    usage = {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": body["max_tokens"],
+                        "total_tokens": prompt + body["max_tokens"],
+                    }
+                    self._event({"id": "cmpl-1", "choices": [], "usage": usage})
+                self._chunk(b"data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")
+
+            def _event(self, event: dict[str, Any]) -> None:
+                self._chunk(f"data: {json.dumps(event)}\n\n".encode())
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        return Handler
+
+
+@contextmanager
+def serving(fake: FakeOpenAI, host: str = "127.0.0.1") -> Iterator[int]:
+    """Serve ``fake`` on ``host`` (a free port, returned) for the block."""
+    server = ThreadingHTTPServer((host, 0), fake.handler())
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,209 @@
+"""halo bench serve --config from a controller: the head's server on its loopback is reached
+through a real SSH tunnel (a real sshd on 127.0.0.1 with a generated key), which is gone
+after the run, after an error and after Ctrl-C. And the pure parts: route and ssh argv."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from halo_cluster.bench.endpoint import Route, route, tunnel_argv
+from halo_cluster.config import load_config
+from halo_cluster.runner import SSHRunner
+from tests.bench.fake_openai import FakeOpenAI, serving
+from tests.conftest import free_port, require
+from tests.test_doctor_ssh import sshd  # noqa: F401 (the real sshd fixture)
+
+HALO = str(Path(sys.executable).parent / "halo")
+
+
+def config_file(tmp: Path, serve: str, node: str = "") -> Path:
+    path = tmp / "halo.toml"
+    path.write_text(
+        '[cluster]\nname = "t"\nssh_config = "ssh_config"\n\n'
+        f'[[node]]\nname = "head"\nssh = "root@head"\nfabric_address = "127.0.0.1"\n{node}\n'
+        f"[serve]\n{serve}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("serve", "node", "expected"),
+    [
+        ("port = 8000", "", Route("head", "root@head", None, "127.0.0.1", 8000)),
+        ('host = "::1"\nport = 9', "", Route("head", "root@head", None, "::1", 9)),
+        (
+            'host = "0.0.0.0"',
+            'mgmt_address = "10.0.0.1"',
+            Route("head", "root@head", "10.0.0.1", "127.0.0.1", 8000),
+        ),
+        ('host = "0.0.0.0"', "", Route("head", "root@head", "head", "127.0.0.1", 8000)),
+        (
+            'host = "192.168.100.1"',
+            "",
+            Route("head", "root@head", "192.168.100.1", "192.168.100.1", 8000),
+        ),
+    ],
+)
+def test_route(tmp_path: Path, serve: str, node: str, expected: Route) -> None:
+    assert route(load_config(config_file(tmp_path, serve, node))) == expected
+
+
+def test_tunnel_argv() -> None:
+    ssh = SSHRunner("root@head", Path("/c/ssh_config"))
+    assert tunnel_argv(ssh, 40001, "127.0.0.1", 8000) == [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-F",
+        "/c/ssh_config",
+        "-o",  # a tunnel owns its connection: through a shared one its ssh exits at once
+        "ControlMaster=no",
+        "-o",
+        "ControlPath=none",
+        "-N",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-L",
+        "127.0.0.1:40001:127.0.0.1:8000",
+        "--",
+        "root@head",
+    ]
+    assert tunnel_argv(SSHRunner("h"), 1, "::1", 2)[-3:] == ["127.0.0.1:1:[::1]:2", "--", "h"]
+
+
+def tunnels(port: int) -> list[int]:
+    """Pids of ssh processes forwarding to 127.0.0.1:port."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0] == b"ssh" and any(a.endswith(f":127.0.0.1:{port}".encode()) for a in argv):
+            found.append(int(entry.name))
+    return found
+
+
+def ssh_config(tmp: Path, port: int) -> None:
+    (tmp / "ssh_config").write_text(
+        f"Host head\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+        f"  IdentityFile {tmp / 'user_key'}\n  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+    )
+
+
+def bench_argv(config: Path, *extra: str) -> list[str]:
+    return [
+        HALO,
+        "bench",
+        "serve",
+        "--config",
+        str(config),
+        "--concurrency",
+        "1,2",
+        "--prompts",
+        "3",
+        "--input-len",
+        "16",
+        "--out",
+        str(config.parent / "serve.json"),
+        "--json",
+        *extra,
+    ]
+
+
+@pytest.mark.lab
+def test_loopback_server_through_a_real_tunnel(request: pytest.FixtureRequest) -> None:
+    tmp, sshd_port = request.getfixturevalue("sshd")
+    ssh_config(tmp, sshd_port)
+    fake = FakeOpenAI("tiny", token_delay_s=0.005)
+    with serving(fake) as port:
+        config = config_file(tmp, f'host = "127.0.0.1"\nport = {port}')
+        done = subprocess.run(
+            bench_argv(config, "--output-len", "4"),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert tunnels(port) == []
+    data = json.loads(done.stdout)
+    assert data["endpoint"] == {
+        "via": "ssh-tunnel",
+        "node": "head",
+        "server": f"127.0.0.1:{port}",
+        "ssh": "root@head",
+    }
+    assert data["url"].startswith("http://127.0.0.1:") and data["url"] != f"http://127.0.0.1:{port}"
+    assert [(lv["errors"], lv["output_tokens"], lv["tokens_from"]) for lv in data["levels"]] == [
+        (0, 12, "usage"),
+        (0, 12, "usage"),
+    ]
+
+
+@pytest.mark.lab
+def test_no_server_behind_the_tunnel_is_one_line(request: pytest.FixtureRequest) -> None:
+    tmp, sshd_port = request.getfixturevalue("sshd")
+    ssh_config(tmp, sshd_port)
+    port = free_port()
+    config = config_file(tmp, f"port = {port}")
+    done = subprocess.run(bench_argv(config), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("halo: error: head's server: no answer to GET /v1/models (")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert tunnels(port) == []
+
+
+@pytest.mark.lab
+def test_ctrl_c_closes_the_tunnel(request: pytest.FixtureRequest) -> None:
+    tmp, sshd_port = request.getfixturevalue("sshd")
+    ssh_config(tmp, sshd_port)
+    fake = FakeOpenAI("tiny", token_delay_s=0.05)
+    with serving(fake) as port:
+        config = config_file(tmp, f"port = {port}")
+        proc = subprocess.Popen(
+            bench_argv(config, "--output-len", "40"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while len(fake.bodies) < 2 and time.monotonic() < deadline:  # past the warm-up
+            time.sleep(0.05)
+        assert tunnels(port), "no tunnel while the run streams"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+        assert time.monotonic() - start < 10  # streams in flight are cut, not awaited
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "halo: aborted"
+    assert "Traceback" not in err and tunnels(port) == []
+
+
+def test_ssh_that_cannot_connect_is_one_line(tmp_path: Path) -> None:
+    require(shutil.which("ssh") is not None, "needs the ssh client")
+    closed = free_port()
+    (tmp_path / "ssh_config").write_text(
+        f"Host head\n  HostName 127.0.0.1\n  Port {closed}\n  StrictHostKeyChecking no\n"
+        "  UserKnownHostsFile /dev/null\n"
+    )
+    config = config_file(tmp_path, "port = 8000")
+    done = subprocess.run(
+        bench_argv(config), capture_output=True, text=True, timeout=60, env=dict(os.environ)
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "halo: error: cannot open an SSH tunnel to head (root@head) for the server on "
+        f"127.0.0.1:8000: ssh: connect to host 127.0.0.1 port {closed}: Connection refused\n"
+    )
