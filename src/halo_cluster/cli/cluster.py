@@ -98,8 +98,10 @@ def status(config_path: str | None, as_json: bool) -> int:
 
 
 def _print_serve(serve: dict[str, object]) -> None:
-    state = "healthy" if serve["healthy"] else f"UNHEALTHY ({serve['detail']})"
-    model = f" {serve['model']}" if serve.get("model") else ""
+    from halo_cluster.cli.output import plain
+
+    state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
+    model = f" {plain(serve['model'])}" if serve.get("model") else ""
     executor = f", {serve['executor']} executor" if serve.get("executor") else ""
     click.echo(f"serve{model} at {serve['endpoint']}{executor}: {state}")
     ranks = serve.get("ranks") or []

@@ -9,7 +9,7 @@ import time
 
 import click
 
-from halo_cluster.cli.output import emit_json
+from halo_cluster.cli.output import emit_json, plain
 
 CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
 
@@ -94,7 +94,7 @@ def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
             f"NCCL's log: {result.verdict['transport']}, networks {result.verdict['networks']}"
         )
         for line in result.verdict["evidence"][:6]:
-            click.echo(f"  {line}")
+            click.echo(f"  {plain(line)}")
     traffic = result.traffic
     if traffic.get("nodes"):
         click.echo(f"counters during a {traffic['tokens']}-token request:")
@@ -107,7 +107,7 @@ def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
     proven = result.proven or "no"
     click.echo(f"transport proven: {proven} (expected {result.expected})")
     for problem in result.problems:
-        click.echo(f"  problem: {problem}", err=True)
+        click.echo(f"  problem: {plain(problem)}", err=True)
     if result.stopped:
         click.echo(
             "halo: error: the evidence shows another path than the plan asked for: "
@@ -116,7 +116,7 @@ def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
         )
     else:
         click.echo(
-            f"serving {result.model} at {result.url} (ready in {result.ready_s:g} s; "
+            f"serving {plain(result.model)} at {result.url} (ready in {result.ready_s:g} s; "
             f"log {result.log} on {head})"
         )
 
@@ -146,7 +146,7 @@ def logs(config_path: str | None, follow: bool, lines: int, node: str | None) ->
     server = _server(config_path, True)
     member = server.config.node(node) if node else server.head
     text = server.tail(lines, member)
-    sys.stdout.write(text)
+    sys.stdout.write(plain(text))  # the log is the engine's text: its escapes are shown
     if not follow:
         return 0
     offset = len(server.log_from(0, member).encode())
@@ -155,7 +155,7 @@ def logs(config_path: str | None, follow: bool, lines: int, node: str | None) ->
             time.sleep(1.0)
             new = server.log_from(offset, member)
             if new:
-                sys.stdout.write(new)
+                sys.stdout.write(plain(new))
                 sys.stdout.flush()
                 offset += len(new.encode())
     except KeyboardInterrupt:

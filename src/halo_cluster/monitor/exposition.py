@@ -51,7 +51,10 @@ METRICS: dict[str, tuple[str, str]] = {
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    """A label value as the exposition format wants it; other control characters (ANSI
+    escapes from a node's device names among them) are shown as ``\\xNN`` text."""
+    text = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1].replace("\\", "\\\\") for ch in text)
 
 
 _SERIES_NAMES: dict[tuple[str, Labels], str] = {}
