@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -181,21 +182,47 @@ def test_tokenizer_round_trips(default_model: tuple[Path, dict[str, Any]]) -> No
     assert len(tokenizer.encode("The cluster").ids) == 3  # trained: common words are tokens
 
 
-def test_tokenizer_loads_with_transformers(
-    default_model: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    transformers = pytest.importorskip("transformers")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(default_model[0]))
-    assert len(tokenizer) == 4096
-    assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id) == (1, 2, 3)
-    ids = tokenizer("a small model")["input_ids"]
-    assert ids[0] == 1 and tokenizer.decode(ids, skip_special_tokens=True) == "a small model"
-    chat = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+TRANSFORMERS_CHECK = """
+import json, sys
+from transformers import AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+ids = tokenizer("a small model")["input_ids"]
+chat = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+)
+print(json.dumps({
+    "size": len(tokenizer),
+    "special": [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id],
+    "first": ids[0],
+    "decoded": tokenizer.decode(ids, skip_special_tokens=True),
+    "chat": chat,
+}))
+"""
+
+
+def test_tokenizer_loads_with_transformers(default_model: tuple[Path, dict[str, Any]]) -> None:
+    """With the transformers vLLM uses: the engine environment's Python (make engine)."""
+    from halo_cluster.config import default_engine
+    from tests.conftest import require
+
+    engine = default_engine()
+    require(engine is not None, "no engine environment (make engine builds .venv-engine)")
+    done = subprocess.run(
+        [f"{engine}/bin/python", "-c", TRANSFORMERS_CHECK, str(default_model[0])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     )
-    assert chat == "<s><|user|>\nHi</s>\n<|assistant|>\n"
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "size": 4096,
+        "special": [1, 2, 3],
+        "first": 1,
+        "decoded": "a small model",
+        "chat": "<s><|user|>\nHi</s>\n<|assistant|>\n",
+    }
 
 
 def test_human_output_and_other_sizes(tmp_path: Path) -> None:
