@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 
 from halo_cluster.config import Config
 from halo_cluster.runner import RAY_TOKEN_ENV
@@ -47,10 +48,15 @@ def ray_token(config: Config, create: bool = False) -> str | None:
         return None
     os.makedirs(os.path.dirname(path), exist_ok=True)
     token = secrets.token_hex(32)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ray-token.")  # 0600
     with os.fdopen(fd, "w", encoding="ascii") as handle:
         handle.write(token + "\n")
-    os.replace(path + ".tmp", path)
+    try:
+        os.link(tmp, path)  # only the first of two racing commands makes the token
+    except FileExistsError:
+        return ray_token(config)
+    finally:
+        os.unlink(tmp)
     return token
 
 
