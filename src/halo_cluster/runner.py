@@ -163,8 +163,8 @@ class SSHRunner:
 # does) keeps its one master per node, and "ControlMaster no" / "ControlPath none" there
 # turns halo's sharing off.
 CONTROL_PERSIST_S = 600
-# sun_path holds 108 bytes: the directory, "/", 40 hex digits of %C, and the ".XXXXXXXXXXXXXXXX"
-# ssh appends while it creates the socket, and the final NUL
+# sun_path holds 108 bytes: the directory, "/", 40 hex digits of %C, the 17-character random
+# suffix ssh appends to the name while it creates the socket, and the final NUL
 MAX_CONTROL_DIR = 108 - 1 - 40 - 17 - 1
 _UNSAFE = re.compile(r'["*?\[\]%$\\\x00-\x1f\x7f]')  # quoting, globbing, ssh tokens
 # Two first commands to a node at once both connect; one makes the master, the other says
