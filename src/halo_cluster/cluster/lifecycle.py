@@ -23,6 +23,7 @@ from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
+from halo_cluster.cluster.serve_plan import local_host
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
 from halo_cluster.runner import Result, Runner, close_connections, exports
@@ -357,7 +358,7 @@ class Lifecycle:
             return None
         host = served.get("host") or serve.host
         port = served.get("port") or serve.port
-        local = "127.0.0.1" if host == "0.0.0.0" else host
+        local = local_host(host)
         argv = [head.halo, "serve-health", "--host", local, "--port", str(port)]
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
         result = run_script(self.runners[head.name], head, env, argv, timeout=15)

@@ -35,6 +35,7 @@ from halo_cluster.cluster.serve_plan import (
     Placement,
     background_script,
     is_local_model,
+    local_host,
     log_paths,
     placement,
     preflight_script,
@@ -190,7 +191,7 @@ class Server:
         """Every node that takes ranks has the engine and the model; the head's port is free."""
         self.progress("checking the engine, the model and the port on every node")
         local_model = model if is_local_model(model) else None
-        head_port = ("127.0.0.1" if serve.host == "0.0.0.0" else serve.host, serve.port)
+        head_port = (local_host(serve.host), serve.port)
 
         def check(node: NodeConfig) -> tuple[NodeConfig, Result]:
             port = head_port if node is self.head else None
@@ -248,15 +249,16 @@ class Server:
                 )
 
     def _wait_healthy(self, serve: ServeConfig, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
-        local = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
-        argv = [self.head.halo, "serve-health", "--host", local, "--port", str(serve.port)]
+        argv = [self.head.halo, "serve-health", "--host", local_host(serve.host)]
+        argv += ["--port", str(serve.port)]
         script = node_script({"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}, argv)
+        served = self._served_nodes()  # fixed for this start: read once
         started = time.monotonic()
+        deadline = started + wait_s
         while True:
             if self._run(self.head, script, 30).ok:
                 return
-            dead = [n.name for n in self._served_nodes() if not self._alive(n)]
+            dead = [n.name for n in served if not self._alive(n)]
             if dead:
                 raise LifecycleError(
                     f"the server exited while starting on {', '.join(dead)}: "
@@ -274,8 +276,8 @@ class Server:
     def _complete(self, serve: ServeConfig, tokens: int) -> dict[str, Any]:
         import json
 
-        local = "127.0.0.1" if serve.host == "0.0.0.0" else serve.host
-        argv = [self.head.halo, "serve-probe", "--host", local, "--port", str(serve.port)]
+        argv = [self.head.halo, "serve-probe", "--host", local_host(serve.host)]
+        argv += ["--port", str(serve.port)]
         argv += ["--tokens", str(tokens)]
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
         result = self._run(self.head, node_script(env, argv), 300)

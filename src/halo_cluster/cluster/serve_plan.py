@@ -88,6 +88,11 @@ def serve_argv(
     return [*argv, *serve.extra_args]
 
 
+def local_host(host: str) -> str:
+    """Where a server bound to ``host`` is reached from its own node."""
+    return "127.0.0.1" if host == "0.0.0.0" else host
+
+
 def log_paths(cluster: str) -> tuple[str, str]:
     """(log, pid file) on a node, as shell words (the state dir expands there)."""
     name = shlex.quote(cluster)  # validated, but quoted all the same
