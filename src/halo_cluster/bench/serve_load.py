@@ -245,12 +245,23 @@ def stream_request(client: Client, body: dict[str, Any]) -> Sample:
 
 
 def tokenize_counter(client: Client, model: str) -> Callable[[str], int | None]:
-    """The server's count of a prompt's tokens (vLLM's ``POST /tokenize``); None when the
-    server has no such endpoint."""
+    """The server's count of a prompt's tokens from its ``POST /tokenize``: vLLM's shape
+    (``{"model", "prompt"}`` -> ``{"count"}``) or llama-server's (``{"content",
+    "add_special"}`` -> ``{"tokens": [...]}``), whichever the server answers first; None
+    when it has no such endpoint. Both count the BOS token a completion adds."""
+    shapes: list[tuple[Callable[[str], dict[str, Any]], Callable[[Any], int | None]]] = [
+        (lambda text: {"model": model, "prompt": text}, lambda data: _count(data.get("count"))),
+        (
+            lambda text: {"content": text, "add_special": True},
+            lambda data: len(data["tokens"]) if isinstance(data.get("tokens"), list) else None,
+        ),
+    ]
 
-    def count(text: str) -> int | None:
+    def ask(
+        text: str, body: Callable[[str], dict[str, Any]], read: Callable[[Any], int | None]
+    ) -> int | None:
         try:
-            response = client.post("/tokenize", {"model": model, "prompt": text})
+            response = client.post("/tokenize", body(text))
             kind = response.getheader("Content-Type") or ""
             if response.status != 200 or "json" not in kind:
                 client.finish(response)
@@ -260,7 +271,16 @@ def tokenize_counter(client: Client, model: str) -> Callable[[str], int | None]:
         except (OSError, http.client.HTTPException, ValueError):
             client.drop()
             return None
-        return _count(data.get("count")) if isinstance(data, dict) else None
+        return read(data) if isinstance(data, dict) else None
+
+    def count(text: str) -> int | None:
+        for index, (body, read) in enumerate(shapes):
+            found = ask(text, body, read)
+            if found is not None:
+                if index:  # this server's shape: ask it first from now on
+                    shapes.insert(0, shapes.pop(index))
+                return found
+        return None
 
     return count
 

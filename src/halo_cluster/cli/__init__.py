@@ -37,6 +37,7 @@ COMMANDS = {
     "serve-health": "halo_cluster.cli.serve:serve_health",
     "serve-probe": "halo_cluster.cli.serve:serve_probe",
     "counters": "halo_cluster.cli.serve:counters",
+    "gguf-layers": "halo_cluster.cli.serve:gguf_layers",
     "setup": "halo_cluster.cli.setup:setup",
     "status": "halo_cluster.cli.cluster:status",
     "stop": "halo_cluster.cli.serve:stop",

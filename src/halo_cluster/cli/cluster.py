@@ -103,11 +103,14 @@ def _print_serve(serve: dict[str, object]) -> None:
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
     executor = f", {serve['executor']} executor" if serve.get("executor") else ""
+    if serve.get("engine") == "llama.cpp":
+        executor = ", llama.cpp over RPC"
     click.echo(f"serve{model} at {serve['endpoint']}{executor}: {state}")
     ranks = serve.get("ranks") or []
     if isinstance(ranks, list) and ranks:
-        shown = ", ".join(f"rank {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
-        click.echo(f"  ranks: {shown}; transport proven: {serve.get('proven') or 'no'}")
+        word = "rpc-server" if serve.get("engine") == "llama.cpp" else "rank"
+        shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
+        click.echo(f"  {word}s: {shown}; transport proven: {serve.get('proven') or 'no'}")
 
 
 @click.command()

@@ -80,6 +80,13 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     "(default: $HALO_ENGINE, else .venv-engine beside halo's environment, when it exists).",
 )
 @click.option("--no-engine", is_flag=True, help="Write a halo.toml without the engine environment.")
+@click.option(
+    "--llama-cpp",
+    metavar="DIR",
+    help="llama.cpp build (bin/ggml-rpc-server, bin/llama-server) every node sees read-only "
+    "(default: $HALO_LLAMA_CPP, else .llama-cpp beside halo's environment, when it exists).",
+)
+@click.option("--no-llama-cpp", is_flag=True, help="Write a halo.toml without llama.cpp.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
 def up(
     nodes: int,
@@ -88,18 +95,21 @@ def up(
     directory: str | None,
     engine: str | None,
     no_engine: bool,
+    llama_cpp: str | None,
+    no_llama_cpp: bool,
     as_json: bool,
 ) -> int:
     """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
-    from halo_cluster.config import default_engine
+    from halo_cluster.config import default_engine, default_llama_cpp
     from halo_cluster.lab.lab import Lab
 
     lab_name, path = _resolve(name or "lab", directory)
     start = time.monotonic()
     halo = str(Path(sys.executable).parent / "halo")
     engine = None if no_engine else engine or default_engine()
+    llama_cpp = None if no_llama_cpp else llama_cpp or default_llama_cpp()
     state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
-        lab_name, path, nodes, fabric_mtu, halo, engine
+        lab_name, path, nodes, fabric_mtu, halo, engine, llama_cpp
     )
     if as_json:
         emit_json(_status(state))
@@ -109,6 +119,11 @@ def up(
             f"  engine: {state.engine} (read-only on every node)"
             if state.engine
             else "  engine: none (build it with 'make engine'; halo serve needs it)"
+        )
+        click.echo(
+            f"  llama.cpp: {state.llama_cpp} (read-only on every node)"
+            if state.llama_cpp
+            else "  llama.cpp: none (build it with 'make llama-cpp' for --engine llama.cpp)"
         )
         click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
         click.echo(f"  ssh -F {Path(state.dir) / 'ssh_config'} node1")
@@ -274,6 +289,15 @@ def _size(count: float, units: tuple[str, ...], step: float) -> str:
 @click.option(
     "--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help="Weights' seed."
 )
+@click.option(
+    "--format",
+    "formats",
+    type=click.Choice(["safetensors", "gguf", "both"]),
+    default="safetensors",
+    show_default=True,
+    help="safetensors: a Hugging Face checkpoint for vLLM; gguf: DIR/model.gguf for "
+    "llama.cpp; both: the two, with the same weights.",
+)
 @click.option("--force", is_flag=True, help="Write into a non-empty DIR (overwrites our files).")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {dir, parameters, bytes, files, ...} as JSON."
@@ -286,17 +310,20 @@ def model(
     kv_heads: int,
     vocab: int,
     seed: int,
+    formats: str,
     force: bool,
     as_json: bool,
 ) -> int:
-    """Write a tiny random Llama model (config, bf16 safetensors, BPE tokenizer) into DIR.
+    """Write a tiny random Llama model (config, bf16 safetensors, BPE tokenizer) into DIR,
+    or as one GGUF file (DIR/model.gguf) for llama.cpp.
 
     Nothing is downloaded: vLLM and transformers load DIR with HF_HUB_OFFLINE=1.
     Example: halo lab model /tmp/tiny && vllm serve /tmp/tiny"""
-    from halo_cluster.lab.model import ModelSpec, write_model
+    from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
 
     spec = ModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
-    summary = write_model(directory, spec, force=force)
+    chosen = FORMATS if formats == "both" else (formats,)
+    summary = write_model(directory, spec, force=force, formats=chosen)
     if as_json:
         emit_json(summary.to_dict())
         return 0

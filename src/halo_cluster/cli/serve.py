@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -43,6 +44,12 @@ def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-de
     "actors; mp runs one vLLM process per node (--nnodes/--node-rank).",
 )
 @click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp"]),
+    help="The engine (default [serve] engine, vllm): vllm runs tensor parallel; llama.cpp "
+    "splits a GGUF model's layers over ggml-rpc-server workers, llama-server on the head.",
+)
+@click.option(
     "--wait", "wait_s", default=900.0, show_default=True, help="Seconds to wait for /health."
 )
 @click.option(
@@ -61,10 +68,12 @@ def serve(
     allow_fallback: bool,
     insecure: bool,
     executor: str | None,
+    engine: str | None,
     wait_s: float,
     as_json: bool,
 ) -> int:
-    """Start vLLM tensor-parallel across the cluster, each node with its own transport plan,
+    """Start vLLM tensor-parallel (or llama.cpp over RPC, --engine) across the cluster,
+    each node with its own transport plan,
     wait for /health, send a warm-up request, then prove where the traffic went with two
     witnesses: the engine's own log (NCCL/RCCL's, or vLLM's Gloo lines: backend, rendezvous
     address, each rank's node) and every node's interface/RDMA counters during a probe
@@ -72,7 +81,7 @@ def serve(
     for, the server is stopped and halo exits 1 with the evidence (unless --allow-fallback).
     Ctrl-C while waiting stops what was started."""
     server = _server(config_path, as_json)
-    result = server.start(model, tp, host, port, allow_fallback, insecure, wait_s, executor)
+    result = server.start(model, tp, host, port, allow_fallback, insecure, wait_s, executor, engine)
     if as_json:
         emit_json(result.__dict__)
     else:
@@ -82,6 +91,8 @@ def serve(
 
 def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
     engine = result.engine
+    if engine.get("engine") == "llama.cpp":
+        _render_llama(engine)
     if engine.get("backend"):
         click.echo(
             f"engine: vLLM ranks on {engine['backend']}, rendezvous "
@@ -118,6 +129,23 @@ def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
         click.echo(
             f"serving {plain(result.model)} at {result.url} (ready in {result.ready_s:g} s; "
             f"log {result.log} on {head})"
+        )
+
+
+def _render_llama(engine: dict[str, object]) -> None:
+    rpc = engine["rpc"]
+    assert isinstance(rpc, dict)
+    click.echo(
+        f"engine: llama.cpp over RPC ({engine['transport'] or 'no workers'}), "
+        f"{engine['offloaded_layers']} layer(s) on the workers, {engine['head_layers']} on the head"
+    )
+    for line in rpc["evidence"][:6]:
+        click.echo(f"  llama-server: {plain(line)}")
+    for worker in rpc["workers"]:
+        name = str(worker["source"]).split(":", 1)[0]
+        click.echo(
+            f"  {name}: rpc-server at {plain(str(worker['endpoint']))}, "
+            f"{plain(str(worker['transport']))}, {worker['clients']} connection(s) accepted"
         )
 
 
@@ -217,4 +245,14 @@ def serve_health(host: str, port: int) -> int:
         click.echo(f"not healthy: {err}", err=True)
         return 1
     json.dump({"models": [m.get("id") for m in data["/v1/models"].get("data", [])]}, sys.stdout)
+    return 0
+
+
+@click.command("gguf-layers", hidden=True)
+@click.argument("path", type=click.Path(path_type=Path))
+def gguf_layers(path: Path) -> int:
+    """Node side: print the block count of a GGUF model (read from its header only)."""
+    from halo_cluster.plan.gguf_file import read_gguf
+
+    click.echo(str(read_gguf(path).spec.layers))
     return 0

@@ -31,7 +31,7 @@ def ray_token(config: Config, create: bool = False) -> str | None:
         if config.name not in _warned:
             _warned.add(config.name)
             print(
-                f"halo: warning: [ray] auth = \"none\" in {config.path}: anyone who reaches "
+                f'halo: warning: [ray] auth = "none" in {config.path}: anyone who reaches '
                 "the Ray head's port can run code on every node",
                 file=sys.stderr,
             )

@@ -13,6 +13,7 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
-from halo_cluster.cluster.serve_plan import local_host
+from halo_cluster.cluster.serve_plan import local_host, log_paths
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import HaloError
 from halo_cluster.runner import Result, Runner, close_connections, exports
@@ -363,9 +364,14 @@ class Lifecycle:
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
         result = run_script(self.runners[head.name], head, env, argv, timeout=15)
         members = set(served.get("nodes") or [])
-        lost = [
-            n["name"] for n in nodes if n["name"] in members and not (n["reachable"] and n["ray"])
-        ]
+        if served.get("engine") == "llama.cpp":  # Ray plays no part: each worker's rpc-server
+            lost = self._dead_servers([n for n in nodes if n["name"] in members], head.name)
+        else:
+            lost = [
+                n["name"]
+                for n in nodes
+                if n["name"] in members and not (n["reachable"] and n["ray"])
+            ]
         detail = result.stdout.strip() if result.ok else result.error_text()
         if lost:
             detail = f"lost {', '.join(lost)}" + ("" if result.ok else f"; {detail}")
@@ -375,10 +381,29 @@ class Lifecycle:
             "detail": detail,
             "model": served.get("model") or serve.model,
             "executor": served.get("executor"),
+            "engine": served.get("engine") or "vllm",
             "ranks": served.get("ranks", []),
             "proven": served.get("proven"),
             "lost": lost,
         }
+
+    def _dead_servers(self, members: list[dict[str, Any]], head: str) -> list[str]:
+        """The members (head excluded) that are unreachable or whose served program (the
+        pid file 'halo serve' wrote) is gone."""
+        _log, pid = log_paths(self.config.name)
+        script = f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
+
+        def dead(member: dict[str, Any]) -> bool:
+            if not member["reachable"]:
+                return True
+            node = self.config.node(member["name"])
+            runner = self.runners[node.name]
+            return not runner.run([*node.exec_prefix, "bash", "-s"], stdin=script, timeout=8).ok
+
+        workers = [m for m in members if m["name"] != head]
+        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
+            flags = list(pool.map(dead, workers))
+        return [m["name"] for m, gone in zip(workers, flags, strict=True) if gone]
 
     def down(self) -> dict[str, str]:
         """Stop Ray on every node (workers first); unreachable nodes are reported, not fatal."""

@@ -133,6 +133,7 @@ class Server:
         insecure: bool,
         wait_s: float = HEALTH_TIMEOUT_S,
         executor: str | None = None,
+        engine: str | None = None,
     ) -> ServeResult:
         serve = self.config.serve
         serve = replace(
@@ -140,11 +141,20 @@ class Server:
             host=host or serve.host,
             port=port or serve.port,
             executor=executor or serve.executor,
+            engine=engine or serve.engine,
         )
         model = model or serve.model
         if not model:
             raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
         api_key = self._check_key(serve, insecure)
+        if serve.engine == "llama.cpp":
+            from halo_cluster.cluster.llama_server import LlamaCpp
+
+            result = LlamaCpp(self).start(serve, model, api_key, wait_s)
+            if result.problems and not allow_fallback:
+                self.stop()
+                result.stopped = True
+            return result
         plans = self._plans()
         if self.head.name not in plans:
             raise LifecycleError("the cluster is not up (no state): run 'halo up' first")

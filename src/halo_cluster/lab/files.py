@@ -89,6 +89,13 @@ def _halo_toml(state: LabState, halo: str) -> str:
             # compilation (ready in about half the time)
             "max_model_len = 1024\nmax_num_seqs = 8\nenforce_eager = true\n"
         )
+    if state.llama_cpp:
+        engine += (
+            ("" if state.engine else "\n[serve]\n")
+            + "# llama.cpp (halo serve --engine llama.cpp): ggml-rpc-server and llama-server,\n"
+            + "# read-only on every node; one thread each (the nodes share this machine's cores)\n"
+            + f'llama_cpp = "{state.llama_cpp}"\nthreads = 1\n'
+        )
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
         f'mgmt_address = "{n.mgmt_address}"\n'

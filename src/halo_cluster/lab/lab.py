@@ -106,6 +106,7 @@ class Lab:
         fabric_mtu: int,
         halo: str,
         engine: str | None = None,
+        llama_cpp: str | None = None,
     ) -> LabState:
         tools = require_tools()
         if not 2 <= nodes <= 8:
@@ -125,7 +126,16 @@ class Lab:
                     f"--engine {engine}: not an environment (no bin/python); build it with "
                     "'make engine'"
                 )
-        state = plan_lab(name, directory.resolve(), nodes, fabric_mtu, self._free_subnet(), engine)
+        if llama_cpp is not None:
+            llama_cpp = os.path.realpath(llama_cpp)
+            if not os.path.isfile(os.path.join(llama_cpp, "bin", "llama-server")):
+                raise UsageError(
+                    f"--llama-cpp {llama_cpp}: not a llama.cpp build (no bin/llama-server); "
+                    "build it with 'make llama-cpp'"
+                )
+        state = plan_lab(
+            name, directory.resolve(), nodes, fabric_mtu, self._free_subnet(), engine, llama_cpp
+        )
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
             write_lab_files(state, halo, tools["ssh-keygen"])
@@ -201,6 +211,7 @@ class Lab:
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{_private_tmp_script(keep_paths(state))}"
             f"{_read_only_script(state.engine)}"
+            f"{_read_only_script(state.llama_cpp)}"
             f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
             "trap 'exit 0' TERM\n"
             "while :; do sleep 3600 & wait $! || true; done\n"
@@ -325,8 +336,7 @@ def keep_paths(state: LabState) -> list[str]:
     import halo_cluster
 
     wanted = {state.dir, sys.prefix, str(Path(halo_cluster.__file__).resolve().parents[1])}
-    if state.engine:
-        wanted.add(state.engine)
+    wanted |= {path for path in (state.engine, state.llama_cpp) if path}
     under_tmp = sorted(
         os.path.realpath(p) for p in wanted if os.path.realpath(p).startswith("/tmp/")
     )

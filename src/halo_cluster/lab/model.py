@@ -201,24 +201,30 @@ def safetensors_header(shapes: dict[str, tuple[int, ...]]) -> bytes:
     return struct.pack("<Q", len(text)) + text
 
 
-def write_weights(path: Path, spec: ModelSpec) -> None:
-    """model.safetensors: normal(0, 0.02) matrices and unit norms from one seeded generator."""
-    import ctypes
+def weights(spec: ModelSpec) -> Iterator[tuple[str, Any]]:
+    """(name, bf16 torch tensor) of every tensor in name order: normal(0, 0.02) matrices
+    and unit norms from one seeded generator (the same values for every format)."""
     import warnings
 
     with warnings.catch_warnings():  # torch warns at import when numpy is absent; not needed
         warnings.simplefilter("ignore")
         import torch
 
-    shapes = tensor_shapes(spec)
     generator = torch.Generator().manual_seed(spec.seed)
+    for name, shape in tensor_shapes(spec).items():
+        if name.endswith("norm.weight"):
+            yield name, torch.ones(shape, dtype=torch.bfloat16)
+        else:
+            yield name, (torch.randn(shape, generator=generator) * INIT_STD).to(torch.bfloat16)
+
+
+def write_weights(path: Path, spec: ModelSpec) -> None:
+    """model.safetensors: the header, then each tensor's raw bf16 bytes."""
+    import ctypes
+
     with path.open("wb") as out:
-        out.write(safetensors_header(shapes))
-        for name, shape in shapes.items():
-            if name.endswith("norm.weight"):
-                values = torch.ones(shape, dtype=torch.bfloat16)
-            else:
-                values = (torch.randn(shape, generator=generator) * INIT_STD).to(torch.bfloat16)
+        out.write(safetensors_header(tensor_shapes(spec)))
+        for _name, values in weights(spec):
             values = values.contiguous()
             # Raw bf16 bytes without numpy; x86 and arm64 are little-endian like the format.
             out.write(ctypes.string_at(values.data_ptr(), values.nbytes))
@@ -275,9 +281,10 @@ def generation_config() -> dict[str, Any]:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
 
 
-def require_packages() -> None:
-    """UsageError naming the extra to install when torch or tokenizers is missing."""
-    missing = [name for name in ("torch", "tokenizers") if importlib.util.find_spec(name) is None]
+def require_packages(formats: tuple[str, ...] = ("safetensors",)) -> None:
+    """UsageError naming the extra to install when torch, tokenizers (or gguf) is missing."""
+    needed = ("torch", "tokenizers", *(("gguf",) if "gguf" in formats else ()))
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:
         raise UsageError(
             f"halo lab model needs {' and '.join(missing)}: pip install 'halo-cluster[lab]'"
@@ -330,19 +337,37 @@ class ModelSummary:
         }
 
 
-def write_model(path: Path, spec: ModelSpec, force: bool = False) -> ModelSummary:
-    """Write config, weights and tokenizer of ``spec`` into ``path``."""
+FORMATS = ("safetensors", "gguf")
+
+
+def write_model(
+    path: Path, spec: ModelSpec, force: bool = False, formats: tuple[str, ...] = ("safetensors",)
+) -> ModelSummary:
+    """Write ``spec``'s model into ``path``: the Hugging Face checkpoint (config, weights,
+    tokenizer) for vLLM and/or one GGUF file (model.gguf) for llama.cpp, same weights."""
     spec.validate()
-    require_packages()
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise UsageError(f"--format: {', '.join(unknown) or 'none'} (known: {', '.join(FORMATS)})")
+    require_packages(formats)
     prepare_dir(path, force)
+    names: list[str] = []
     try:
-        _write_json(path / "config.json", hf_config(spec))
-        _write_json(path / "generation_config.json", generation_config())
-        write_weights(path / "model.safetensors", spec)
-        train_tokenizer(spec.vocab).save(str(path / "tokenizer.json"))
-        _write_json(path / "tokenizer_config.json", tokenizer_config())
-        _write_json(path / "special_tokens_map.json", special_tokens_map())
+        tokenizer = train_tokenizer(spec.vocab)
+        if "safetensors" in formats:
+            _write_json(path / "config.json", hf_config(spec))
+            _write_json(path / "generation_config.json", generation_config())
+            write_weights(path / "model.safetensors", spec)
+            tokenizer.save(str(path / "tokenizer.json"))
+            _write_json(path / "tokenizer_config.json", tokenizer_config())
+            _write_json(path / "special_tokens_map.json", special_tokens_map())
+            names += FILES
+        if "gguf" in formats:
+            from halo_cluster.lab.gguf_model import GGUF_FILE, write_gguf
+
+            write_gguf(path / GGUF_FILE, spec, tokenizer)
+            names.append(GGUF_FILE)
     except OSError as err:
         raise HaloError(f"cannot write into {path}: {err}") from None
-    files = {name: os.path.getsize(path / name) for name in FILES}
+    files = {name: os.path.getsize(path / name) for name in sorted(names)}
     return ModelSummary(str(path.resolve()), spec, parameter_count(spec), files)

@@ -41,6 +41,7 @@ class LabState:
     fabric_bridge: str
     nodes: tuple[LabNode, ...]
     engine: str | None = None  # the engine environment every node sees, read-only
+    llama_cpp: str | None = None  # the llama.cpp build every node sees, read-only
 
     @property
     def host_address(self) -> str:
@@ -82,6 +83,7 @@ def plan_lab(
     fabric_mtu: int,
     subnet: int,
     engine: str | None = None,
+    llama_cpp: str | None = None,
 ) -> LabState:
     """Names and addresses, computed before anything is created. Interface names stay
     within the kernel's 15 characters."""
@@ -97,7 +99,15 @@ def plan_lab(
         for i in range(1, nodes + 1)
     )
     return LabState(
-        name, str(directory), subnet, fabric_mtu, f"hb{name}m", f"hb{name}f", members, engine
+        name,
+        str(directory),
+        subnet,
+        fabric_mtu,
+        f"hb{name}m",
+        f"hb{name}f",
+        members,
+        engine,
+        llama_cpp,
     )
 
 

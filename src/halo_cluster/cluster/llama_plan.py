@@ -1,0 +1,148 @@
+"""What ``halo serve --engine llama.cpp`` runs where (pure).
+
+llama.cpp spreads a GGUF model's layers, not its tensors: ``ggml-rpc-server`` on every
+worker exposes that node's CPU (or GPU) as a device, and ``llama-server`` on the head loads
+the model with ``--rpc`` naming every worker. The head keeps the first layers on its own
+backend; the rest are offloaded (``--n-gpu-layers``) and split evenly over the workers
+(``--tensor-split``), so every node holds about an equal share.
+
+``ggml-rpc-server`` has no authentication: it is bound to the worker's fabric address, never
+0.0.0.0, and halo says so. Its transport follows each node's plan: llama.cpp's RDMA
+transport where the plan is RDMA and the build has it, else TCP on the fabric
+(``GGML_RPC_NO_RDMA=1`` keeps an RDMA-capable build on TCP).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from halo_cluster.config import NodeConfig, ServeConfig
+
+RPC_SERVER = "ggml-rpc-server"
+LLAMA_SERVER = "llama-server"
+DEFAULT_RPC_PORT = 50052
+NO_AUTH_NOTE = (
+    "llama.cpp's rpc-server has no authentication: it listens only on each worker's fabric "
+    "address; keep the fabric private"
+)
+
+
+def binary(serve: ServeConfig, name: str) -> str:
+    """A llama.cpp program: from [serve] llama_cpp's bin/ when set, else from PATH."""
+    return f"{serve.llama_cpp.rstrip('/')}/bin/{name}" if serve.llama_cpp else name
+
+
+def offload_layers(layers: int, workers: int) -> int:
+    """How many layers go to the workers (``--n-gpu-layers``): their share when the head
+    holds one share too. llama.cpp counts the output layer as one more (a model of 4 blocks
+    has 5) and offloads from the end, so the workers hold the last layers and the output."""
+    if workers <= 0:
+        return 0
+    total = layers + 1
+    return min(total, round(total * workers / (workers + 1)))
+
+
+def rpc_transport(planned_rdma: bool, build_rdma: bool) -> str:
+    """The RPC transport a worker uses: "rdma" only when both the plan and the build allow."""
+    return "rdma" if planned_rdma and build_rdma else "tcp"
+
+
+def rpc_env(transport: str) -> dict[str, str]:
+    """Environment that holds an RDMA-capable build on TCP when TCP was chosen."""
+    return {} if transport == "rdma" else {"GGML_RPC_NO_RDMA": "1"}
+
+
+def rpc_server_argv(serve: ServeConfig, address: str) -> list[str]:
+    """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address)."""
+    if address in ("0.0.0.0", "::", ""):
+        raise ValueError("rpc-server must bind a fabric address, not every interface")
+    argv = [binary(serve, RPC_SERVER), "-H", address, "-p", str(serve.rpc_port)]
+    if serve.threads:
+        argv += ["-t", str(serve.threads)]
+    return argv
+
+
+def llama_server_argv(
+    serve: ServeConfig, model: str, endpoints: list[str], layers: int
+) -> list[str]:
+    """``llama-server`` on the head: the model, every worker's endpoint, the offload."""
+    argv = [binary(serve, LLAMA_SERVER), "--model", model, "--host", serve.host]
+    # verbosity 4: the lines that name each RPC device and the layers offloaded
+    argv += ["--port", str(serve.port), "--no-ui", "--log-verbosity", "4"]
+    if endpoints:
+        argv += ["--rpc", ",".join(endpoints)]
+        argv += ["--n-gpu-layers", str(offload_layers(layers, len(endpoints)))]
+        argv += ["--tensor-split", ",".join("1" for _ in endpoints)]
+    else:
+        argv += ["--n-gpu-layers", "0"]
+    slots = serve.max_num_seqs or 4  # llama-server's own default
+    argv += ["--parallel", str(slots)]
+    if serve.max_model_len:  # the context is shared by the slots: each gets max_model_len
+        argv += ["--ctx-size", str(serve.max_model_len * slots)]
+    if serve.threads:
+        argv += ["--threads", str(serve.threads)]
+    return [*argv, *serve.extra_args]
+
+
+# exit codes of the preflight script, and what each means
+PREFLIGHT = {
+    10: "{program} is not installed there: build it ('make llama-cpp') or set [serve] llama_cpp",
+    11: "the model {model} is not there: put the GGUF file at the same path on the head",
+    12: "port {port} is already in use there: stop what listens on it, or pick another port",
+    13: "{model} is not a GGUF file (its first bytes are not 'GGUF')",
+    14: "{model} is a truncated GGUF file (shorter than its header)",
+}
+IDENTITY = re.compile(r"^build ([0-9a-f]{64})$", re.M)
+
+
+def preflight_script(program: str, model: str | None, port: tuple[str, int] | None) -> str:
+    """Exit 0 when the node can take its part (and print ``build <sha256>`` of its
+    rpc-server beside ``program``, its build identity); else one of ``PREFLIGHT``'s codes."""
+    exe = shlex.quote(program)
+    lines = [
+        f"p=$(command -v {exe} 2>/dev/null) || exit 10",
+        f'r="$(dirname "$p")/{RPC_SERVER}"',
+        '[ -x "$r" ] && echo "build $(sha256sum < "$r" | cut -c1-64)"',
+    ]
+    if model is not None:
+        quoted = shlex.quote(model)
+        lines += [
+            f"test -f {quoted} || exit 11",
+            f'[ "$(head -c 4 {quoted})" = GGUF ] || exit 13',
+            f'[ "$(stat -c %s {quoted})" -ge 24 ] || exit 14',
+        ]
+    if port is not None:
+        host, number = port
+        target = shlex.quote(f"/dev/tcp/{host}/{number}")
+        lines.append(f"if timeout 2 bash -c 'exec 3<>'{target} 2>/dev/null; then exit 12; fi")
+    return "".join(line + "\n" for line in lines) + "exit 0\n"
+
+
+def build_identity(preflight_stdout: str) -> str | None:
+    """The rpc-server's sha256 a preflight printed (None when the node has none)."""
+    found = IDENTITY.search(preflight_stdout)
+    return found.group(1) if found else None
+
+
+def reach_script(address: str, port: int, seconds: int) -> str:
+    """Exit 0 once ``address:port`` accepts a TCP connection (within ``seconds``), else 1."""
+    target = shlex.quote(f"/dev/tcp/{address}/{port}")
+    return (
+        f"for i in $(seq {int(seconds) * 5}); do\n"
+        f"  if timeout 2 bash -c 'exec 3<>'{target} 2>/dev/null; then exit 0; fi\n"
+        "  sleep 0.2\ndone\nexit 1\n"
+    )
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A node that runs ``ggml-rpc-server``: where it listens and over which transport."""
+
+    node: NodeConfig
+    address: str
+    transport: str
+
+    def endpoint(self, port: int) -> str:
+        return f"{self.address}:{port}"

@@ -1,0 +1,271 @@
+"""``halo serve --engine llama.cpp``: a GGUF model's layers spread over ``ggml-rpc-server``
+workers on the fabric, ``llama-server`` on the head, then the same two witnesses as vLLM:
+llama.cpp's own lines (which endpoints, which transport) and every node's counters during
+a probe request (bytes per generated token on the fabric, management and RDMA paths).
+
+Every node that takes part runs one program in the background, with its log and pid file
+where ``halo logs``, ``halo status`` and ``halo stop`` find them: the workers
+``ggml-rpc-server``, the head ``llama-server``. The API key reaches llama-server through
+its environment (``LLAMA_API_KEY``), never argv.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from halo_cluster.cluster import llama_plan, proof
+from halo_cluster.cluster.lifecycle import LifecycleError, update_state
+from halo_cluster.cluster.serve_plan import background_script, local_host, log_paths
+from halo_cluster.config import NodeConfig, ServeConfig
+from halo_cluster.errors import UsageError
+from halo_cluster.llama_log import check_rpc, parse_llama_logs
+from halo_cluster.transport import TransportPlan
+
+if TYPE_CHECKING:
+    from halo_cluster.cluster.serve import Server, ServeResult
+
+RPC_READY_S = 30
+
+
+def model_layers(model: str) -> int | None:
+    """The model's block count from its GGUF header, when the file is readable here."""
+    try:
+        from halo_cluster.plan.gguf_file import read_gguf
+
+        return read_gguf(Path(model)).spec.layers
+    except Exception:  # not here (a path on the nodes), or no gguf package: asked below
+        return None
+
+
+class LlamaCpp:
+    """One start of llama.cpp over RPC, driven through a ``Server``'s runners and helpers."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.config = server.config
+        self.head = server.head
+
+    def start(
+        self, serve: ServeConfig, model: str, api_key: str | None, wait_s: float
+    ) -> ServeResult:
+
+        plans = self.server._plans()
+        if self.head.name not in plans:
+            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
+        workers = self._workers(plans)
+        server = self.server
+        server.stop()
+        layers = self._preflight(serve, model, workers)
+        offload = llama_plan.offload_layers(layers, len(workers))
+        started = time.monotonic()
+        try:
+            update_state(
+                self.config, "serve", {"nodes": [self.head.name, *[w.node.name for w in workers]]}
+            )
+            self._start_workers(serve, workers)
+            endpoints = [w.endpoint(serve.rpc_port) for w in workers]
+            argv = llama_plan.llama_server_argv(serve, model, endpoints, layers)
+            env = {**dict(self.head.env), **({"LLAMA_API_KEY": api_key} if api_key else {})}
+            server.progress(
+                f"starting llama-server {model} on {self.head.name} "
+                f"({offload}/{layers + 1} layers on {len(workers)} worker(s))"
+            )
+            result = server._run(self.head, background_script(env, argv, self.config.name))
+            if not result.ok:
+                raise LifecycleError(
+                    f"could not start llama-server on {self.head.name}: {result.error_text()}"
+                )
+            server._wait_healthy(serve, wait_s)
+            ready_s = time.monotonic() - started
+            server.progress("warming up (one short request)")
+            warm = server._complete(serve, 4)
+            outcome: ServeResult = self._prove(serve, model, workers, plans, offload)
+        except BaseException:
+            server.progress("stopping llama.cpp on every node")
+            server.stop()
+            update_state(self.config, "serve", None)
+            raise
+        outcome.ready_s, outcome.warmup_s = round(ready_s, 1), warm.get("seconds")
+        return outcome
+
+    # -- plan -------------------------------------------------------------------------------
+    def _workers(self, plans: dict[str, TransportPlan]) -> list[llama_plan.Worker]:
+        """Every node but the head, each on its fabric address with its planned transport."""
+        build_rdma = True  # the RDMA transport negotiates itself off when the build lacks it
+        workers = []
+        for node in self.config.nodes[1:]:
+            plan = plans.get(node.name)
+            if plan is None:
+                raise LifecycleError(f"{node.name} has no transport plan: run 'halo up' first")
+            address = plan.address or node.fabric_address
+            if not address:
+                raise UsageError(
+                    f"{node.name}: no fabric address to bind rpc-server to (it has no "
+                    "authentication and must not listen everywhere): set fabric_address"
+                )
+            transport = llama_plan.rpc_transport(plan.is_rdma, build_rdma)
+            workers.append(llama_plan.Worker(node, address, transport))
+        return workers
+
+    def _preflight(self, serve: ServeConfig, model: str, workers: list[llama_plan.Worker]) -> int:
+        """Programs on every node, the same build everywhere, the GGUF file on the head, the
+        ports free; returns the model's layer count."""
+        server = self.server
+        server.progress("checking llama.cpp, the model and the ports on every node")
+        rpc = llama_plan.binary(serve, llama_plan.RPC_SERVER)
+        head_program = llama_plan.binary(serve, llama_plan.LLAMA_SERVER)
+        by_name = {w.node.name: w for w in workers}
+
+        def check(node: NodeConfig) -> tuple[NodeConfig, Any]:
+            if node is self.head:
+                port = (local_host(serve.host), serve.port)
+                script = llama_plan.preflight_script(head_program, model, port)
+            else:
+                port = (by_name[node.name].address, serve.rpc_port)
+                script = llama_plan.preflight_script(rpc, None, port)
+            return node, server._run(node, script, 30)
+
+        builds: dict[str, str | None] = {}
+        for node, result in server._each([self.head, *[w.node for w in workers]], check):
+            if not result.ok:
+                reason = llama_plan.PREFLIGHT.get(result.returncode)
+                if reason is None:
+                    raise LifecycleError(f"{node.name}: cannot check it: {result.error_text()}")
+                program = head_program if node is self.head else rpc
+                port = serve.port if node is self.head else serve.rpc_port
+                raise UsageError(
+                    f"{node.name}: " + reason.format(program=program, model=model, port=port)
+                )
+            builds[node.name] = llama_plan.build_identity(result.stdout)
+        reference = builds.get(self.head.name)
+        for worker in workers:
+            found = builds.get(worker.node.name)
+            if reference and found and found != reference:
+                raise UsageError(
+                    f"{worker.node.name}: its llama.cpp build differs from {self.head.name}'s "
+                    f"(rpc-server sha256 {found[:12]} vs {reference[:12]}): the RPC protocol "
+                    "must match; install the same build on every node"
+                )
+        return self._layers(model)
+
+    def _layers(self, model: str) -> int:
+        found = model_layers(model)
+        if found is not None:
+            return found
+        # not readable here: ask the head, where llama-server will read it
+        from halo_cluster.cluster.lifecycle import node_script
+
+        argv = [self.head.halo, "gguf-layers", model]
+        result = self.server._run(self.head, node_script({}, argv), 60)
+        if result.ok and result.stdout.strip().isdigit():
+            return int(result.stdout.strip())
+        raise UsageError(
+            f"{self.head.name}: cannot read the layer count of {model}: "
+            f"{result.error_text() or result.stdout[:200]!r}"
+        )
+
+    # -- start ------------------------------------------------------------------------------
+    def _start_workers(self, serve: ServeConfig, workers: list[llama_plan.Worker]) -> None:
+        server = self.server
+        if workers:
+            server.progress(llama_plan.NO_AUTH_NOTE)
+
+        def start(worker: llama_plan.Worker) -> None:
+            node = worker.node
+            argv = llama_plan.rpc_server_argv(serve, worker.address)
+            env = {**dict(node.env), **llama_plan.rpc_env(worker.transport)}
+            server.progress(
+                f"starting rpc-server on {node.name} at {worker.endpoint(serve.rpc_port)} "
+                f"({worker.transport.upper()})"
+            )
+            result = server._run(node, background_script(env, argv, self.config.name))
+            if not result.ok:
+                raise LifecycleError(
+                    f"could not start rpc-server on {node.name}: {result.error_text()}"
+                )
+            # reached from the head, over the fabric: the path llama-server will take
+            reach = llama_plan.reach_script(worker.address, serve.rpc_port, RPC_READY_S)
+            if not server._run(self.head, reach, RPC_READY_S + 10).ok:
+                line = server.fatal_line(node) if not server._alive(node) else "it does not answer"
+                raise LifecycleError(
+                    f"{node.name}: rpc-server is not reachable at "
+                    f"{worker.endpoint(serve.rpc_port)} from {self.head.name}: {line}"
+                )
+
+        server._each([w.node for w in workers], lambda n: start(_worker(workers, n)))
+
+    # -- proof ------------------------------------------------------------------------------
+    def _prove(
+        self,
+        serve: ServeConfig,
+        model: str,
+        workers: list[llama_plan.Worker],
+        plans: dict[str, TransportPlan],
+        offload: int,
+    ) -> ServeResult:
+        from halo_cluster.cluster.serve import PROBE_TOKENS, ServeResult
+
+        server = self.server
+        head_text = server.log_text(self.head)
+        worker_logs = [(f"{w.node.name}:serve.log", server.log_text(w.node)) for w in workers]
+        verdict = parse_llama_logs(
+            head_text.splitlines(), [(s, t.splitlines()) for s, t in worker_logs]
+        )
+        expected = {
+            f"{w.node.name}:serve.log": (w.endpoint(serve.rpc_port), w.transport) for w in workers
+        }
+        problems = check_rpc(verdict, expected, offload)
+        server.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
+        nodes = [self.head, *[w.node for w in workers]]
+        before = proof.read_counters(server.lifecycle.runners, nodes, plans)
+        probe = server._complete(serve, PROBE_TOKENS)
+        after = proof.read_counters(server.lifecycle.runners, nodes, plans)
+        rdma = any(w.transport == "rdma" for w in workers)
+        traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
+        traffic["seconds"] = probe["seconds"]
+        problems += traffic["problems"]
+        transports = {w.transport for w in workers}
+        transport = "/".join(sorted(transports)) if transports else None
+        expected_path = "rdma" if rdma else "socket"
+        log, _pid = log_paths(self.config.name)
+        host = serve.host if serve.host != "0.0.0.0" else self.head.host
+        ranks = [
+            {"rank": i, "node": w.node.name, "address": w.endpoint(serve.rpc_port)}
+            for i, w in enumerate(workers)
+        ]
+        engine: dict[str, Any] = {
+            "engine": "llama.cpp",
+            "rpc": verdict.to_dict(),
+            "transport": transport,
+            "offloaded_layers": offload,
+            "head_layers": None if verdict.layers is None else verdict.layers - offload,
+        }
+        result = ServeResult(
+            url=f"http://{host}:{serve.port}",
+            log=server._run(self.head, f"echo {log}\n").stdout.strip() or log,
+            executor="llama.cpp-rpc",
+            model=model,
+            tp=1,
+            expected=expected_path,
+            verdict={"transport": "unknown", "networks": [], "evidence": []},
+            engine=engine,
+            traffic=traffic,
+            ranks=ranks,
+            proven=None if problems else expected_path,
+            problems=problems,
+        )
+        summary = server.summary(result, serve)
+        summary.update(
+            engine="llama.cpp",
+            nodes=[self.head.name, *[w.node.name for w in workers]],
+            backend=f"rpc-{transport or 'none'}",
+            init_method=None,
+        )
+        update_state(self.config, "serve", summary)
+        return result
+
+
+def _worker(workers: list[llama_plan.Worker], node: NodeConfig) -> llama_plan.Worker:
+    return next(w for w in workers if w.node is node)
