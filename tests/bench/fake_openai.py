@@ -27,8 +27,10 @@ class FakeOpenAI:
         token_delay_s: float,
         usage: bool = True,
         idle_close_s: float | None = None,
+        tokenize: str = "vllm",
     ) -> None:
         self.model, self.token_delay_s, self.usage = model, token_delay_s, usage
+        self.tokenize = tokenize  # /tokenize as "vllm" ({prompt} -> {count}) or "llama.cpp"
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long
         self.bodies: list[dict[str, Any]] = []
         self.connections = 0
@@ -65,8 +67,15 @@ class FakeOpenAI:
 
             def _post(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path == "/tokenize":
+                if self.path == "/tokenize" and fake.tokenize == "vllm":
                     self._json(200, {"count": count_tokens(body["prompt"]), "max_model_len": 1024})
+                    return
+                if self.path == "/tokenize":  # llama-server: {content, add_special} -> ids
+                    if "content" not in body:
+                        self._json(400, {"error": {"code": 400, "message": "no content"}})
+                        return
+                    count = count_tokens(body["content"]) - (0 if body.get("add_special") else 1)
+                    self._json(200, {"tokens": list(range(count))})
                     return
                 fake.bodies.append(body)
                 self.send_response(200)

@@ -26,6 +26,7 @@ from halo_cluster.bench.serve_load import (
     parse_stream,
     stream_request,
     summarize,
+    tokenize_counter,
 )
 from halo_cluster.bench.serve_prompts import Prompt, fit, next_word_count, workload
 from halo_cluster.examples import EXAMPLES
@@ -251,6 +252,18 @@ def test_workload_falls_back_from_tokenize_to_usage_to_words() -> None:
     fitted, how = workload(rng, 2, 5, None, lambda _t: None)
     assert how == "words" and [(p.words, p.tokens) for p in fitted] == [(5, None), (5, None)]
     assert isinstance(fitted[0], Prompt) and len(fitted[0].text.split()) == 5
+
+
+@pytest.mark.parametrize("shape", ["vllm", "llama.cpp"])
+def test_tokenize_counts_with_either_servers_shape(shape: str) -> None:
+    fake = FakeOpenAI("tiny", token_delay_s=0.0, tokenize=shape)
+    with serving(fake) as port:
+        client = Client(f"http://127.0.0.1:{port}", None)
+        count = tokenize_counter(client, "tiny")
+        texts = ["a b c", "one two three fourteen", "x"]
+        # the BOS a completion adds is counted in both shapes
+        assert [count(t) for t in texts] == [count_tokens(t) for t in texts] == [4, 6, 2]
+        client.close()
 
 
 def test_a_keep_alive_connection_the_server_closed_is_opened_again() -> None:

@@ -150,7 +150,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     from halo_cluster.cluster.serve import Server
     from halo_cluster.config import load_config
     from halo_cluster.errors import HaloError
-    from halo_cluster.lab.model import ModelSpec, write_model
+    from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
 
     say = out.print if out is not None else (lambda *_a, **_k: None)
     if state.engine is None:
@@ -161,9 +161,14 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     lifecycle = Lifecycle(config, ssh_runners(config))
     model = Path(state.dir) / "model"
     head = state.nodes[0]
+    formats = FORMATS if state.llama_cpp else ("safetensors",)
+    llama: dict[str, Any] = {"skipped": "no llama.cpp build ('make llama-cpp' builds it)"}
     try:
-        made = write_model(model, ModelSpec())
-        say(f"halo lab model: {made.parameters / 1e6:.1f} M-parameter Llama at {model}")
+        made = write_model(model, ModelSpec(), formats=formats)
+        say(
+            f"halo lab model: {made.parameters / 1e6:.1f} M-parameter Llama at {model} "
+            f"({' and '.join(formats)}, the same weights)"
+        )
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
@@ -178,6 +183,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
                 f"{level['output_tokens_per_s']} output tok/s"
             )
         say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
+        if state.llama_cpp:
+            llama = _llama(server, model / "model.gguf", head.mgmt_address, say)
+            _side_by_side(served, bench, llama, say)
         lines: list[str] = []
         fabric = _fabric(state, config_path, lines.append)
         for line in lines:
@@ -193,8 +201,64 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         "up": up.nodes_alive,
         "serve": {k: v for k, v in served.__dict__.items() if k != "verdict"},
         "bench": bench["levels"],
+        "llama.cpp": llama,
         "fabric": fabric,
     }
+
+
+def _llama(server: Any, gguf: Path, host: str, say: Callable[..., None]) -> dict[str, Any]:
+    """The same model as GGUF, served by llama.cpp over RPC on the same nodes, benchmarked
+    the same way, then stopped."""
+    from halo_cluster.bench.serve_load import run as load
+
+    served = server.start(str(gguf), None, host, None, False, False, 120, engine="llama.cpp")
+    engine = served.engine
+    say(
+        f"halo serve --engine llama.cpp: ready in {served.ready_s:g} s at {served.url}; "
+        f"transport proven: {served.proven}"
+    )
+    for line in engine["rpc"]["evidence"]:
+        say(f"  llama-server's own log: {line.split(' I ', 1)[-1]}")
+    for worker in engine["rpc"]["workers"]:
+        say(
+            f"  {worker['source'].split(':')[0]}'s rpc-server: {worker['endpoint']}, "
+            f"{worker['transport']}, {worker['clients']} connection(s) from the head"
+        )
+    for node, paths in served.traffic["nodes"].items():
+        shown = ", ".join(
+            f"{path} ({v['name']}) {v['bytes_per_token'] or 0:,.0f} B" for path, v in paths.items()
+        )
+        say(f"  counters per generated token on {node}: {shown}")
+    bench = load(served.url, None, [1, 4], 8, 32, 32, None)
+    say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
+    return {
+        "serve": {k: v for k, v in served.__dict__.items() if k != "verdict"},
+        "bench": bench["levels"],
+    }
+
+
+def _side_by_side(
+    vllm: Any, vllm_bench: dict[str, Any], llama: dict[str, Any], say: Callable[..., None]
+) -> None:
+    """One table in words: fabric bytes per token and output tok/s of both engines."""
+
+    def fabric(traffic: dict[str, Any]) -> str:
+        per = [
+            p["fabric"]["bytes_per_token"] or 0 for p in traffic["nodes"].values() if "fabric" in p
+        ]
+        return f"{max(per, default=0) / 1024:.1f} KiB"
+
+    rates = {
+        "vLLM TP=2": [lv["output_tokens_per_s"] for lv in vllm_bench["levels"]],
+        "llama.cpp RPC": [lv["output_tokens_per_s"] for lv in llama["bench"]],
+    }
+    traffic = {"vLLM TP=2": vllm.traffic, "llama.cpp RPC": llama["serve"]["traffic"]}
+    say(
+        "same model, same two nodes: fabric bytes per token (busiest node), output tok/s at c1 / c4"
+    )
+    for name in rates:
+        shown = " / ".join(f"{r:g}" for r in rates[name])
+        say(f"  {name:<14} {fabric(traffic[name]):>10} per token   {shown} tok/s")
 
 
 def _evidence(served: Any, say: Callable[..., None]) -> None:

@@ -1,0 +1,152 @@
+"""halo serve --engine llama.cpp in the lab with the real build (ggml-rpc-server on node2's
+fabric address, llama-server on node1): the two witnesses, bench serve with tokens from
+usage, status naming a worker whose rpc-server died, stop leaving nothing, the API key kept
+out of argv and logs; and the bad inputs (a GGUF missing, not GGUF or truncated, a port in
+use, a worker without the build or with another build), each one line naming the node."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from halo_cluster.config import default_llama_cpp
+from tests.conftest import halo, require
+
+pytestmark = pytest.mark.lab
+SECRET = "llama-key-never-in-argv"
+LEFTOVER = "pgrep -af 'llama-server|ggml-rpc-server' | grep -v pgrep"
+
+
+def _build() -> str:
+    build = default_llama_cpp()
+    require(build is not None, "no llama.cpp build (make llama-cpp builds .llama-cpp)")
+    assert build is not None
+    return build
+
+
+def _node(tmp: Path, lab: Path, node: str, script: str) -> str:
+    done = halo("lab", "exec", "--dir", str(lab), node, "--", "bash", "-c", script, cwd=tmp)
+    return done.stdout
+
+
+def _lab(tmp: Path, name: str) -> tuple[Path, Path]:
+    require(os.geteuid() == 0, "halo lab needs root")
+    _build()
+    lab = tmp / name
+    assert halo("lab", "up", "--name", name.lower(), "--dir", str(lab)).returncode == 0
+    return lab, lab / "halo.toml"
+
+
+def _serve(tmp: Path, config: Path, model: Path, *extra: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return halo(
+        "serve", str(model), "--engine", "llama.cpp", "--config", str(config), *extra,
+        cwd=tmp, env=env, timeout=300,
+    )  # fmt: skip
+
+
+def test_layers_over_rpc_across_lab_nodes(tmp_path: Path) -> None:
+    lab, config = _lab(tmp_path, "L")
+    env = {"HALO_TEST_KEY": SECRET}
+    try:
+        text = config.read_text()
+        config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
+        assert halo("lab", "model", str(lab / "model"), "--format", "gguf").returncode == 0
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
+        served = _serve(tmp_path, config, lab / "model" / "model.gguf", "--json", env=env)
+        assert served.returncode == 0, served.stderr
+        result = json.loads(served.stdout)
+        status = json.loads(halo("lab", "status", "--dir", str(lab), "--json").stdout)
+        fabric = {n["name"]: n["fabric_address"] for n in status["nodes"]}
+        endpoint = f"{fabric['node2']}:50052"
+        assert (result["proven"], result["problems"], result["stopped"]) == ("socket", [], False)
+        engine = result["engine"]
+        assert (engine["engine"], engine["transport"]) == ("llama.cpp", "tcp")
+        assert (engine["offloaded_layers"], engine["head_layers"]) == (2, 3)
+        assert engine["rpc"]["devices"] == [{"name": "RPC0", "endpoint": endpoint}]
+        worker = engine["rpc"]["workers"][0]
+        assert (worker["endpoint"], worker["rdma_activated"]) == (endpoint, 0)
+        assert worker["clients"] >= 1
+        assert result["ranks"] == [{"rank": 0, "node": "node2", "address": endpoint}]
+        for node in ("node1", "node2"):
+            paths = result["traffic"]["nodes"][node]
+            # the activations cross on the fabric, next to nothing on management
+            assert paths["fabric"]["bytes_per_token"] > 4096 > paths["mgmt"]["bytes_per_token"]
+        # rpc-server listens on the fabric address only
+        listening = _node(tmp_path, lab, "node2", "ss -ltnH 'sport = :50052'")
+        assert endpoint in listening and "0.0.0.0" not in listening and "*:50052" not in listening
+        bench = halo(
+            "bench", "serve", "--config", str(config), "--concurrency", "1,2", "--prompts", "4",
+            "--input-len", "32", "--output-len", "16", "--json",
+            "--out", str(tmp_path / "serve.json"), cwd=tmp_path, env=env, timeout=300,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        data = json.loads(bench.stdout)
+        assert [lv["errors"] for lv in data["levels"]] == [0, 0]
+        assert data["tokens_from"] == "usage" and data["workload"]["prompt_fit"] == "tokenize"
+        assert data["serve_proof"]["engine"] == "llama.cpp"
+        argv = _node(tmp_path, lab, "node1", "pgrep -af llama-server")
+        assert "llama-server" in argv and SECRET not in argv
+        logs = halo("logs", "--config", str(config), cwd=tmp_path).stdout
+        assert "using device RPC0" in logs and SECRET not in logs
+        healthy = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
+        assert healthy["serve"]["healthy"] and healthy["serve"]["engine"] == "llama.cpp"
+        # the worker's rpc-server dies mid-serve: status names node2 within 10 s
+        _node(tmp_path, lab, "node2", "pkill -KILL -f ggml-rpc-server")
+        start = time.monotonic()
+        lost = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
+        assert time.monotonic() - start < 10
+        assert not lost["serve"]["healthy"] and lost["serve"]["lost"] == ["node2"]
+        assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "", node
+    finally:
+        halo("stop", "--config", str(config), cwd=tmp_path)
+        halo("down", "--config", str(config), cwd=tmp_path)
+        halo("lab", "down", "--name", "l", "--dir", str(lab))
+
+
+def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
+    lab, config = _lab(tmp_path, "M")
+    try:
+        assert halo("lab", "model", str(lab / "model"), "--format", "both").returncode == 0
+        assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
+        gguf = lab / "model" / "model.gguf"
+        short = lab / "model" / "short.gguf"
+        short.write_bytes(gguf.read_bytes()[:12])
+        cases = [
+            (lab / "nothing.gguf", f"node1: the model {lab / 'nothing.gguf'} is not there"),
+            (lab / "model" / "model.safetensors", "is not a GGUF file"),
+            (short, "is a truncated GGUF file"),
+        ]
+        for model, message in cases:
+            bad = _serve(tmp_path, config, model)
+            assert bad.returncode == 2 and message in bad.stderr, bad.stderr
+            assert len(bad.stderr.strip().splitlines()) <= 3, bad.stderr  # progress + one line
+        # a port in use on the worker's fabric address
+        fabric2 = json.loads(halo("lab", "status", "--dir", str(lab), "--json").stdout)["nodes"][1][
+            "fabric_address"
+        ]
+        _node(tmp_path, lab, "node2", f"setsid python3 -m http.server 50052 --bind {fabric2} "
+              ">/dev/null 2>&1 < /dev/null & sleep 1")  # fmt: skip
+        busy = _serve(tmp_path, config, gguf)
+        assert busy.returncode == 2 and "node2: port 50052 is already in use there" in busy.stderr
+        _node(tmp_path, lab, "node2", "pkill -f 'http.server 50052'")
+        # the build only on node1 (in its private /tmp), then a different build on node2
+        build = _build()
+        _node(tmp_path, lab, "node1", f"cp -r {build} /tmp/llama")
+        config.write_text(config.read_text().replace(f'llama_cpp = "{build}"', 'llama_cpp = "/tmp/llama"'))
+        missing = _serve(tmp_path, config, gguf)
+        assert missing.returncode == 2 and "node2: /tmp/llama/bin/ggml-rpc-server is not installed" in missing.stderr
+        _node(tmp_path, lab, "node2", f"cp -r {build} /tmp/llama && echo >> /tmp/llama/bin/ggml-rpc-server")
+        differs = _serve(tmp_path, config, gguf)
+        assert differs.returncode == 2 and "node2: its llama.cpp build differs from node1's" in differs.stderr
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "", node
+    finally:
+        halo("stop", "--config", str(config), cwd=tmp_path)
+        halo("down", "--config", str(config), cwd=tmp_path)
+        halo("lab", "down", "--name", "m", "--dir", str(lab))
