@@ -7,9 +7,11 @@ sees: its decode rate is 1000 / TPOT p50 (time per output token after the first)
 output tok/s also holds the prompt and the HTTP path. llama-server's own `timings` of one
 non-streamed request are the third witness. Rounds alternate which tool goes first.
 
-The model is the lab's tiny Llama as GGUF (`halo lab model --format gguf`, 4 blocks, hidden
-256, F16): small enough that a token takes about a millisecond, so the per-token overhead
-of the server shows. Both run with one thread on CPU 1; the client runs on CPU 0.
+Two models, both `halo lab model --format gguf` (F16): the tiny default (4 blocks, hidden
+256), where a token takes a fraction of a millisecond and every per-token overhead of the
+server and of HTTP streaming shows, and a larger one (8 blocks, hidden 1024, 83 M
+parameters) where a token takes tens of milliseconds, as on a real model. llama.cpp runs
+with one thread on CPU 1; the client on CPU 0.
 
 Also: `halo plan --gguf MODEL --engine llama.cpp --calibrate RESULT` from one of the runs,
 whose predicted single-node decode rate must come back to the measured one.
@@ -41,9 +43,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 HALO = str(Path(sys.executable).parent / "halo")
 PORT = 8126
-GEN_TOKENS = 128
 INPUT_LEN = 32
-PROMPTS = 16
+# name -> (halo lab model options, tokens generated per request, prompts per run)
+MODELS = {
+    "tiny-4.5M": ([], 128, 16),
+    "83M": (["--layers", "8", "--hidden", "1024", "--heads", "16", "--kv-heads", "8"], 64, 6),
+}
 ENGINE_CPU, CLIENT_CPU = "1", "0"
 
 
@@ -66,21 +71,21 @@ def server(build: Path, model: Path, log: Path) -> subprocess.Popen[bytes]:
     raise SystemExit("llama-server not ready in 60 s")
 
 
-def run_llama_bench(build: Path, model: Path) -> dict[str, float]:
+def run_llama_bench(build: Path, model: Path, gen: int) -> dict[str, float]:
     argv = [
         "taskset", "-c", ENGINE_CPU, str(build / "bin" / "llama-bench"), "-m", str(model),
-        "-p", "0", "-n", str(GEN_TOKENS), "-t", "1", "-r", "5", "-o", "json",
+        "-p", "0", "-n", str(gen), "-t", "1", "-r", "3", "-o", "json",
     ]  # fmt: skip
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     row = json.loads(out)[0]
     return {"tg_tok_s": round(row["avg_ts"], 3), "tg_stddev": round(row["stddev_ts"], 3)}
 
 
-def run_halo(model: Path, seed: int, out: Path) -> dict[str, Any]:
+def run_halo(model: Path, seed: int, out: Path, gen: int, prompts: int) -> dict[str, Any]:
     argv = [
         "taskset", "-c", CLIENT_CPU, HALO, "bench", "serve", "--url", f"http://127.0.0.1:{PORT}",
-        "--model", str(model), "--concurrency", "1", "--prompts", str(PROMPTS),
-        "--input-len", str(INPUT_LEN), "--output-len", str(GEN_TOKENS), "--seed", str(seed),
+        "--model", str(model), "--concurrency", "1", "--prompts", str(prompts),
+        "--input-len", str(INPUT_LEN), "--output-len", str(gen), "--seed", str(seed),
         "--out", str(out), "--json",
     ]  # fmt: skip
     data = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
@@ -94,10 +99,10 @@ def run_halo(model: Path, seed: int, out: Path) -> dict[str, Any]:
     }
 
 
-def server_timings(model: Path) -> float:
+def server_timings(model: Path, gen: int) -> float:
     """llama-server's own decode rate of one greedy request (its ``timings``)."""
     body = json.dumps(
-        {"model": str(model), "prompt": "The cluster has two nodes", "max_tokens": GEN_TOKENS,
+        {"model": str(model), "prompt": "The cluster has two nodes", "max_tokens": gen,
          "temperature": 0.0, "ignore_eos": True}
     ).encode()  # fmt: skip
     request = urllib.request.Request(
@@ -132,6 +137,53 @@ def build_record(build: Path) -> dict[str, Any]:
     }
 
 
+def one_model(
+    build: Path, gguf: Path, tmp: Path, rounds_n: int, gen: int, prompts: int
+) -> dict[str, Any]:
+    rounds: list[dict[str, Any]] = []
+    for r in range(rounds_n):
+        got: dict[str, Any] = {"round": r}
+        order = ("halo", "llama-bench") if r % 2 == 0 else ("llama-bench", "halo")
+        got["first"] = order[0]
+        for tool in order:
+            if tool == "llama-bench":
+                got["llama_bench"] = run_llama_bench(build, gguf, gen)
+                continue
+            proc = server(build, gguf, tmp / "server.log")
+            try:
+                out = tmp / f"serve-{gguf.parent.name}-{r}.json"
+                got["halo"] = run_halo(gguf, 1000 + r, out, gen, prompts)
+                got["server_timings_tok_s"] = server_timings(gguf, gen)
+                if r == 0:
+                    got["plan_calibrated_tok_s"] = plan_calibrated(gguf, out)
+            finally:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
+        got["ratio_decode_halo_over_tg"] = round(
+            got["halo"]["decode_tok_s"] / got["llama_bench"]["tg_tok_s"], 3
+        )
+        rounds.append(got)
+    median = {
+        "halo_decode_tok_s": statistics.median(x["halo"]["decode_tok_s"] for x in rounds),
+        "halo_output_tok_s": statistics.median(x["halo"]["output_tok_s"] for x in rounds),
+        "llama_bench_tg_tok_s": statistics.median(x["llama_bench"]["tg_tok_s"] for x in rounds),
+        "server_timings_tok_s": statistics.median(x["server_timings_tok_s"] for x in rounds),
+    }
+    median["ratio_decode_halo_over_tg"] = round(
+        median["halo_decode_tok_s"] / median["llama_bench_tg_tok_s"], 3
+    )
+    median["ratio_server_over_tg"] = round(
+        median["server_timings_tok_s"] / median["llama_bench_tg_tok_s"], 3
+    )
+    return {
+        "gen_tokens": gen,
+        "prompts": prompts,
+        "rounds": rounds,
+        "median": median,
+        "plan_calibrated_tok_s": rounds[0].get("plan_calibrated_tok_s"),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -144,72 +196,40 @@ def main() -> None:
     build = Path(args.build).resolve()
     if not (build / "bin" / "llama-bench").exists():
         raise SystemExit(f"no llama.cpp build at {build}: run 'make llama-cpp' or pass --build")
-    rounds: list[dict[str, Any]] = []
+    models: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(tmp) / "model"
-        subprocess.run(
-            [HALO, "lab", "model", str(model), "--format", "gguf"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        gguf = model / "model.gguf"
-        for r in range(args.rounds):
-            got: dict[str, Any] = {"round": r}
-            order = ("halo", "llama-bench") if r % 2 == 0 else ("llama-bench", "halo")
-            got["first"] = order[0]
-            for tool in order:
-                if tool == "llama-bench":
-                    got["llama_bench"] = run_llama_bench(build, gguf)
-                    continue
-                proc = server(build, gguf, Path(tmp) / "server.log")
-                try:
-                    out = Path(tmp) / f"serve-{r}.json"
-                    got["halo"] = run_halo(gguf, 1000 + r, out)
-                    got["server_timings_tok_s"] = server_timings(gguf)
-                    if r == 0:
-                        got["plan_calibrated_tok_s"] = plan_calibrated(gguf, out)
-                finally:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=30)
-            got["ratio_decode_halo_over_tg"] = round(
-                got["halo"]["decode_tok_s"] / got["llama_bench"]["tg_tok_s"], 3
+        for name, (options, gen, prompts) in MODELS.items():
+            model = Path(tmp) / name
+            subprocess.run(
+                [HALO, "lab", "model", str(model), "--format", "gguf", *options],
+                check=True,
+                stdout=subprocess.DEVNULL,
             )
-            print(json.dumps(got), flush=True)
-            rounds.append(got)
-    median = {
-        "halo_decode_tok_s": statistics.median(x["halo"]["decode_tok_s"] for x in rounds),
-        "halo_output_tok_s": statistics.median(x["halo"]["output_tok_s"] for x in rounds),
-        "llama_bench_tg_tok_s": statistics.median(x["llama_bench"]["tg_tok_s"] for x in rounds),
-        "server_timings_tok_s": statistics.median(x["server_timings_tok_s"] for x in rounds),
-    }
-    median["ratio_decode_halo_over_tg"] = round(
-        median["halo_decode_tok_s"] / median["llama_bench_tg_tok_s"], 3
-    )
+            models[name] = one_model(
+                build, model / "model.gguf", Path(tmp), args.rounds, gen, prompts
+            )
+            models[name]["lab_model_options"] = options
+            print(name, json.dumps(models[name]["median"]), flush=True)
     result = {
         "benchmark": "llama_vs_llamabench",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "system": platform.platform()},
         "build": json.loads((build / "build.json").read_text())["source"],
-        "model": "halo lab model --format gguf (4 blocks, hidden 256, F16)",
         "workload": {
-            "gen_tokens": GEN_TOKENS,
             "input_len": INPUT_LEN,
-            "prompts": PROMPTS,
             "concurrency": 1,
             "threads": 1,
             "engine_cpu": ENGINE_CPU,
             "client_cpu": CLIENT_CPU,
-            "llama_bench": f"-p 0 -n {GEN_TOKENS} -t 1 -r 5",
+            "llama_bench": "-p 0 -n GEN -t 1 -r 3 (tg: GEN tokens at batch 1)",
+            "halo_decode": "1000 / TPOT p50 (ms per output token after the first)",
         },
-        "rounds": rounds,
-        "median": median,
-        "plan_calibrated_tok_s": rounds[0].get("plan_calibrated_tok_s"),
+        "models": models,
     }
     (HERE / "results" / "llama_vs_llamabench.json").write_text(json.dumps(result, indent=2) + "\n")
     (HERE / "results" / "llama_cpp.json").write_text(
         json.dumps(build_record(build), indent=2) + "\n"
     )
-    print(json.dumps(median))
 
 
 if __name__ == "__main__":
