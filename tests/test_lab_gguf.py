@@ -65,7 +65,17 @@ def test_gguf_reads_back_with_llama_metadata_and_vocabulary(both: Path) -> None:
         return field.contents()
 
     assert value("general.architecture") == "llama"
-    assert [value(f"llama.{k}") for k in ("block_count", "embedding_length", "feed_forward_length", "attention.head_count", "attention.head_count_kv", "rope.dimension_count")] == [2, 64, 128, 2, 1, 32]  # noqa: E501
+    assert [
+        value(f"llama.{k}")
+        for k in (
+            "block_count",
+            "embedding_length",
+            "feed_forward_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "rope.dimension_count",
+        )
+    ] == [2, 64, 128, 2, 1, 32]
     assert value("tokenizer.ggml.model") == "gpt2" and value("tokenizer.ggml.pre") == "default"
     tokens = value("tokenizer.ggml.tokens")
     vocab = json.loads((both / "tokenizer.json").read_text())["model"]["vocab"]

@@ -159,7 +159,11 @@ def test_recorded_logs_give_the_complete_verdict() -> None:
 def test_check_rpc_names_every_way_the_model_went_elsewhere() -> None:
     worker = RpcWorkerLog("node2:serve.log", "7.0.0", "198.18.1.12:50052", "TCP", 0, 1)
     verdict = LlamaVerdict((("RPC0", "10.9.9.9:50052"),), 1, 5, (worker,))
-    assert check_rpc(verdict, {"node2:serve.log": (ENDPOINT, "tcp"), "node3:serve.log": ("198.19.1.13:50052", "rdma")}, 2) == [  # noqa: E501
+    assert check_rpc(
+        verdict,
+        {"node2:serve.log": (ENDPOINT, "tcp"), "node3:serve.log": ("198.19.1.13:50052", "rdma")},
+        2,
+    ) == [
         "llama-server's log shows no device at 198.19.1.12:50052 (node2)",
         "node2: rpc-server listens on 198.18.1.12:50052, the plan's fabric endpoint is "
         "198.19.1.12:50052",
@@ -178,7 +182,9 @@ def test_rdma_planned_but_the_connection_stayed_on_tcp() -> None:
     assert check_rpc(verdict, {"node2:serve.log": (ENDPOINT, "rdma")}, 2) == [
         "node2: RDMA was planned but the RPC connection stayed on TCP"
     ]
-    activated = parse_worker_log("w", [*WORKER_LOG.read_text().splitlines(), "RDMA activated: qpn=1->2 mtu=4096 rx_depth=24"])
+    activated = parse_worker_log(
+        "w", [*WORKER_LOG.read_text().splitlines(), "RDMA activated: qpn=1->2 mtu=4096 rx_depth=24"]
+    )
     assert activated.rdma_activated == 1
 
 
