@@ -23,7 +23,7 @@ HALO = str(Path(sys.executable).parent / "halo")
 
 
 def lab_demo(out: Console | None) -> dict[str, Any]:
-    from halo_cluster.config import default_engine
+    from halo_cluster.config import default_engine, default_llama_cpp
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.lab import Lab
 
@@ -44,7 +44,9 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
     lab = Lab()
     with tempfile.TemporaryDirectory(prefix="halo-demo-") as tmp:
         try:
-            state = lab.up("demo", Path(tmp) / "lab", 2, 9000, HALO, default_engine())
+            state = lab.up(
+                "demo", Path(tmp) / "lab", 2, 9000, HALO, default_engine(), default_llama_cpp()
+            )
         except HaloError as err:
             if out is not None:
                 out.print(f"[yellow]lab not started:[/] {err}")
