@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from halo_cluster.cluster.llama_plan import (
     PREFLIGHT,
+    build_has_rdma,
     build_identity,
     llama_server_argv,
     offload_layers,
@@ -120,6 +121,9 @@ def test_preflight_names_each_problem_by_its_code(tmp_path: Path) -> None:
         ["sha256sum", str(bin_dir / "ggml-rpc-server")], capture_output=True, text=True
     ).stdout.split()[0]
     assert ok.returncode == 0 and build_identity(ok.stdout) == digest
+    assert not build_has_rdma(ok.stdout)  # a build that never calls libibverbs
+    (bin_dir / "ggml-rpc-server").write_text("#!/bin/sh\n# ibv_create_qp\n")
+    assert build_has_rdma(_preflight(tmp_path, server, str(good)).stdout)
     codes = [
         _preflight(tmp_path, str(tmp_path / "nowhere/llama-server"), str(good)).returncode,
         _preflight(tmp_path, server, str(tmp_path / "missing.gguf")).returncode,

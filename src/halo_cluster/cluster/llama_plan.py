@@ -95,16 +95,20 @@ PREFLIGHT = {
     14: "{model} is a truncated GGUF file (shorter than its header)",
 }
 IDENTITY = re.compile(r"^build ([0-9a-f]{64})$", re.M)
+RDMA_BUILD = re.compile(r"^rdma (yes|no)$", re.M)
 
 
 def preflight_script(program: str, model: str | None, port: tuple[str, int] | None) -> str:
-    """Exit 0 when the node can take its part (and print ``build <sha256>`` of its
-    rpc-server beside ``program``, its build identity); else one of ``PREFLIGHT``'s codes."""
+    """Exit 0 when the node can take its part, printing ``build <sha256>`` of the
+    rpc-server beside ``program`` (its build identity) and ``rdma yes|no`` (whether that
+    build has llama.cpp's RDMA transport: it then calls libibverbs); else one of
+    ``PREFLIGHT``'s codes."""
     exe = shlex.quote(program)
     lines = [
         f"p=$(command -v {exe} 2>/dev/null) || exit 10",
         f'r="$(dirname "$p")/{RPC_SERVER}"',
         '[ -x "$r" ] && echo "build $(sha256sum < "$r" | cut -c1-64)"',
+        'v=no; if [ -x "$r" ] && grep -q ibv_create_qp "$r"; then v=yes; fi; echo "rdma $v"',
     ]
     if model is not None:
         quoted = shlex.quote(model)
@@ -124,6 +128,12 @@ def build_identity(preflight_stdout: str) -> str | None:
     """The rpc-server's sha256 a preflight printed (None when the node has none)."""
     found = IDENTITY.search(preflight_stdout)
     return found.group(1) if found else None
+
+
+def build_has_rdma(preflight_stdout: str) -> bool:
+    """Whether the node's build has llama.cpp's RDMA transport, as its preflight said."""
+    found = RDMA_BUILD.search(preflight_stdout)
+    return bool(found and found.group(1) == "yes")
 
 
 def reach_script(address: str, port: int, seconds: int) -> str:

@@ -57,7 +57,8 @@ class LlamaCpp:
         workers = self._workers(plans)
         server = self.server
         server.stop()
-        layers = self._preflight(serve, model, workers)
+        layers, rdma_builds = self._preflight(serve, model, workers)
+        workers = [self._with_transport(w, plans, rdma_builds) for w in workers]
         offload = llama_plan.offload_layers(layers, len(workers))
         started = time.monotonic()
         try:
@@ -91,9 +92,17 @@ class LlamaCpp:
         return outcome
 
     # -- plan -------------------------------------------------------------------------------
+    def _with_transport(
+        self, worker: llama_plan.Worker, plans: dict[str, TransportPlan], rdma: dict[str, bool]
+    ) -> llama_plan.Worker:
+        """RDMA when the worker's plan is RDMA and both its build and the head's have it."""
+        both = rdma.get(self.head.name, False) and rdma.get(worker.node.name, False)
+        transport = llama_plan.rpc_transport(plans[worker.node.name].is_rdma, both)
+        return llama_plan.Worker(worker.node, worker.address, transport)
+
     def _workers(self, plans: dict[str, TransportPlan]) -> list[llama_plan.Worker]:
-        """Every node but the head, each on its fabric address with its planned transport."""
-        build_rdma = True  # the RDMA transport negotiates itself off when the build lacks it
+        """Every node but the head, each on its fabric address (TCP until the builds are
+        known: ``_with_transport``)."""
         workers = []
         for node in self.config.nodes[1:]:
             plan = plans.get(node.name)
@@ -105,13 +114,14 @@ class LlamaCpp:
                     f"{node.name}: no fabric address to bind rpc-server to (it has no "
                     "authentication and must not listen everywhere): set fabric_address"
                 )
-            transport = llama_plan.rpc_transport(plan.is_rdma, build_rdma)
-            workers.append(llama_plan.Worker(node, address, transport))
+            workers.append(llama_plan.Worker(node, address, "tcp"))
         return workers
 
-    def _preflight(self, serve: ServeConfig, model: str, workers: list[llama_plan.Worker]) -> int:
+    def _preflight(
+        self, serve: ServeConfig, model: str, workers: list[llama_plan.Worker]
+    ) -> tuple[int, dict[str, bool]]:
         """Programs on every node, the same build everywhere, the GGUF file on the head, the
-        ports free; returns the model's layer count."""
+        ports free; returns the model's layer count and which nodes' builds have RDMA."""
         server = self.server
         server.progress("checking llama.cpp, the model and the ports on every node")
         rpc = llama_plan.binary(serve, llama_plan.RPC_SERVER)
@@ -128,6 +138,7 @@ class LlamaCpp:
             return node, server._run(node, script, 30)
 
         builds: dict[str, str | None] = {}
+        rdma: dict[str, bool] = {}
         for node, result in server._each([self.head, *[w.node for w in workers]], check):
             if not result.ok:
                 reason = llama_plan.PREFLIGHT.get(result.returncode)
@@ -139,6 +150,7 @@ class LlamaCpp:
                     f"{node.name}: " + reason.format(program=program, model=model, port=port)
                 )
             builds[node.name] = llama_plan.build_identity(result.stdout)
+            rdma[node.name] = llama_plan.build_has_rdma(result.stdout)
         reference = builds.get(self.head.name)
         for worker in workers:
             found = builds.get(worker.node.name)
@@ -148,7 +160,7 @@ class LlamaCpp:
                     f"(rpc-server sha256 {found[:12]} vs {reference[:12]}): the RPC protocol "
                     "must match; install the same build on every node"
                 )
-        return self._layers(model)
+        return self._layers(model), rdma
 
     def _layers(self, model: str) -> int:
         found = model_layers(model)
