@@ -174,7 +174,8 @@ def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "halo lab needs root")
     lab = tmp_path / "R"
     config = lab / "halo.toml"
-    assert halo("lab", "up", "--name", "r", "--dir", str(lab), "--no-engine").returncode == 0
+    up = ("lab", "up", "--name", "r", "--dir", str(lab), "--no-engine", "--no-llama-cpp")
+    assert halo(*up).returncode == 0
     try:
         forged = f"python3 {EXAMPLES / 'standin_vllm.py'}"
         with config.open("a") as handle:
