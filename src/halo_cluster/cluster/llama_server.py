@@ -30,13 +30,17 @@ RPC_READY_S = 30
 
 
 def model_layers(model: str) -> int | None:
-    """The model's block count from its GGUF header, when the file is readable here."""
-    try:
-        from halo_cluster.plan.gguf_file import read_gguf
+    """The model's block count from its GGUF header and tensor table, when the file is here
+    (None when it is not, or the gguf package is missing: the head is asked). A corrupt or
+    truncated file is a UsageError naming it."""
+    import importlib.util
 
-        return read_gguf(Path(model)).spec.layers
-    except Exception:  # not here (a path on the nodes), or no gguf package: asked below
+    path = Path(model)
+    if not path.is_file() or importlib.util.find_spec("gguf") is None:
         return None
+    from halo_cluster.plan.gguf_file import read_gguf
+
+    return read_gguf(path).spec.layers
 
 
 class LlamaCpp:
@@ -163,7 +167,10 @@ class LlamaCpp:
         return self._layers(model), rdma
 
     def _layers(self, model: str) -> int:
-        found = model_layers(model)
+        try:
+            found = model_layers(model)
+        except UsageError as err:
+            raise UsageError(f"{self.head.name}: {err}") from None
         if found is not None:
             return found
         # not readable here: ask the head, where llama-server will read it
@@ -173,10 +180,8 @@ class LlamaCpp:
         result = self.server._run(self.head, node_script({}, argv), 60)
         if result.ok and result.stdout.strip().isdigit():
             return int(result.stdout.strip())
-        raise UsageError(
-            f"{self.head.name}: cannot read the layer count of {model}: "
-            f"{result.error_text() or result.stdout[:200]!r}"
-        )
+        said = result.error_text().removeprefix("halo: error: ").strip()
+        raise UsageError(f"{self.head.name}: {said or f'cannot read {model}'}")
 
     # -- start ------------------------------------------------------------------------------
     def _start_workers(self, serve: ServeConfig, workers: list[llama_plan.Worker]) -> None:
