@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from halo_cluster.cluster import llama_plan
 from halo_cluster.cluster.lifecycle import node_script
 from halo_cluster.cluster.serve_plan import (
     background_script,
@@ -45,6 +46,10 @@ def write(tmp_path: Path, content: str | bytes, name: str = "halo.toml") -> Path
          "node[0].ssh '-oProxyCommand=touch /tmp/x': an SSH target"),
         ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid TOML"),
         ('[ray]\nauth = "maybe"\n' + NODE, 'ray.auth must be "token" or "none"'),
+        ('[serve]\nengine = "tgi"\n' + NODE, 'serve.engine must be "vllm" or "llama.cpp"'),
+        ("[serve]\nrpc_port = 70000\n" + NODE, "serve.rpc_port must be a port number"),
+        ("[serve]\nthreads = 0\n" + NODE, "serve.threads must be a whole number >= 1"),
+        ("[serve]\nllama_cpp = 3\n" + NODE, "serve.llama_cpp must be a string"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line(tmp_path: Path, content: str | bytes, message: str) -> None:
@@ -100,16 +105,23 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
     serve = ServeConfig(model=a, host=b, command=f"/opt/vllm {c}", extra_args=(d, a), executor="mp")
     env = {"HF_HOME": a, "VLLM_API_KEY": b, RAY_TOKEN_ENV: c, "X": d}
     argv = serve_argv(serve, a, 2, True, (1, 2, b, 29517))
+    lserve = ServeConfig(llama_cpp=c, extra_args=(d,), host=b, threads=2)
+    bind = b if b not in ("0.0.0.0", "::", "") else "10.0.0.1"  # refused, tested elsewhere
     scripts = [
         node_script(env, argv),
         background_script(env, argv, "lab-x"),
         preflight_script(serve.command, a, (b, 8000)),
         stop_script("lab-x"),
+        llama_plan.preflight_script(f"/opt/{c}", a, (b, 50052)),
+        llama_plan.reach_script(b, 50052, 1),
+        background_script(env, llama_plan.llama_server_argv(lserve, a, [b, d], 4), "lab-x"),
+        background_script(env, llama_plan.rpc_server_argv(lserve, bind), "lab-x"),
     ]
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
     for tool in ("setsid", "mkdir", "pgrep", "ps", "stat", "date", "seq", "sleep", "timeout",
-                 "grep", "ls", "rm", "cat", "tr", "opt"):  # fmt: skip
+                 "grep", "ls", "rm", "cat", "tr", "opt", "dirname", "sha256sum", "cut", "head",
+                 "test"):  # fmt: skip
         stub = stubs / tool
         stub.write_text("#!/bin/sh\nexit 0\n")
         stub.chmod(stat.S_IRWXU)
