@@ -19,6 +19,7 @@ from halo_cluster.cluster.serve_plan import (
     preflight_script,
     serve_argv,
     stop_script,
+    tcp_probe,
 )
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
 from halo_cluster.errors import UsageError
@@ -114,12 +115,16 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
         stop_script("lab-x"),
         llama_plan.preflight_script(f"/opt/{c}", a, (b, 50052)),
         llama_plan.reach_script(b, 50052, 1),
+        # the probes themselves, past the checks that stop a script before them here
+        f"if {tcp_probe(b, 8000)}; then exit 12; fi\n",
+        preflight_script("true", None, (b, 8000)),
+        llama_plan.preflight_script("true", None, (b, 50052)),
         background_script(env, llama_plan.llama_server_argv(lserve, a, [b, d], 4), "lab-x"),
         background_script(env, llama_plan.rpc_server_argv(lserve, bind), "lab-x"),
     ]
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
-    for tool in ("setsid", "mkdir", "pgrep", "ps", "stat", "date", "seq", "sleep", "timeout",
+    for tool in ("setsid", "mkdir", "pgrep", "ps", "stat", "date", "sleep", "timeout", "true",
                  "grep", "ls", "rm", "cat", "tr", "opt", "dirname", "sha256sum", "cut", "head",
                  "test"):  # fmt: skip
         stub = stubs / tool
@@ -128,6 +133,12 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
     touch = stubs / "touch"  # the one command that really runs: what an injection would do
     touch.write_text('#!/bin/sh\nexec /usr/bin/touch "$@"\n')
     touch.chmod(stat.S_IRWXU)
+    # the nested shells of the port probes run for real (a host value reaches one)
+    (stubs / "timeout").write_text('#!/bin/sh\nshift\nexec "$@"\n')
+    (stubs / "bash").write_text('#!/bin/sh\nexec /bin/bash "$@"\n')
+    (stubs / "seq").write_text('#!/bin/sh\nexec /usr/bin/seq "$@"\n')
+    for tool in ("timeout", "bash", "seq"):
+        (stubs / tool).chmod(stat.S_IRWXU)
     for script in scripts:
         done = subprocess.run(
             ["/bin/bash", "-s"],

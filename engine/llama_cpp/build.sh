@@ -23,7 +23,7 @@ for tool in cmake c++ tar; do
 done
 rdma=OFF
 if [ -e /usr/include/infiniband/verbs.h ]; then rdma=ON; fi
-cpu="$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-8)"
+cpu="$( { grep -m1 -E '^(flags|Features)' /proc/cpuinfo || true; } | sha256sum | cut -c1-8)"
 compiler="$(c++ --version | head -1)"
 flags=(-DCMAKE_BUILD_TYPE=Release -DGGML_RPC=ON -DGGML_RPC_RDMA="$rdma" -DGGML_NATIVE=ON
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
@@ -32,6 +32,10 @@ targets=(ggml-rpc-server llama-server llama-bench)
 key="$( { echo "$pin $(uname -m) $cpu"; echo "$compiler"; echo "${flags[*]} ${targets[*]}"; } | sha256sum | cut -c1-12)"
 cache="${HALO_CACHE:-$HOME/.cache/halo}"
 out="$cache/llama.cpp-$version-$key"
+
+mkdir -p "$cache"
+exec 9>"$cache/.llama.cpp.lock"
+flock 9  # one build at a time; a second run waits, then reuses it
 
 if [ ! -e "$out/.complete" ]; then
   echo "llama.cpp: building $out from $pin's vendored tree (RPC on, CPU backend, RDMA $rdma; about 6 min on 2 cores)"
@@ -46,13 +50,14 @@ if [ ! -e "$out/.complete" ]; then
     >"$work/configure.log" 2>&1 || { tail -30 "$work/configure.log" >&2; exit 1; }
   cmake --build "$work/build" -j "${JOBS:-$(nproc)}" --target "${targets[@]}" \
     >"$work/build.log" 2>&1 || { tail -40 "$work/build.log" >&2; exit 1; }
-  rm -rf "$out"
-  mkdir -p "$out/bin"
+  staged="$out.tmp.$$"  # assembled beside its place (same filesystem), then renamed into it
+  trap 'rm -rf "$work" "$staged"' EXIT
+  mkdir -p "$staged/bin"
   for exe in "${targets[@]}"; do
-    install -m 0755 "$work/build/bin/$exe" "$out/bin/$exe"
+    install -m 0755 "$work/build/bin/$exe" "$staged/bin/$exe"
   done
-  ln -s ggml-rpc-server "$out/bin/rpc-server"  # the name most guides use
-  "$python" - "$out" "$pin" "$rdma" "$(( $(date +%s) - start ))" "$compiler" <<'PY'
+  ln -s ggml-rpc-server "$staged/bin/rpc-server"  # the name most guides use
+  "$python" - "$staged" "$pin" "$rdma" "$(( $(date +%s) - start ))" "$compiler" <<'PY'
 import json, sys
 out, pin, rdma, seconds, compiler = sys.argv[1:]
 info = {"source": pin, "rdma": rdma == "ON", "backend": "cpu", "native": True,
@@ -62,11 +67,16 @@ with open(f"{out}/build.json", "w") as f:
     json.dump(info, f, indent=2)
     f.write("\n")
 PY
-  touch "$out/.complete"
+  touch "$staged/.complete"
+  rm -rf "$out"
+  mv "$staged" "$out"
 else
   echo "llama.cpp: reusing $out"
 fi
 
+for exe in "${targets[@]}"; do
+  [ -x "$out/bin/$exe" ] || { echo "llama.cpp: $out/bin/$exe is missing: remove $out and run again" >&2; exit 1; }
+done
 "$out/bin/llama-server" --version >/dev/null 2>&1 || { echo "llama.cpp: $out/bin/llama-server does not run" >&2; exit 1; }
 ln -sfn "$out" "$repo/.llama-cpp"
 size="$(du -sh "$out" 2>/dev/null | cut -f1)"

@@ -138,7 +138,7 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert len(token) == 64 and stat.S_IMODE(token_file.stat().st_mode) == 0o600
     for script in [head, worker, *cluster.ray_clients]:
         assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in script
-        assert f"(umask 077 && mkdir -p \"$_halo_state\" && printf %s {token} >" in script
+        assert f'(umask 077 && mkdir -p "$_halo_state" && printf %s {token} >' in script
         assert token not in script.splitlines()[-1]  # the exec line: argv
     assert token not in json.dumps(state)
 

@@ -4,6 +4,8 @@ from llama-server's and rpc-server's own lines (recorded in the lab) checked aga
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 from pathlib import Path
 
@@ -12,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from halo_cluster.cluster.llama_plan import (
-    PREFLIGHT,
     build_has_rdma,
     build_identity,
     llama_server_argv,
@@ -98,8 +99,10 @@ def test_transport_follows_the_plan_and_the_build() -> None:
     assert rpc_env("tcp") == {"GGML_RPC_NO_RDMA": "1"}  # an RDMA build held on TCP
 
 
-def _preflight(tmp: Path, program: str, model: str | None) -> subprocess.CompletedProcess[str]:
-    script = preflight_script(program, model, None)
+def _preflight(
+    tmp: Path, program: str, model: str | None, port: tuple[str, int] | None = None
+) -> subprocess.CompletedProcess[str]:
+    script = preflight_script(program, model, port)
     return subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True)
 
 
@@ -131,8 +134,28 @@ def test_preflight_names_each_problem_by_its_code(tmp_path: Path) -> None:
         _preflight(tmp_path, server, str(short)).returncode,
     ]
     assert codes == [10, 11, 13, 14]
-    assert set(PREFLIGHT) == {10, 11, 12, 13, 14}
+    with socket.socket() as busy:  # a port in use: 12; the same port free again: 0
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert _preflight(tmp_path, server, str(good), ("127.0.0.1", port)).returncode == 12
+    assert _preflight(tmp_path, server, str(good), ("127.0.0.1", port)).returncode == 0
     assert build_identity("no build line\n") is None
+
+
+def test_build_identity_is_the_pin_when_halo_built_it(tmp_path: Path) -> None:
+    """Two builds of one pin (two machines: other bytes) are one identity; another pin is not."""
+    identities = []
+    for name, pin, body in (("a", "0.3.36", "x"), ("b", "0.3.36", "y"), ("c", "0.3.35", "x")):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        for exe in ("llama-server", "ggml-rpc-server"):
+            (tmp_path / name / "bin" / exe).write_text(f"#!/bin/sh\n# {body}\n")
+            (tmp_path / name / "bin" / exe).chmod(0o755)
+        record = {"source": f"llama-cpp-python=={pin}", "build_s": len(body)}
+        (tmp_path / name / "build.json").write_text(json.dumps(record, indent=2))
+        done = _preflight(tmp_path, str(tmp_path / name / "bin" / "llama-server"), None)
+        identities.append(build_identity(done.stdout))
+    assert identities[0] == identities[1] != identities[2] and None not in identities
 
 
 def test_preflight_quotes_a_hostile_model_path(tmp_path: Path) -> None:

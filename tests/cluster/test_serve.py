@@ -125,7 +125,9 @@ def test_preflight_script_quotes_every_value() -> None:
     assert script == (
         "command -v /e/bin/vllm >/dev/null 2>&1 || exit 10\n"
         "test -f '/models/a b;rm -rf /'/config.json || exit 11\n"
-        "if timeout 2 bash -c 'exec 3<>'/dev/tcp/127.0.0.1/8000 2>/dev/null; then exit 12; fi\n"
+        # host and port reach the inner shell as arguments, never as code
+        "if timeout 2 bash -c 'exec 3<>\"/dev/tcp/$1/$2\"' _ 127.0.0.1 8000 2>/dev/null; "
+        "then exit 12; fi\n"
         "exit 0\n"
     )
 
@@ -169,7 +171,9 @@ class Node:
             body = {"model": "m", "completion_tokens": tokens, "seconds": 1.5}
             return Result(args, 0, json.dumps(body), "")
         elif " counters" in script:
-            fabric, mgmt, rdma = (v * self.tokens if v is not None else None for v in self.per_token)
+            fabric, mgmt, rdma = (
+                v * self.tokens if v is not None else None for v in self.per_token
+            )
             return Result(args, 0, counters(fabric or 0, mgmt or 0, rdma), "")
         elif script.startswith("cat "):
             return Result(args, 0, self.log, "")

@@ -18,7 +18,8 @@ from tests.conftest import halo, require
 
 pytestmark = pytest.mark.lab
 SECRET = "llama-key-never-in-argv"
-LEFTOVER = "pgrep -af 'llama-server|ggml-rpc-server' | grep -v pgrep"
+# prints "clean" only when nothing is left (a failed exec prints nothing and fails the test)
+LEFTOVER = "pgrep -af 'llama-server|ggml-rpc-server' | grep -v pgrep; echo clean"
 
 
 def _build() -> str:
@@ -102,7 +103,7 @@ def test_layers_over_rpc_across_lab_nodes(tmp_path: Path) -> None:
         assert not lost["serve"]["healthy"] and lost["serve"]["lost"] == ["node2"]
         assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
         for node in ("node1", "node2"):
-            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "", node
+            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "clean", node
     finally:
         halo("stop", "--config", str(config), cwd=tmp_path)
         halo("down", "--config", str(config), cwd=tmp_path)
@@ -127,6 +128,7 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         ]
         for model, message in cases:
             bad = _serve(tmp_path, config, model)
+            assert _node(tmp_path, lab, "node1", LEFTOVER).strip() == "clean"
             assert bad.returncode == 2 and message in bad.stderr, bad.stderr
             assert len(bad.stderr.strip().splitlines()) <= 3, bad.stderr  # progress + one line
         # a port in use on the worker's fabric address
@@ -153,7 +155,8 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
             tmp_path,
             lab,
             "node2",
-            f"cp -r {build} /tmp/llama && echo >> /tmp/llama/bin/ggml-rpc-server",
+            # another pin on node2: its build record names it
+            f"cp -r {build} /tmp/llama && sed -i 's/==0[.]/==9./' /tmp/llama/build.json",
         )
         differs = _serve(tmp_path, config, gguf)
         assert (
@@ -161,7 +164,7 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
             and "node2: its llama.cpp build differs from node1's" in differs.stderr
         )
         for node in ("node1", "node2"):
-            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "", node
+            assert _node(tmp_path, lab, node, LEFTOVER).strip() == "clean", node
     finally:
         halo("stop", "--config", str(config), cwd=tmp_path)
         halo("down", "--config", str(config), cwd=tmp_path)

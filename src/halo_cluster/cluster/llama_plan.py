@@ -18,6 +18,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from halo_cluster.cluster.serve_plan import tcp_probe
 from halo_cluster.config import NodeConfig, ServeConfig
 
 RPC_SERVER = "ggml-rpc-server"
@@ -99,15 +100,19 @@ RDMA_BUILD = re.compile(r"^rdma (yes|no)$", re.M)
 
 
 def preflight_script(program: str, model: str | None, port: tuple[str, int] | None) -> str:
-    """Exit 0 when the node can take its part, printing ``build <sha256>`` of the
-    rpc-server beside ``program`` (its build identity) and ``rdma yes|no`` (whether that
-    build has llama.cpp's RDMA transport: it then calls libibverbs); else one of
-    ``PREFLIGHT``'s codes."""
+    """Exit 0 when the node can take its part, printing ``build <sha256>`` (its build
+    identity: the source pin in the build's ``build.json``, else the rpc-server binary's
+    hash; two builds of one pin on two machines differ in their bytes but speak the same
+    RPC protocol) and ``rdma yes|no`` (whether the rpc-server beside ``program`` has
+    llama.cpp's RDMA transport: it then calls libibverbs); else one of ``PREFLIGHT``'s
+    codes."""
     exe = shlex.quote(program)
     lines = [
         f"p=$(command -v {exe} 2>/dev/null) || exit 10",
-        f'r="$(dirname "$p")/{RPC_SERVER}"',
-        '[ -x "$r" ] && echo "build $(sha256sum < "$r" | cut -c1-64)"',
+        f'r="$(dirname "$p")/{RPC_SERVER}"; j="$(dirname "$(dirname "$p")")/build.json"',
+        # the identity: halo's build record (the source pin) when there, else the binary
+        'if [ -f "$j" ]; then echo "build $(grep -m1 \'"source"\' "$j" | sha256sum | cut -c1-64)"; '
+        'elif [ -x "$r" ]; then echo "build $(sha256sum < "$r" | cut -c1-64)"; fi',
         'v=no; if [ -x "$r" ] && grep -q ibv_create_qp "$r"; then v=yes; fi; echo "rdma $v"',
     ]
     if model is not None:
@@ -118,9 +123,7 @@ def preflight_script(program: str, model: str | None, port: tuple[str, int] | No
             f'[ "$(stat -c %s {quoted})" -ge 24 ] || exit 14',
         ]
     if port is not None:
-        host, number = port
-        target = shlex.quote(f"/dev/tcp/{host}/{number}")
-        lines.append(f"if timeout 2 bash -c 'exec 3<>'{target} 2>/dev/null; then exit 12; fi")
+        lines.append(f"if {tcp_probe(*port)}; then exit 12; fi")
     return "".join(line + "\n" for line in lines) + "exit 0\n"
 
 
@@ -138,10 +141,9 @@ def build_has_rdma(preflight_stdout: str) -> bool:
 
 def reach_script(address: str, port: int, seconds: int) -> str:
     """Exit 0 once ``address:port`` accepts a TCP connection (within ``seconds``), else 1."""
-    target = shlex.quote(f"/dev/tcp/{address}/{port}")
     return (
         f"for i in $(seq {int(seconds) * 5}); do\n"
-        f"  if timeout 2 bash -c 'exec 3<>'{target} 2>/dev/null; then exit 0; fi\n"
+        f"  if {tcp_probe(address, port)}; then exit 0; fi\n"
         "  sleep 0.2\ndone\nexit 1\n"
     )
 

@@ -58,6 +58,15 @@ class LlamaCpp:
         plans = self.server._plans()
         if self.head.name not in plans:
             raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
+        if not model.startswith("/"):
+            raise UsageError(
+                f"{model}: give the GGUF file's absolute path (it is read on {self.head.name})"
+            )
+        if len(self.config.nodes) < 2:
+            raise UsageError(
+                "llama.cpp over RPC needs at least one worker node besides the head: add a "
+                "[[node]], or run llama-server on its own"
+            )
         workers = self._workers(plans)
         server = self.server
         server.stop()
@@ -99,24 +108,31 @@ class LlamaCpp:
     def _with_transport(
         self, worker: llama_plan.Worker, plans: dict[str, TransportPlan], rdma: dict[str, bool]
     ) -> llama_plan.Worker:
-        """RDMA when the worker's plan is RDMA and both its build and the head's have it."""
+        """RDMA when the head's and the worker's plans are RDMA and both builds have it."""
         both = rdma.get(self.head.name, False) and rdma.get(worker.node.name, False)
-        transport = llama_plan.rpc_transport(plans[worker.node.name].is_rdma, both)
+        planned = plans[self.head.name].is_rdma and plans[worker.node.name].is_rdma
+        transport = llama_plan.rpc_transport(planned, both)
         return llama_plan.Worker(worker.node, worker.address, transport)
 
     def _workers(self, plans: dict[str, TransportPlan]) -> list[llama_plan.Worker]:
-        """Every node but the head, each on its fabric address (TCP until the builds are
-        known: ``_with_transport``)."""
+        """Every node but the head, each on its configured fabric address (TCP until the
+        builds are known: ``_with_transport``). rpc-server has no authentication: a node
+        without a fabric address of its own, or whose plan uses another, is refused."""
         workers = []
         for node in self.config.nodes[1:]:
             plan = plans.get(node.name)
             if plan is None:
                 raise LifecycleError(f"{node.name} has no transport plan: run 'halo up' first")
-            address = plan.address or node.fabric_address
-            if not address:
+            address = node.fabric_address or ""
+            if address in ("", "0.0.0.0", "::"):
                 raise UsageError(
-                    f"{node.name}: no fabric address to bind rpc-server to (it has no "
-                    "authentication and must not listen everywhere): set fabric_address"
+                    f"{node.name}: rpc-server has no authentication and listens only on a "
+                    "node's fabric address: set its fabric_address in halo.toml"
+                )
+            if plan.address and plan.address != address:
+                raise UsageError(
+                    f"{node.name}: its plan uses {plan.address}, not its fabric_address "
+                    f"{address}: run 'halo up' again"
                 )
             workers.append(llama_plan.Worker(node, address, "tcp"))
         return workers
@@ -239,7 +255,8 @@ class LlamaCpp:
         before = proof.read_counters(server.lifecycle.runners, nodes, plans)
         probe = server._complete(serve, PROBE_TOKENS)
         after = proof.read_counters(server.lifecycle.runners, nodes, plans)
-        rdma = any(w.transport == "rdma" for w in workers)
+        # RDMA counters are asked of every node only when every link is RDMA
+        rdma = bool(workers) and all(w.transport == "rdma" for w in workers)
         traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
         traffic["seconds"] = probe["seconds"]
         problems += traffic["problems"]
@@ -257,6 +274,7 @@ class LlamaCpp:
             "rpc": verdict.to_dict(),
             "transport": transport,
             "offloaded_layers": offload,
+            "security": llama_plan.NO_AUTH_NOTE,
             "head_layers": None if verdict.layers is None else verdict.layers - offload,
         }
         result = ServeResult(

@@ -412,4 +412,5 @@ class Server:
         """Stop the server on every node it ran on; True when one was running."""
         script = stop_script(self.config.name)
         results = self._each(list(self.config.nodes), lambda n: self._run(n, script, 60))
+        update_state(self.config, "serve", None)  # no server: status shows none
         return any(r.ok for r in results)

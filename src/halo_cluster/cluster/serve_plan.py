@@ -125,6 +125,15 @@ def is_local_model(model: str) -> bool:
     return model.startswith(("/", "./", "../", "~"))
 
 
+def tcp_probe(host: str, port: int) -> str:
+    """A shell condition, true when ``host:port`` accepts a TCP connection within 2 s. The
+    host and port reach the inner bash as arguments, never as code."""
+    return (
+        f"timeout 2 bash -c 'exec 3<>\"/dev/tcp/$1/$2\"' _ {shlex.quote(host)} "
+        f"{shlex.quote(str(port))} 2>/dev/null"
+    )
+
+
 def preflight_script(command: str, model: str | None, port: tuple[str, int] | None) -> str:
     """Exit 0 when the node can take its part; else one of ``PREFLIGHT``'s codes."""
     exe = shlex.split(command)[0] if command.strip() else "vllm"
@@ -132,9 +141,7 @@ def preflight_script(command: str, model: str | None, port: tuple[str, int] | No
     if model is not None:
         lines.append(f"test -f {shlex.quote(model)}/config.json || exit 11")
     if port is not None:
-        host, number = port
-        target = shlex.quote(f"/dev/tcp/{host}/{number}")
-        lines.append(f"if timeout 2 bash -c 'exec 3<>'{target} 2>/dev/null; then exit 12; fi")
+        lines.append(f"if {tcp_probe(*port)}; then exit 12; fi")
     return "".join(line + "\n" for line in lines) + "exit 0\n"
 
 
