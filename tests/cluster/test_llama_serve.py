@@ -1,0 +1,127 @@
+"""halo serve --engine llama.cpp through scripted nodes: what runs where (rpc-server bound to
+the worker's fabric address and held on TCP, llama-server with the workers and the key only
+in its environment), the verdict from the recorded lab logs and the counters, the state it
+leaves, and the refusals that start nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from halo_cluster.config import ServeConfig
+from halo_cluster.errors import UsageError
+from halo_cluster.runner import Result
+from tests.cluster.test_serve import NODES, Node, cluster
+from tests.conftest import OUTPUTS
+
+LOGS = OUTPUTS / "llama.cpp"
+GGUF = "/m/model.gguf"
+SERVE = ServeConfig(engine="llama.cpp", llama_cpp="/l", api_key_env="HALO_TEST_KEY")
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HALO_TEST_KEY", "k-secret")
+
+
+class LlamaNode(Node):
+    """A scripted node that also answers 'halo gguf-layers' (a model of 4 blocks)."""
+
+    def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
+        if "gguf-layers" in (stdin or ""):
+            self.scripts.append(stdin or "")
+            return Result(tuple(argv), 0, "4\n", "")
+        return super().run(argv, stdin, timeout, on_line)
+
+
+def two_nodes(per_token: tuple[int, int]) -> dict[str, Node]:
+    fabric, mgmt = per_token
+    return {
+        "node1": LlamaNode((LOGS / "llama-server-rpc.log").read_text(), (fabric, mgmt, None)),
+        "node2": LlamaNode((LOGS / "rpc-server-node2.log").read_text(), (fabric, mgmt, None)),
+    }
+
+
+def test_layers_over_rpc_proven_by_the_logs_and_the_counters(tmp_path: Path) -> None:
+    nodes = two_nodes((12_000, 30))
+    srv = cluster(tmp_path, nodes, SERVE)
+    result = srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    assert (result.proven, result.problems, result.stopped) == ("socket", [], False)
+    assert result.ranks == [{"rank": 0, "node": "node2", "address": "198.19.1.12:50052"}]
+    assert (result.engine["transport"], result.engine["offloaded_layers"]) == ("tcp", 2)
+    worker = next(s for s in nodes["node2"].scripts if "setsid" in s)
+    assert "export GGML_RPC_NO_RDMA=1" in worker
+    assert "setsid /l/bin/ggml-rpc-server -H 198.19.1.12 -p 50052 >" in worker
+    head = next(s for s in nodes["node1"].scripts if "setsid" in s)
+    assert "--rpc 198.19.1.12:50052 --n-gpu-layers 2 --tensor-split 1" in head
+    assert "export LLAMA_API_KEY=k-secret" in head
+    assert "k-secret" not in head.split("setsid", 1)[1]  # the key is never in argv
+    state = json.loads((tmp_path / ".halo" / "lab.state.json").read_text())
+    assert (state["serve"]["engine"], state["serve"]["nodes"]) == ("llama.cpp", ["node1", "node2"])
+    assert "k-secret" not in json.dumps(state) + json.dumps(result.__dict__)
+    assert srv.stop()
+    state = json.loads((tmp_path / ".halo" / "lab.state.json").read_text())
+    assert "serve" not in state  # stopped: status shows no server
+
+
+def test_traffic_on_management_stops_the_server(tmp_path: Path) -> None:
+    nodes = two_nodes((100, 24_000))
+    srv = cluster(tmp_path, nodes, SERVE)
+    result = srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    assert result.stopped and result.proven is None
+    assert not nodes["node1"].running and not nodes["node2"].running
+    assert any("fabric interface carried only" in p for p in result.problems)
+
+
+@pytest.mark.parametrize(
+    ("model", "members", "message"),
+    [
+        ("model.gguf", ("node1", "node2"), r"model\.gguf: give the GGUF file's absolute path"),
+        (GGUF, ("node1",), r"llama\.cpp over RPC needs at least one worker node"),
+    ],
+)
+def test_refusals_start_nothing(
+    tmp_path: Path, model: str, members: tuple[str, ...], message: str
+) -> None:
+    nodes = {name: node for name, node in two_nodes((1, 1)).items() if name in members}
+    srv = cluster(tmp_path, nodes, SERVE)
+    with pytest.raises(UsageError, match=message):
+        srv.start(model, None, None, None, False, False, wait_s=5)
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_a_worker_without_its_own_fabric_address_is_refused(tmp_path: Path) -> None:
+    import dataclasses
+
+    nodes = two_nodes((1, 1))
+    srv = cluster(tmp_path, nodes, SERVE)
+    bare = dataclasses.replace(NODES[1], fabric_address=None)
+    srv.config = dataclasses.replace(srv.config, nodes=(NODES[0], bare))
+    srv.lifecycle.config = srv.config
+    with pytest.raises(UsageError, match="node2: rpc-server has no authentication"):
+        srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_a_worker_with_another_build_is_refused(tmp_path: Path) -> None:
+    nodes = two_nodes((1, 1))
+
+    def preflight(node: Node, identity: str):  # type: ignore[no-untyped-def]
+        original = node.run
+
+        def run(argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
+            if "command -v" in (stdin or ""):
+                node.scripts.append(stdin or "")
+                return Result(tuple(argv), 0, f"build {identity * 64}\nrdma no\n", "")
+            return original(argv, stdin, timeout, on_line)
+
+        node.run = run  # type: ignore[method-assign]
+
+    preflight(nodes["node1"], "a")
+    preflight(nodes["node2"], "b")
+    srv = cluster(tmp_path, nodes, SERVE)
+    with pytest.raises(UsageError, match=r"node2: its llama\.cpp build differs from node1's"):
+        srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
