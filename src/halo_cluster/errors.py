@@ -45,3 +45,7 @@ class UsageError(HaloError):
 
 class TransportError(HaloError):
     """The requested transport cannot work on this node."""
+
+
+class RayNodesError(HaloError):
+    """The local Ray cluster's node table cannot be read, or nodes did not register."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster import __version__
-from halo_cluster.bench.collective import human_bytes
+from halo_cluster.units import human_bytes
 
 PALETTE = ("#2b6cb0", "#dd6b20", "#2f855a", "#9b2c2c", "#6b46c1", "#b7791f", "#2c7a7b")
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}

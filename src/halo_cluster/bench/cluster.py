@@ -11,8 +11,9 @@ from typing import Any
 from halo_cluster.bench.collective import read_events
 from halo_cluster.bench.net import BenchError, interface_for
 from halo_cluster.bench.remote import RemoteJobs
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.cluster.auth import ray_env
-from halo_cluster.cluster.gather import NodeReport, gather, ssh_runners
+from halo_cluster.cluster.gather import gather, ssh_runners
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.facts.model import Inventory

@@ -15,14 +15,14 @@ import logging
 import os
 import re
 import socket
-import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from halo_cluster.errors import UsageError
-from halo_cluster.monitor.probes import quantile
+from halo_cluster.stats import quantile
+from halo_cluster.units import human_bytes
 
 SCHEMA = "halo.bench.collective/1"
 TP_SCHEMA = "halo.bench.tp/1"
@@ -69,14 +69,6 @@ def parse_sizes(text: str) -> list[int]:
     if not sizes:
         raise UsageError("--sizes is empty")
     return sizes
-
-
-def human_bytes(size: float) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale:
-            value = size / scale
-            return f"{value:g}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return f"{int(size)}B"
 
 
 def bus_factor(ranks: int) -> float:
@@ -481,7 +473,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
             spec["timeout"],
         )
         steps = [max(values) for values in zip(*per_rank, strict=True)]
-        ms = statistics.median(steps) * 1e3
+        ms = (quantile(steps, 0.5) or 0.0) * 1e3
         rows.append(
             {
                 "batch": batch,

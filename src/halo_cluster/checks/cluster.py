@@ -6,8 +6,8 @@ import ipaddress
 from collections.abc import Sequence
 
 from halo_cluster.checks import Finding, fail, info, ok, warn
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.checks.fixes import q
-from halo_cluster.cluster.gather import NodeReport
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.transport import plan_transport

@@ -509,8 +509,8 @@ def bench_collective(
 
 
 def _collective_table(result: dict[str, object]) -> None:
-    from halo_cluster.bench.collective import human_bytes
     from halo_cluster.cli.output import console
+    from halo_cluster.units import human_bytes
 
     transport = result.get("transport") or {}
     assert isinstance(transport, dict)

@@ -11,6 +11,10 @@ import click
 
 from halo_cluster.cli.output import emit_json
 
+# scrape: also imported from here by cli/demo_lab.py
+from halo_cluster.monitor.scrape import scrape as scrape
+from halo_cluster.monitor.scrape import scrape_all
+
 if TYPE_CHECKING:
     from halo_cluster.config import Config, NodeConfig
     from halo_cluster.monitor.probes import Target
@@ -245,30 +249,6 @@ def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
         return None
     peers = [RdmaTarget(t.peer, t.address) for t in targets if t.path == "fabric"]
     return RdmaProber(LocalRunner(), plan.hca.split(":")[0], plan.gid_index, peers, every_s)
-
-
-def scrape(target: str, timeout_s: float = 3.0) -> dict[Any, float] | str:
-    """One exporter's samples, or the error text."""
-    import urllib.error
-    import urllib.request
-
-    from halo_cluster.errors import ParseError
-    from halo_cluster.monitor.exposition import parse
-
-    url = target if target.startswith("http") else f"http://{target}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return parse(response.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ParseError) as err:
-        return f"{target}: {getattr(err, 'reason', err)}"
-
-
-def scrape_all(targets: list[str]) -> dict[str, Any]:
-    """Every exporter at once: a slow one costs its own timeout, not everyone's."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        return dict(zip(targets, pool.map(scrape, targets), strict=True))
 
 
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:

@@ -5,23 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
+from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
 from halo_cluster.runner import Runner, SSHRunner
 
 INVENTORY_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    node: NodeConfig
-    inventory: Inventory | None
-    error: str | None = None
-    pings: Mapping[str, bool] = field(default_factory=dict)  # peer node name -> reached
-    ethtool: Mapping[str, str] | None = None
 
 
 def ssh_runners(config: Config) -> dict[str, Runner]:
