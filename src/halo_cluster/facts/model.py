@@ -154,6 +154,18 @@ class Inventory:
         return next((iface for iface in self.net if iface.name == name), None)
 
 
+@dataclass(frozen=True)
+class PathCounters:
+    """One path's byte counters on one node (None: not readable there)."""
+
+    name: str  # the interface, or HCA/port
+    rx_bytes: int | None
+    tx_bytes: int | None
+
+    def to_dict(self) -> dict[str, int | str | None]:
+        return {"name": self.name, "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes}
+
+
 def _plain(obj: Any) -> Any:
     """Dataclasses, tuples and mappings -> JSON-ready dicts and lists (key order kept)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
