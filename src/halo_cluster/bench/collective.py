@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from halo_cluster.errors import DriverError as DriverError
 from halo_cluster.errors import UsageError
 from halo_cluster.stats import quantile
 from halo_cluster.units import human_bytes
@@ -307,10 +308,6 @@ class Worker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class DriverError(Exception):
-    """The run could not go on; the message says which node or step."""
 
 
 def _free_port() -> int:

@@ -17,7 +17,8 @@ from halo_cluster.bench import tools
 from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
 from halo_cluster.checks.network import pcie_ceiling_gbps
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import HaloError, ParseError, UsageError
+from halo_cluster.errors import BenchError as BenchError
+from halo_cluster.errors import ParseError, UsageError
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.runner import TIMED_OUT, Runner
 from halo_cluster.transport import TransportPlan
@@ -35,10 +36,6 @@ PERFTEST_JSON_SCRIPT = (
     'report=$1; shift; "$@" --out_json --out_json_file="$report" >/dev/null || exit $?; '
     'cat "$report"; rm -f "$report"'
 )
-
-
-class BenchError(HaloError):
-    """A measurement could not be made; the message names the node and the path."""
 
 
 @dataclass(frozen=True)

@@ -415,7 +415,7 @@ def _ranked_run(
     """Prepare, drive, stamp and save; (result, saved path, failure, cluster)."""
     from halo_cluster.bench import results
     from halo_cluster.bench.cluster import drive_remote, prepare
-    from halo_cluster.errors import HaloError
+    from halo_cluster.errors import BenchError, BenchInterrupted, HaloError
 
     progress = _progress(as_json)
     cluster = prepare(config_path, progress)
@@ -424,7 +424,7 @@ def _ranked_run(
     try:
         body = drive_remote(cluster, spec, limit_s, progress)
     except (KeyboardInterrupt, HaloError) as err:
-        rows = getattr(err, "partial", None)
+        rows = err.partial if isinstance(err, (BenchError, BenchInterrupted)) else None
         saved = None
         if rows:  # keep what was measured, marked incomplete
             key = "sweep" if kind == "collective" else "rows"

@@ -137,7 +137,7 @@ def _remote(
 ) -> dict[str, Any]:
     from halo_cluster.cluster.gather import ssh_runners
     from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
+    from halo_cluster.errors import SetupError, UsageError
 
     path = find_config(config_path)
     if path is None:
@@ -166,7 +166,7 @@ def _remote(
         argv += ["--apply", "--yes"] if do_apply else []
         result = runners[name].run(argv, timeout=900)
         if not result.ok:
-            raise UsageError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
+            raise SetupError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
         data[name] = next(iter(json.loads(result.stdout)["nodes"].values()))
     return data
 

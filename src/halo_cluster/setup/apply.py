@@ -8,17 +8,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from halo_cluster.errors import HaloError
+from halo_cluster.errors import SetupError as SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.runner import Runner
 from halo_cluster.setup.plan import Action, SetupOptions, Step, plan_setup
 
 APPLY_TIMEOUT_S = 600.0
-
-
-class SetupError(HaloError):
-    """A setup step failed; the message carries the command's own error."""
 
 
 @dataclass(frozen=True)
