@@ -17,7 +17,7 @@ from halo_cluster.errors import EXIT_CODES, HaloError, exit_code
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
     "bench": "halo_cluster.cli.bench:bench",
-    "bench-driver": "halo_cluster.cli.bench:bench_driver",
+    "bench-driver": "halo_cluster.cli.bench_node:bench_driver",
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
@@ -27,7 +27,7 @@ COMMANDS = {
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
-    "net-probe": "halo_cluster.cli.bench:net_probe",
+    "net-probe": "halo_cluster.cli.bench_node:net_probe",
     "plan": "halo_cluster.cli.plan:plan",
     "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
     "report": "halo_cluster.cli.results:report",
