@@ -4,6 +4,7 @@ in pyproject.toml (so the picture in docs/architecture.md cannot drift from what
 
     python tools/arch_diagram.py            # the diagram
     python tools/arch_diagram.py --check    # exit 1 when docs/architecture.md differs
+    python tools/arch_diagram.py --write    # put it into docs/architecture.md
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def documented(doc: Path = DOC) -> str:
 
 def main(argv: list[str]) -> int:
     wanted = diagram(contracts())
+    if "--write" in argv:
+        text = DOC.read_text()
+        start = text.index(BEGIN) + len(BEGIN) + 1
+        DOC.write_text(text[:start] + wanted + text[text.index(END) :])
+        return 0
     if "--check" in argv:
         if documented() != wanted:
             print(f"{DOC}: the diagram differs; paste the output of {__file__}", file=sys.stderr)
