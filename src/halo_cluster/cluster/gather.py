@@ -60,14 +60,7 @@ def _gather_node(
 
 def _ethtool(runner: Runner, inv: Inventory, node: NodeConfig) -> dict[str, str] | None:
     """``ethtool -i`` of the fabric interface; None when ethtool is not there."""
-    iface = next(
-        (
-            i
-            for i in inv.net
-            if node.fabric_address and any(c.split("/")[0] == node.fabric_address for c in i.ipv4)
-        ),
-        None,
-    )
+    iface = inv.interface_with_address(node.fabric_address)
     if iface is None:
         return None
     result = runner.run(["ethtool", "-i", iface.name], timeout=PING_TIMEOUT_S)
