@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from halo_cluster import __version__
+from halo_cluster.atomic import AtomicFile
 from halo_cluster.errors import UsageError
 
 
@@ -56,18 +55,11 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
         raise UsageError(f"{path}: not a regular file; give the path of a file to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        target = AtomicFile(path, mode=mode)
     except OSError as err:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with target as handle:
+        handle.write(text)
 
 
 # the result schemas this halo reads: kind -> version
