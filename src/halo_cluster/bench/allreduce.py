@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster.errors import UsageError
+from halo_cluster.schema import SCHEMAS, Fit, SweepRow
 
-SCHEMA = "halo.bench.collective/1"
-TP_SCHEMA = "halo.bench.tp/1"
+SCHEMA = SCHEMAS["collective"]
+TP_SCHEMA = SCHEMAS["tp"]
 _UNITS = {
     "": 1,
     "b": 1,
@@ -62,7 +63,7 @@ def bus_factor(ranks: int) -> float:
     return 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
 
 
-def sweep_row(size: int, seconds: float, ranks: int) -> dict[str, float]:
+def sweep_row(size: int, seconds: float, ranks: int) -> SweepRow:
     algbw = size / seconds / 1e9  # GB/s, as nccl-tests prints
     return {
         "bytes": size,
@@ -76,7 +77,7 @@ def _sig(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def fit_alpha_beta(rows: Sequence[dict[str, float]], ranks: int) -> dict[str, float] | None:
+def fit_alpha_beta(rows: Sequence[SweepRow], ranks: int) -> Fit | None:
     """Least squares of t(s) = a + b·s, weighted by 1/t² (relative error, so small messages
     count as much as large ones), mapped onto the planner's ring all-reduce model:
     t = 2(n−1)·α + 2(n−1)/n · s / β. None when the sweep cannot determine both."""
@@ -107,7 +108,7 @@ def fit_alpha_beta(rows: Sequence[dict[str, float]], ranks: int) -> dict[str, fl
     }
 
 
-def predicted_s(fit: dict[str, float], size: float, ranks: int) -> float:
+def predicted_s(fit: Fit, size: float, ranks: int) -> float:
     steps = 2 * (ranks - 1)
     return steps * fit["alpha_us"] * 1e-6 + steps / ranks * size * 8 / (fit["beta_gbps"] * 1e9)
 

@@ -22,6 +22,7 @@ from halo_cluster.bench.allreduce import (
 from halo_cluster.bench.events import Emit
 from halo_cluster.bench.rank import Worker
 from halo_cluster.errors import DriverError
+from halo_cluster.schema import SweepRow
 from halo_cluster.stats import quantile
 from halo_cluster.units import human_bytes
 
@@ -151,7 +152,7 @@ class Ranks:
             self.ray.kill(actor)
 
 
-def run_sweep(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, float]]:
+def run_sweep(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[SweepRow]:
     rows = []
     for size in spec["sizes"]:
         times = ranks.get(

@@ -25,9 +25,10 @@ from halo_cluster.errors import BenchError as BenchError
 from halo_cluster.errors import ParseError, UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import TIMED_OUT, Runner
+from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
 
-SCHEMA = "halo.bench.net/1"
+SCHEMA = SCHEMAS["net"]
 PATHS = ("mgmt", "fabric", "rdma")
 PEER_TOOLS = ("sockperf", "qperf", "iperf3", "ib_write_lat", "ib_write_bw")
 RDMA_LAT_SIZE = 2

@@ -12,6 +12,7 @@ from typing import Any
 from halo_cluster import __version__
 from halo_cluster.atomic import AtomicFile
 from halo_cluster.errors import UsageError
+from halo_cluster.schema import VERSIONS, result_kind
 
 
 def stamp(
@@ -62,8 +63,8 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
         handle.write(text)
 
 
-# the result schemas this halo reads: kind -> version
-KNOWN_SCHEMAS = {"net": 1, "collective": 1, "tp": 1, "serve": 1}
+# the result schemas this halo reads: kind -> version (see schema.py)
+KNOWN_SCHEMAS = VERSIONS
 MAX_RESULT_BYTES = 64 << 20
 
 
@@ -84,17 +85,7 @@ def load(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: {err.strerror or err}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"{path}: not JSON ({err})") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if not isinstance(schema, str) or not schema.startswith("halo.bench."):
-        raise UsageError(f"{path}: not a halo benchmark result (no halo.bench.* schema)")
-    kind, _, version = schema.removeprefix("halo.bench.").partition("/")
-    if kind not in KNOWN_SCHEMAS:
-        raise UsageError(f"{path}: not a kind of result this halo knows ({schema[:60]!r})")
-    if version != str(KNOWN_SCHEMAS[kind]):
-        raise UsageError(
-            f"{path}: schema {schema[:60]!r} is not one this halo reads "
-            f"(halo.bench.{kind}/{KNOWN_SCHEMAS[kind]})"
-        )
+    result_kind(data, path)
     result: dict[str, Any] = data
     return result
 
