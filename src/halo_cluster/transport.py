@@ -53,6 +53,11 @@ class TransportPlan:
             "warnings": list(self.warnings),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TransportPlan:
+        """The plan ``to_dict`` wrote (the cluster state file keeps every node's)."""
+        return cls(**{**data, "warnings": tuple(data.get("warnings", ()))})
+
 
 @dataclass(frozen=True)
 class _Candidate:

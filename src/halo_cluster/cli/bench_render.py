@@ -160,7 +160,9 @@ def fail(failure: BaseException, saved: str | None) -> int:
     """One line for a run that ended early; 130 for Ctrl-C, 1 otherwise."""
     kept = f"; partial result kept in {saved}" if saved else ""
     if isinstance(failure, KeyboardInterrupt):
+        from halo_cluster.errors import EXIT_CODES
+
         click.echo(f"halo: interrupted; remote tools stopped{kept}", err=True)
-        return 130
+        return EXIT_CODES[KeyboardInterrupt]
     click.echo(f"halo: error: {failure}{kept}", err=True)
     return 1
