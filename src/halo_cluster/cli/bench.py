@@ -16,19 +16,10 @@ from halo_cluster.cli.bench_render import (
     serve_table,
     tp_table,
 )
+from halo_cluster.cli.options import result_options
 from halo_cluster.cli.output import emit_json
 
 F = TypeVar("F", bound=Callable[..., object])
-
-
-def result_options(command: F) -> F:
-    """--out FILE and --json, as every benchmark takes them."""
-    command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
-        command
-    )
-    return click.option(
-        "--out", metavar="FILE", help="Result file (default: the results directory)."
-    )(command)
 
 
 @click.group()

@@ -8,28 +8,22 @@ import time
 
 import click
 
+from halo_cluster.cli.options import config_option, require_config
 from halo_cluster.cli.output import emit_json, styled, table
-
-CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
 
 
 def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
     from halo_cluster.cluster.gather import ssh_runners
     from halo_cluster.cluster.lifecycle import Lifecycle
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
 
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("no cluster config: pass --config halo.toml (halo lab up writes one)")
-    config = load_config(path)
+    config = require_config(config_path)
     return Lifecycle(
         config, ssh_runners(config), None if quiet else lambda m: click.echo(f"  {m}", err=True)
     )
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option("--force", is_flag=True, help="Start even when the doctor finds blocking problems.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {started, already, nodes_alive, plans} as JSON."
@@ -62,7 +56,7 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {cluster, head, nodes: [...], up_s} as JSON."
 )
@@ -114,7 +108,7 @@ def _print_serve(serve: dict[str, object]) -> None:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option("--json", "as_json", is_flag=True, help="Print {node: outcome} as JSON.")
 def down(config_path: str | None, as_json: bool) -> int:
     """Stop Ray on every node; unreachable nodes are reported and the rest still stopped.

@@ -252,15 +252,13 @@ def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
 
 
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
+    from halo_cluster.cli.options import require_config
 
     if targets:
         return [t.strip() for t in targets.split(",") if t.strip()]
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("give --targets HOST:PORT,… or a cluster config (--config halo.toml)")
-    config = load_config(path)
+    config = require_config(
+        config_path, "give --targets HOST:PORT,… or a cluster config (--config halo.toml)"
+    )
     return [f"{n.mgmt_address or n.host}:{port}" for n in config.nodes]
 
 
@@ -328,20 +326,17 @@ def monitoring() -> None:
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval.")
 def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
     """Print a Prometheus scrape config for every node's exporter."""
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
-
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("no cluster config: --config halo.toml")
     import json
 
-    config = load_config(path)
+    from halo_cluster.cli.options import require_config
+
+    config = require_config(config_path, "no cluster config: --config halo.toml")
     seconds = parse_duration(interval)  # a bad interval is a usage error, never YAML
     # every value is a JSON string, which YAML reads as a double-quoted scalar: nothing in
     # a node's name, address or the config's path can add keys or lines
+    source = ascii(str(config.path))[1:-1]
     lines = [
-        f"# halo exporters of cluster {config.name} (generated from {ascii(str(path))[1:-1]})",
+        f"# halo exporters of cluster {config.name} (generated from {source})",
         "scrape_configs:",
         "  - job_name: halo",
         f"    scrape_interval: {json.dumps(f'{seconds:g}s')}",

@@ -135,14 +135,11 @@ def _remote(
     do_apply: bool,
     yes: bool,
 ) -> dict[str, Any]:
+    from halo_cluster.cli.options import require_config
     from halo_cluster.cluster.gather import ssh_runners
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import SetupError, UsageError
+    from halo_cluster.errors import SetupError
 
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("--node needs a cluster config: --config halo.toml")
-    config = load_config(path)
+    config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
     runners = ssh_runners(config)
     if do_apply and not yes:
         click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
