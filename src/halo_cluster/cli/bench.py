@@ -16,7 +16,7 @@ from halo_cluster.cli.bench_render import (
     serve_table,
     tp_table,
 )
-from halo_cluster.cli.options import result_options
+from halo_cluster.cli.options import config_option, result_options
 from halo_cluster.cli.output import emit_json
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -39,9 +39,7 @@ def _levels(text: str) -> list[int]:
 
 @bench.command("serve")
 @click.option("--url", help="OpenAI-compatible server (default: the cluster's [serve] endpoint).")
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config (endpoint, API key, plans)."
-)
+@config_option("Cluster config (endpoint, API key, plans).")
 @click.option("--model", help="Model id (default: the first of /v1/models).")
 @click.option("--concurrency", default="1,4,16", show_default=True, help="Concurrency levels.")
 @click.option(
@@ -148,7 +146,7 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 
 
 @bench.command("net")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (nodes, addresses).")
+@config_option("Cluster config (nodes, addresses).")
 @click.option("--pair", metavar="A,B", help="Measure this pair only (default: every pair).")
 @click.option(
     "--path",
@@ -232,7 +230,7 @@ def bench_net(
 
 
 @bench.command("collective")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@config_option("Cluster config (Ray must be up).")
 @click.option(
     "--sizes", default="8B:256MiB", show_default=True, help="FROM:TO (doubling) or a list."
 )
@@ -307,7 +305,7 @@ def bench_collective(
 
 @bench.command("tp")
 @click.argument("model")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@config_option("Cluster config (Ray must be up).")
 @click.option("--tp", "tp", type=click.IntRange(2, 1024), help="Ranks (default: all of them).")
 @click.option("--batch", "batches", default="1,8,32", show_default=True, help="Batch sizes.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 100_000))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json
 
 # scrape: also imported from here by cli/demo_lab.py
@@ -96,9 +97,7 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
     metavar="ADDR:PORT",
     help="Where /metrics is served; any address but 127.0.0.1 must be given explicitly.",
 )
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config: probe every other node."
-)
+@config_option("Cluster config: probe every other node.")
 @click.option(
     "--node",
     "node_name",
@@ -263,9 +262,7 @@ def top_targets(config_path: str | None, targets: str | None, port: int) -> list
 
 
 @click.command()
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config: every node's exporter."
-)
+@config_option("Cluster config: every node's exporter.")
 @click.option("--targets", metavar="HOST:PORT,…", help="Exporters to watch.")
 @click.option(
     "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port with --config."
@@ -319,7 +316,7 @@ def monitoring() -> None:
 
 
 @monitoring.command("prometheus-config")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config.")
+@config_option("Cluster config.")
 @click.option(
     "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port on every node."
 )

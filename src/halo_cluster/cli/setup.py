@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json, styled, table
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ STEP_IDS = ["packages", "nic_firmware", "network", "firewall", "kernel", "memloc
     help="Set up these nodes of halo.toml over SSH.",
 )
 @click.option("--local", is_flag=True, help="Set up this machine (the default without --node).")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config for --node.")
+@config_option("Cluster config for --node.")
 @click.option(
     "--root", default="/", show_default=True, metavar="DIR", help="Plan for the node below DIR."
 )
