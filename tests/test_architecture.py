@@ -67,3 +67,17 @@ def test_lint_imports_fails_when_a_pure_module_does_io(copy: Path) -> None:
 
 def test_the_diagram_is_generated_from_the_contracts() -> None:
     assert arch_diagram.documented() == arch_diagram.diagram(arch_diagram.contracts())
+
+
+# Over the limit today, each waiting for its split (files being edited elsewhere).
+TOO_LONG_FOR_NOW = {"cluster/lifecycle.py", "cluster/serve.py", "config.py"}
+
+
+def test_no_module_is_over_400_lines() -> None:
+    package = REPO / "src" / "halo_cluster"
+    long = {
+        str(path.relative_to(package)): count
+        for path in package.rglob("*.py")
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert set(long) <= TOO_LONG_FOR_NOW, long
