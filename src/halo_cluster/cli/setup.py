@@ -222,5 +222,6 @@ def container(root: str, engine: str, image: str, name: str, do_run: bool, as_js
     elif not do_run:
         click.echo(shlex.join(argv))
     if do_run:
+        # the container needs the user's terminal: not through the Runner (docs/architecture.md)
         return subprocess.run(argv, check=False).returncode
     return 0
