@@ -32,7 +32,8 @@ unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
 
 lint: $(VENV)/.installed-test
-	$(BIN)/ruff check src tests benchmarks engine
+	$(BIN)/ruff check src tests benchmarks engine tools
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy

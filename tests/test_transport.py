@@ -186,3 +186,12 @@ def test_dotenv_output_round_trips_through_bash_source(tmp_path: Path) -> None:
     env = dict(item.split("=", 1) for item in result.stdout.decode().split("\0") if "=" in item)
     assert {k: env[k] for k in safe} == safe
     assert sorted(p.name for p in tmp_path.iterdir()) == ["halo.env"]
+
+
+@pytest.mark.parametrize("scenario", ["strix-e810", "infiniband", "no-rdma", "thunderbolt"])
+def test_a_plan_survives_the_state_file(scenario: str) -> None:
+    import json
+
+    plan = plan_transport(inv(scenario), "auto", None)
+    again = TransportPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan

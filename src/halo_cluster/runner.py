@@ -18,12 +18,13 @@ import re
 import shlex
 import stat
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+from halo_cluster.atomic import atomic_write
 
 TIMED_OUT = 124
 CANNOT_RUN = 126
@@ -254,10 +255,7 @@ def _write_sharing_config(user_config: str | None) -> Path | None:
     try:
         if not path.is_file() or path.read_text() != text:
             _prune(directory)
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".config.")  # 0600
-            with os.fdopen(fd, "w") as handle:
-                handle.write(text)
-            os.replace(tmp, path)
+            atomic_write(path, text, prefix=".config.")  # 0600
     except OSError:
         return None
     return path

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from halo_cluster.facts.counters import PathCounters
+from halo_cluster.facts.model import PathCounters
 
 PATHS = ("fabric", "mgmt", "rdma")
 # Below this, a path carried no tensor-parallel traffic worth the name (a decode step of

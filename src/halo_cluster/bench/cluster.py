@@ -9,19 +9,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.bench.collective import read_events
-from halo_cluster.bench.net import BenchError, interface_for
+from halo_cluster.bench.net import interface_for
 from halo_cluster.bench.remote import RemoteJobs
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.cluster.auth import ray_env
-from halo_cluster.cluster.gather import NodeReport, gather, ssh_runners
+from halo_cluster.cluster.gather import gather, ssh_runners
 from halo_cluster.config import Config, find_config, load_config
-from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.errors import BenchError, BenchInterrupted, UsageError
+from halo_cluster.errors import NodeLost as NodeLost
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import Runner
 from halo_cluster.transport import TransportPlan
-
-
-class NodeLost(HaloError):
-    """A node stopped answering; the message names it."""
 
 
 @dataclass
@@ -119,8 +117,7 @@ def drive_remote(
             on_line=on_line,
         )
     except KeyboardInterrupt as interrupt:
-        interrupt.partial = rows  # type: ignore[attr-defined]
-        raise
+        raise BenchInterrupted(rows) from interrupt
     finally:
         jobs.cleanup()
     result, error = read_events(done.stdout.splitlines())
@@ -134,6 +131,5 @@ def drive_remote(
             error = f"the run did not finish within {limit_s:g} s"
         else:
             error = f"bench driver on {head.name}: {done.error_text()}"
-    failure = BenchError(error)
-    failure.partial = rows  # type: ignore[attr-defined]
+    failure = BenchError(error, rows)
     raise failure

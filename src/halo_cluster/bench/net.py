@@ -10,19 +10,25 @@ probe (labelled ``builtin`` in every output). Latency is one way, as the tools r
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.bench import tools
+from halo_cluster.bench.net_legs import Leg as Leg
+from halo_cluster.bench.net_legs import interface_for as interface_for
+from halo_cluster.bench.net_legs import legs as legs
+from halo_cluster.bench.net_legs import link_limits as link_limits
+from halo_cluster.bench.net_legs import pairs_of as pairs_of
+from halo_cluster.bench.net_legs import pct
 from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
-from halo_cluster.checks.network import pcie_ceiling_gbps
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import HaloError, ParseError, UsageError
-from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.errors import BenchError as BenchError
+from halo_cluster.errors import ParseError, UsageError
+from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import TIMED_OUT, Runner
+from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
 
-SCHEMA = "halo.bench.net/1"
+SCHEMA = SCHEMAS["net"]
 PATHS = ("mgmt", "fabric", "rdma")
 PEER_TOOLS = ("sockperf", "qperf", "iperf3", "ib_write_lat", "ib_write_bw")
 RDMA_LAT_SIZE = 2
@@ -35,95 +41,6 @@ PERFTEST_JSON_SCRIPT = (
     'report=$1; shift; "$@" --out_json --out_json_file="$report" >/dev/null || exit $?; '
     'cat "$report"; rm -f "$report"'
 )
-
-
-class BenchError(HaloError):
-    """A measurement could not be made; the message names the node and the path."""
-
-
-@dataclass(frozen=True)
-class Leg:
-    """One path between two nodes: the client runs on ``node`` against ``peer``."""
-
-    node: NodeConfig
-    peer: NodeConfig
-    path: str
-    source: str
-    target: str
-
-
-def legs(
-    a: NodeConfig, b: NodeConfig, paths: Sequence[str]
-) -> tuple[list[Leg], list[dict[str, str]]]:
-    """The legs to measure and, for each path that cannot be, the reason."""
-    chosen, skipped = [], []
-    for path in paths:
-        if path == "mgmt":
-            source, target = a.mgmt_address or a.host, b.mgmt_address or b.host
-        else:
-            source, target = a.fabric_address or "", b.fabric_address or ""
-        if not (source and target):
-            skipped.append(
-                {"pair": f"{a.name},{b.name}", "path": path, "reason": "no fabric_address"}
-            )
-            continue
-        if path == "fabric" and source == (a.mgmt_address or a.host) and "mgmt" in paths:
-            # one network only: the fabric path is the management path
-            skipped.append(
-                {
-                    "pair": f"{a.name},{b.name}",
-                    "path": path,
-                    "reason": "the fabric address is the management address",
-                }
-            )
-            continue
-        chosen.append(Leg(a, b, path, source, target))
-    return chosen, skipped
-
-
-def pairs_of(config: Config, pair: str | None) -> list[tuple[NodeConfig, NodeConfig]]:
-    by_name = {n.name: n for n in config.nodes}
-    if pair:
-        names = [p.strip() for p in pair.split(",")]
-        if len(names) != 2 or names[0] == names[1]:
-            raise UsageError(f"--pair {pair!r}: give two different node names, like node1,node2")
-        unknown = [n for n in names if n not in by_name]
-        if unknown:
-            raise UsageError(
-                f"--pair: no node {unknown[0]!r} in {config.path} (nodes: {', '.join(by_name)})"
-            )
-        return [(by_name[names[0]], by_name[names[1]])]
-    if len(config.nodes) < 2:
-        raise UsageError("bench net needs two nodes in the cluster config")
-    nodes = list(config.nodes)
-    return [(nodes[i], nodes[j]) for i in range(len(nodes)) for j in range(i + 1, len(nodes))]
-
-
-def interface_for(inv: Inventory | None, address: str) -> NetInterface | None:
-    if inv is None:
-        return None
-    for iface in inv.net:
-        for cidr in iface.ipv4:
-            if cidr.split("/")[0] == address:
-                return iface
-    return None
-
-
-def link_limits(inv: Inventory | None, address: str) -> tuple[float | None, float | None]:
-    """(line rate Gb/s, PCIe ceiling Gb/s) of the interface holding ``address``."""
-    iface = interface_for(inv, address)
-    if iface is None:
-        return None, None
-    line = iface.speed_mbps / 1000 if iface.speed_mbps and iface.speed_mbps > 0 else None
-    link = inv.pci.get(iface.pci) if (inv is not None and iface.pci) else None
-    ceiling = None
-    if link is not None and link.current_speed_gts and link.current_width:
-        ceiling = pcie_ceiling_gbps(link.current_speed_gts, link.current_width)
-    return line, ceiling
-
-
-def _pct(value: float | None, limit: float | None) -> float | None:
-    return round(100 * value / limit, 1) if value is not None and limit else None
 
 
 class NetBench:
@@ -281,8 +198,8 @@ class NetBench:
         line, ceiling = link_limits(self.inventories.get(leg.node.name), leg.source)
         entry["line_rate_gbps"] = line
         entry["pcie_ceiling_gbps"] = round(ceiling, 1) if ceiling else None
-        entry["pct_line_rate"] = _pct(entry["bandwidth_gbps"], line)
-        entry["pct_pcie"] = _pct(entry["bandwidth_gbps"], ceiling)
+        entry["pct_line_rate"] = pct(entry["bandwidth_gbps"], line)
+        entry["pct_pcie"] = pct(entry["bandwidth_gbps"], ceiling)
 
     def _pair_run(
         self,

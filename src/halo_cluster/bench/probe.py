@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from halo_cluster.monitor.probes import quantile  # nearest rank, as everywhere in halo
+from halo_cluster.stats import quantile  # nearest rank, as everywhere in halo
 
 PING, STREAM = b"P", b"S"
 CHUNK = 1 << 20

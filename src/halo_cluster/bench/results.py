@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import platform
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from halo_cluster import __version__
+from halo_cluster.atomic import AtomicFile
 from halo_cluster.errors import UsageError
+from halo_cluster.schema import VERSIONS, result_kind
 
 
 def stamp(
@@ -56,22 +56,15 @@ def write_file(path: Path, text: str, mode: int = 0o644) -> None:
         raise UsageError(f"{path}: not a regular file; give the path of a file to write")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        target = AtomicFile(path, mode=mode)
     except OSError as err:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with target as handle:
+        handle.write(text)
 
 
-# the result schemas this halo reads: kind -> version
-KNOWN_SCHEMAS = {"net": 1, "collective": 1, "tp": 1, "serve": 1}
+# the result schemas this halo reads: kind -> version (see schema.py)
+KNOWN_SCHEMAS = VERSIONS
 MAX_RESULT_BYTES = 64 << 20
 
 
@@ -92,17 +85,7 @@ def load(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: {err.strerror or err}") from None
     except (ValueError, RecursionError) as err:
         raise UsageError(f"{path}: not JSON ({err})") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if not isinstance(schema, str) or not schema.startswith("halo.bench."):
-        raise UsageError(f"{path}: not a halo benchmark result (no halo.bench.* schema)")
-    kind, _, version = schema.removeprefix("halo.bench.").partition("/")
-    if kind not in KNOWN_SCHEMAS:
-        raise UsageError(f"{path}: not a kind of result this halo knows ({schema[:60]!r})")
-    if version != str(KNOWN_SCHEMAS[kind]):
-        raise UsageError(
-            f"{path}: schema {schema[:60]!r} is not one this halo reads "
-            f"(halo.bench.{kind}/{KNOWN_SCHEMAS[kind]})"
-        )
+    result_kind(data, path)
     result: dict[str, Any] = data
     return result
 

@@ -6,8 +6,8 @@ import ipaddress
 from collections.abc import Sequence
 
 from halo_cluster.checks import Finding, fail, info, ok, warn
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.checks.fixes import q
-from halo_cluster.cluster.gather import NodeReport
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.transport import plan_transport
@@ -20,10 +20,7 @@ def _reached(reports: Sequence[NodeReport]) -> list[tuple[NodeReport, Inventory]
 
 
 def _fabric_iface(report: NodeReport, inv: Inventory) -> NetInterface | None:
-    address = report.node.fabric_address
-    if not address:
-        return None
-    return next((i for i in inv.net if any(c.split("/")[0] == address for c in i.ipv4)), None)
+    return inv.interface_with_address(report.node.fabric_address)
 
 
 def check_reachable(reports: Sequence[NodeReport]) -> list[Finding]:

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from halo_cluster.checks.fixes import family
+from halo_cluster.config import NodeConfig
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Gpu, Inventory, NetInterface, RdmaDevice, RdmaPort
 from halo_cluster.transport import AMD_APU_TARGETS, RDMA_TRANSPORTS, plan_transport
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What gathering one node brought back: its inventory (None with the error when it
+    could not be read), which peers its fabric address pinged, and ``ethtool -i``."""
+
+    node: NodeConfig
+    inventory: Inventory | None
+    error: str | None = None
+    pings: Mapping[str, bool] = field(default_factory=dict)  # peer node name -> reached
+    ethtool: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

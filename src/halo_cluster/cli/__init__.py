@@ -12,12 +12,12 @@ import sys
 import click
 
 from halo_cluster import __version__
-from halo_cluster.errors import HaloError
+from halo_cluster.errors import EXIT_CODES, HaloError, exit_code
 
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
     "bench": "halo_cluster.cli.bench:bench",
-    "bench-driver": "halo_cluster.cli.bench:bench_driver",
+    "bench-driver": "halo_cluster.cli.bench_node:bench_driver",
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
@@ -27,7 +27,7 @@ COMMANDS = {
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
-    "net-probe": "halo_cluster.cli.bench:net_probe",
+    "net-probe": "halo_cluster.cli.bench_node:net_probe",
     "plan": "halo_cluster.cli.plan:plan",
     "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
     "report": "halo_cluster.cli.results:report",
@@ -71,7 +71,8 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: maps halo's one-line errors and Ctrl-C to exit codes, never a traceback."""
+    """Entry point: maps halo's one-line errors and Ctrl-C to exit codes (errors.EXIT_CODES),
+    never a traceback. Click's own usage errors keep click's code (2)."""
     try:
         result = cli.main(args=argv, prog_name="halo", standalone_mode=False)
     except click.exceptions.Exit as done:
@@ -81,11 +82,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.Abort:
         click.echo("halo: aborted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_CODES[KeyboardInterrupt])
     except HaloError as err:
         click.echo(f"halo: error: {err}", err=True)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+        sys.exit(exit_code(err))
+    except KeyboardInterrupt as err:
         click.echo("halo: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(exit_code(err))
     sys.exit(result if isinstance(result, int) else 0)

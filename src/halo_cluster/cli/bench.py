@@ -1,29 +1,25 @@
-"""``halo bench``: benchmarks that answer the fabric question (serve load for now)."""
+"""``halo bench``: benchmarks that answer the fabric question: serve load, net, collective
+and TP replay. Options and the commands here; the tables in cli/bench_render.py, the node
+side in cli/bench_node.py, the ranked runs' orchestration in bench/run.py."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
-
-if TYPE_CHECKING:
-    from halo_cluster.bench.cluster import BenchCluster
-
+from halo_cluster.cli.bench_render import (
+    collective_table,
+    fail,
+    net_table,
+    serve_table,
+    tp_table,
+)
+from halo_cluster.cli.options import config_option, result_options
+from halo_cluster.cli.output import emit_json
 
 F = TypeVar("F", bound=Callable[..., object])
-
-
-def result_options(command: F) -> F:
-    """--out FILE and --json, as every benchmark takes them."""
-    command = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(
-        command
-    )
-    return click.option(
-        "--out", metavar="FILE", help="Result file (default: the results directory)."
-    )(command)
 
 
 @click.group()
@@ -43,9 +39,7 @@ def _levels(text: str) -> list[int]:
 
 @bench.command("serve")
 @click.option("--url", help="OpenAI-compatible server (default: the cluster's [serve] endpoint).")
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config (endpoint, API key, plans)."
-)
+@config_option("Cluster config (endpoint, API key, plans).")
 @click.option("--model", help="Model id (default: the first of /v1/models).")
 @click.option("--concurrency", default="1,4,16", show_default=True, help="Concurrency levels.")
 @click.option(
@@ -142,78 +136,17 @@ def bench_serve(
     shown = target
     if endpoint is not None and endpoint.via == "ssh-tunnel":
         shown = f"{endpoint.to_dict()['server']} on {endpoint.route.node} (SSH tunnel)"
-    _serve_table(result, shown)
+    serve_table(result, shown)
     click.echo(f"saved {saved}")
     return 0 if ok else 1
-
-
-def _serve_table(result: dict[str, object], where: str) -> None:
-    from halo_cluster.cli.output import console
-
-    def pp(d: dict[str, float | None]) -> str:
-        return f"{d['p50'] or 0:.1f} / {d['p99'] or 0:.1f}"
-
-    grid = table(
-        f"{result['model']} at {where}",
-        "conc.",
-        "requests",
-        "errors",
-        "TTFT p50/p99 ms",
-        "ITL p50/p99 ms",
-        "TPOT p50/p99 ms",
-        "e2e p50/p99 ms",
-        "output tok/s",
-    )
-    levels = result["levels"]
-    assert isinstance(levels, list)
-    for level in levels:
-        rate = level["output_tokens_per_s"]
-        grid.add_row(
-            str(level["concurrency"]),
-            str(level["requests"]),
-            str(level["errors"]),
-            pp(level["ttft_ms"]),
-            pp(level["itl_ms"]),
-            pp(level["tpot_ms"]),
-            pp(level["e2e_ms"]),
-            f"{rate:.1f}" if rate is not None else "-",
-        )
-        if level["first_error"]:
-            click.echo(f"concurrency {level['concurrency']}: {level['first_error']}", err=True)
-    console().print(grid)
-    if result.get("tokens_from") == "chunks":
-        click.echo("the server reported no usage: output tokens are counted chunks", err=True)
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
     return (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}", err=True))
 
 
-def _finish(
-    result: dict[str, object], out: str | None, kind: str, failure: BaseException | None
-) -> str:
-    """Save (also a partial result, marked incomplete); the path saved."""
-    from halo_cluster.bench import results
-    from halo_cluster.config import results_dir
-
-    if failure is not None:
-        reason = "interrupted (Ctrl-C)" if isinstance(failure, KeyboardInterrupt) else str(failure)
-        result = {**result, "incomplete": reason}
-    return str(results.save(result, out, results_dir(), kind))
-
-
-def _fail(failure: BaseException, saved: str | None) -> int:
-    """One line for a run that ended early; 130 for Ctrl-C, 1 otherwise."""
-    kept = f"; partial result kept in {saved}" if saved else ""
-    if isinstance(failure, KeyboardInterrupt):
-        click.echo(f"halo: interrupted; remote tools stopped{kept}", err=True)
-        return 130
-    click.echo(f"halo: error: {failure}{kept}", err=True)
-    return 1
-
-
 @bench.command("net")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (nodes, addresses).")
+@config_option("Cluster config (nodes, addresses).")
 @click.option("--pair", metavar="A,B", help="Measure this pair only (default: every pair).")
 @click.option(
     "--path",
@@ -260,6 +193,7 @@ def bench_net(
     from halo_cluster.bench import results
     from halo_cluster.bench.cluster import prepare
     from halo_cluster.bench.net import PATHS, NetBench, pairs_of
+    from halo_cluster.bench.run import save
     from halo_cluster.errors import HaloError
 
     progress = _progress(as_json)
@@ -284,159 +218,19 @@ def bench_net(
     except (KeyboardInterrupt, HaloError) as err:
         failure = err
     result = results.stamp(runner.result, cluster.plan_dicts(), cluster.stamp())
-    saved = _finish(result, out, "net", failure) if result.get("paths") or not failure else None
+    saved = save(result, out, "net", failure) if result.get("paths") or not failure else None
     if failure is not None:
-        return _fail(failure, saved)
+        return fail(failure, saved)
     if as_json:
         emit_json({**result, "saved": saved})
     else:
-        _net_table(result)
+        net_table(result)
         click.echo(f"saved {saved}")
     return 1 if any(p["errors"] for p in result["paths"]) else 0
 
 
-def _lat(lat: dict[str, object]) -> str:
-    p99 = lat["p99"]
-    tail = f"{p99:.1f}" if isinstance(p99, float) else "-"
-    return f"{lat['p50']:.1f} / {tail} ({lat['tool']})"
-
-
-def _net_table(result: dict[str, object]) -> None:
-    from halo_cluster.cli.output import console
-
-    paths = result["paths"]
-    assert isinstance(paths, list)
-    grid = table(
-        "Fabric question: latency one way, bandwidth",
-        "pair",
-        "path",
-        "latency p50 / p99 µs",
-        "bandwidth Gb/s",
-        "% line",
-        "% PCIe",
-    )
-    for p in paths:
-        lat = p["latency_us"]
-        shown = _lat(lat) if lat else "[red]failed[/]"
-        bw = p["bandwidth_gbps"]
-        grid.add_row(
-            f"{p['node']} → {p['peer']}",
-            p["path"],
-            shown,
-            f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
-            f"{p['pct_line_rate']:.0f}" if p["pct_line_rate"] is not None else "-",
-            f"{p['pct_pcie']:.0f}" if p["pct_pcie"] is not None else "-",
-        )
-    console().print(grid)
-    names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
-    summary = [
-        f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p["latency_us"]
-    ]
-    if summary:
-        click.echo(" / ".join(summary))
-    for p in paths:
-        for error in p["errors"]:
-            click.echo(f"{p['node']} → {p['peer']} {p['path']}: {error}", err=True)
-    for skip in result.get("skipped", []):  # type: ignore[attr-defined]
-        click.echo(f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}", err=True)
-
-
-@click.group("net-probe", hidden=True)
-def net_probe() -> None:
-    """halo's built-in TCP probe (used by 'halo bench net' when the peer tools are missing)."""
-
-
-def _address(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit():
-        raise click.BadParameter(f"{text!r}: use ADDRESS:PORT")
-    return host.strip("[]"), int(port)
-
-
-def _probe(target: str, measure: Callable[[str, int], dict[str, object]]) -> int:
-    """Measure against TARGET (ADDRESS:PORT) and print the JSON; a socket error is one line."""
-    host, port = _address(target)
-    try:
-        emit_json(measure(host, port))
-    except OSError as err:
-        raise click.ClickException(f"{host}:{port}: {err}") from None
-    return 0
-
-
-@net_probe.command("serve")
-@click.option("--bind", required=True)
-@click.option("--port", required=True, type=click.IntRange(1, 65535))
-@click.option("--limit", default=120.0, type=click.FloatRange(1, 86400), help="Seconds to serve.")
-def net_probe_serve(bind: str, port: int, limit: float) -> int:
-    from halo_cluster.bench.probe import serve
-
-    serve(bind, port, limit)
-    return 0
-
-
-@net_probe.command("ping")
-@click.argument("target")
-@click.option("--seconds", default=5.0, type=click.FloatRange(0.1, 600))
-@click.option("--size", default=64, type=click.IntRange(1, 1 << 20))
-def net_probe_ping(target: str, seconds: float, size: int) -> int:
-    """Ping-pong against TARGET (ADDRESS:PORT); JSON latency, one way."""
-    from halo_cluster.bench.probe import ping
-
-    return _probe(target, lambda host, port: ping(host, port, seconds, size))
-
-
-@net_probe.command("stream")
-@click.argument("target")
-@click.option("--seconds", default=5.0, type=click.FloatRange(0.1, 600))
-@click.option("--streams", default=4, type=click.IntRange(1, 128))
-def net_probe_stream(target: str, seconds: float, streams: int) -> int:
-    """Parallel TCP streams to TARGET (ADDRESS:PORT); JSON Gb/s."""
-    from halo_cluster.bench.probe import stream
-
-    return _probe(target, lambda host, port: stream(host, port, seconds, streams))
-
-
-def _spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
-    config = cluster.config
-    ordered = [config.head, *[n for n in config.nodes if n.name != config.head.name]]
-    return [
-        {"name": n.name, "address": n.fabric_address or n.host, "gpus": n.gpus} for n in ordered
-    ]
-
-
-def _ranked_run(
-    config_path: str | None,
-    spec: dict[str, object],
-    limit_s: float,
-    kind: str,
-    out: str | None,
-    as_json: bool,
-) -> tuple[dict[str, object] | None, str | None, BaseException | None, BenchCluster]:
-    """Prepare, drive, stamp and save; (result, saved path, failure, cluster)."""
-    from halo_cluster.bench import results
-    from halo_cluster.bench.cluster import drive_remote, prepare
-    from halo_cluster.errors import HaloError
-
-    progress = _progress(as_json)
-    cluster = prepare(config_path, progress)
-    spec = {**spec, "nodes": _spec_nodes(cluster)}
-    plans = cluster.plan_dicts()
-    try:
-        body = drive_remote(cluster, spec, limit_s, progress)
-    except (KeyboardInterrupt, HaloError) as err:
-        rows = getattr(err, "partial", None)
-        saved = None
-        if rows:  # keep what was measured, marked incomplete
-            key = "sweep" if kind == "collective" else "rows"
-            partial = results.stamp({"schema": spec["schema"], "kind": kind, key: rows}, plans)
-            saved = _finish(partial, out, kind, err)
-        return None, saved, err, cluster
-    result = results.stamp({"schema": spec["schema"], "kind": kind, **body}, plans, cluster.stamp())
-    return result, _finish(result, out, kind, None), None, cluster
-
-
 @bench.command("collective")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@config_option("Cluster config (Ray must be up).")
 @click.option(
     "--sizes", default="8B:256MiB", show_default=True, help="FROM:TO (doubling) or a list."
 )
@@ -475,6 +269,7 @@ def bench_collective(
     torch.distributed: time, algorithm and bus bandwidth per size, an α/β fit, and (NCCL/RCCL)
     the transport verdict from the ranks' own debug logs."""
     from halo_cluster.bench.collective import SCHEMA, parse_sizes
+    from halo_cluster.bench.run import ranked_run
 
     chosen = parse_sizes(sizes)
     spec = {
@@ -487,11 +282,11 @@ def bench_collective(
         "timeout": timeout,
     }
     limit = timeout * (len(chosen) + 4) + 60
-    result, saved, failure, cluster = _ranked_run(
-        config_path, spec, limit, "collective", out, as_json
+    result, saved, failure, cluster = ranked_run(
+        config_path, spec, limit, "collective", out, _progress(as_json)
     )
     if failure is not None or result is None:
-        return _fail(failure or RuntimeError("no result"), saved)
+        return fail(failure or RuntimeError("no result"), saved)
     from halo_cluster.bench.collective import fallback_error
 
     transport = result["transport"]
@@ -500,7 +295,7 @@ def bench_collective(
     if as_json:
         emit_json({**result, "saved": saved})
     else:
-        _collective_table(result)
+        collective_table(result)
         click.echo(f"saved {saved}")
     if refusal and not allow_fallback:
         click.echo(f"halo: error: {refusal}", err=True)
@@ -508,46 +303,9 @@ def bench_collective(
     return 0
 
 
-def _collective_table(result: dict[str, object]) -> None:
-    from halo_cluster.bench.collective import human_bytes
-    from halo_cluster.cli.output import console
-
-    transport = result.get("transport") or {}
-    assert isinstance(transport, dict)
-    grid = table(
-        f"all-reduce, {result.get('world_size', '?')} ranks, {result.get('backend', '?')}"
-        f" ({transport.get('transport')})",
-        "size",
-        "time µs",
-        "algbw GB/s",
-        "busbw GB/s",
-    )
-    rows = result["sweep"]
-    assert isinstance(rows, list)
-    for row in rows:
-        grid.add_row(
-            human_bytes(row["bytes"]),
-            f"{row['time_us']:.1f}",
-            f"{row['algbw_gbs']:.3f}",
-            f"{row['busbw_gbs']:.3f}",
-        )
-    console().print(grid)
-    fit = result.get("fit")
-    if not fit and len(rows) > 1:
-        click.echo(
-            "fit: not determined (time does not grow with size over this sweep;"
-            " include larger sizes)"
-        )
-    if isinstance(fit, dict):
-        click.echo(
-            f"fit: α = {fit['alpha_us']:.2f} µs per step, β = {fit['beta_gbps']:.2f} Gb/s"
-            f" (worst point off by {fit['max_rel_error'] * 100:.0f} %)"
-        )
-
-
 @bench.command("tp")
 @click.argument("model")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config (Ray must be up).")
+@config_option("Cluster config (Ray must be up).")
 @click.option("--tp", "tp", type=click.IntRange(2, 1024), help="Ranks (default: all of them).")
 @click.option("--batch", "batches", default="1,8,32", show_default=True, help="Batch sizes.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 100_000))
@@ -577,6 +335,7 @@ def bench_tp(
     from pathlib import Path
 
     from halo_cluster.bench.collective import TP_SCHEMA
+    from halo_cluster.bench.run import ranked_run
     from halo_cluster.plan.catalog import find_model, model_from_hf_config
 
     spec_model = (
@@ -601,49 +360,14 @@ def bench_tp(
         "tp": tp,
     }
     limit = timeout * (len(levels) + 4) + 60
-    result, saved, failure, _cluster = _ranked_run(config_path, spec, limit, "tp", out, as_json)
+    result, saved, failure, _cluster = ranked_run(
+        config_path, spec, limit, "tp", out, _progress(as_json)
+    )
     if failure is not None or result is None:
-        return _fail(failure or RuntimeError("no result"), saved)
+        return fail(failure or RuntimeError("no result"), saved)
     if as_json:
         emit_json({**result, "saved": saved})
         return 0
-    _tp_table(result)
+    tp_table(result)
     click.echo(f"saved {saved}")
     return 0
-
-
-def _tp_table(result: dict[str, object]) -> None:
-    from halo_cluster.cli.output import console
-
-    model = result["model"]
-    assert isinstance(model, dict)
-    grid = table(
-        f"{model.get('name')}: decode-step network replay on {result.get('world_size', '?')}"
-        f" ranks ({result.get('backend', '?')})",
-        "batch",
-        "all-reduces / token",
-        "bytes each",
-        "network ms / token",
-        "ceiling tok/s",
-    )
-    rows = result["rows"]
-    assert isinstance(rows, list)
-    for row in rows:
-        grid.add_row(
-            str(row["batch"]),
-            str(row["allreduces_per_token"]),
-            str(row["bytes_per_allreduce"]),
-            f"{row['network_ms_per_token']:.3f}",
-            f"{row['tokens_per_s_ceiling'] or 0:.0f}",
-        )
-    console().print(grid)
-
-
-@click.command("bench-driver", hidden=True)
-def bench_driver() -> int:
-    """Node side of 'halo bench collective' / 'bench tp' (spec in $HALO_BENCH_SPEC)."""
-    import os
-
-    from halo_cluster.bench.collective import main_driver
-
-    return main_driver(os.environ.get("HALO_BENCH_SPEC", ""), lambda line: click.echo(line))

@@ -8,28 +8,22 @@ import time
 
 import click
 
+from halo_cluster.cli.options import config_option, require_config
 from halo_cluster.cli.output import emit_json, styled, table
-
-CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
 
 
 def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
     from halo_cluster.cluster.gather import ssh_runners
     from halo_cluster.cluster.lifecycle import Lifecycle
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
 
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("no cluster config: pass --config halo.toml (halo lab up writes one)")
-    config = load_config(path)
+    config = require_config(config_path)
     return Lifecycle(
         config, ssh_runners(config), None if quiet else lambda m: click.echo(f"  {m}", err=True)
     )
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option("--force", is_flag=True, help="Start even when the doctor finds blocking problems.")
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {started, already, nodes_alive, plans} as JSON."
@@ -62,7 +56,7 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {cluster, head, nodes: [...], up_s} as JSON."
 )
@@ -114,7 +108,7 @@ def _print_serve(serve: dict[str, object]) -> None:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option("--json", "as_json", is_flag=True, help="Print {node: outcome} as JSON.")
 def down(config_path: str | None, as_json: bool) -> int:
     """Stop Ray on every node; unreachable nodes are reported and the rest still stopped.
@@ -134,80 +128,15 @@ def down(config_path: str | None, as_json: bool) -> int:
 def ray_nodes(wait_for: str | None, timeout: float) -> int:
     """Node side: the nodes of the local Ray cluster as JSON (exit 1 when none runs). With
     --wait, poll until every address given is alive (exit 1 naming the missing ones)."""
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        click.echo("halo: error: ray is not installed in this environment", err=True)
-        return 1
+    from halo_cluster.cluster.ray_nodes import wait_for_nodes
+    from halo_cluster.errors import RayNodesError
+
     wanted = {a for a in (wait_for or "").split(",") if a}
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            nodes = _gcs_nodes()
-        except (ConnectionError, RuntimeError, ValueError) as err:
-            if not wanted or time.monotonic() > deadline:
-                click.echo(f"halo: error: no Ray cluster here ({err})", err=True)
-                return 1
-            nodes = []
-        alive = {n["address"] for n in nodes if n["alive"]}
-        if wanted <= alive:
-            break
-        if time.monotonic() > deadline:
-            missing = ", ".join(sorted(wanted - alive))
-            click.echo(f"halo: error: not registered with Ray: {missing}", err=True)
-            return 1
-        time.sleep(0.1)
+    try:
+        nodes = wait_for_nodes(wanted, timeout)
+    except RayNodesError as err:
+        click.echo(f"halo: error: {err}", err=True)
+        return 1
     json.dump(nodes, sys.stdout)
     sys.stdout.write("\n")
     return 0
-
-
-def _gcs_nodes() -> list[dict[str, object]]:
-    """Node table straight from the GCS (no driver is registered, so it is quick); through
-    a driver (ray.init) when this Ray has no such client."""
-    import ray
-
-    try:
-        from ray._private.services import get_ray_address_from_environment
-        from ray._raylet import GcsClient  # type: ignore[attr-defined]
-    except ImportError:
-        return _driver_nodes()
-    address = get_ray_address_from_environment("auto", None)
-    try:
-        client = GcsClient(address=address)
-        alive_state = ray.core.generated.gcs_pb2.GcsNodeInfo.GcsNodeState.ALIVE  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):  # a Ray whose private client differs: ask a driver
-        return _driver_nodes()
-    try:
-        infos = client.get_all_node_info(timeout=10).values()
-    except Exception as err:  # the client raises Ray's own RPC errors
-        raise ConnectionError(str(err).splitlines()[0] if str(err) else repr(err)) from None
-    return [
-        {
-            "address": info.node_manager_address,
-            "alive": info.state == alive_state,
-            "resources": dict(info.resources_total),
-        }
-        for info in infos
-    ]
-
-
-def _driver_nodes() -> list[dict[str, object]]:
-    import logging
-
-    import ray
-
-    ray.init(
-        address="auto", logging_level=logging.ERROR, log_to_driver=False, configure_logging=False
-    )
-    try:
-        return [
-            {
-                "address": n["NodeManagerAddress"],
-                "alive": bool(n["Alive"]),
-                "resources": n["Resources"],
-            }
-            for n in ray.nodes()  # type: ignore[no-untyped-call]
-        ]
-    finally:
-        ray.shutdown()

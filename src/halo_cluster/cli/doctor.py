@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import dash, emit_json, styled, table
 
 if TYPE_CHECKING:
@@ -22,12 +23,7 @@ COLOURS = {"fail": "red", "warn": "yellow", "info": "cyan", "ok": "green"}
 @click.option(
     "--root", metavar="DIR", help="Check the node whose files are below DIR (no cluster checks)."
 )
-@click.option(
-    "--config",
-    "config_path",
-    metavar="FILE",
-    help="Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml).",
-)
+@config_option()
 @click.option(
     "--node", "names", multiple=True, metavar="NAME", help="Only these nodes (repeatable)."
 )

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json
+
+# scrape: also imported from here by cli/demo_lab.py
+from halo_cluster.monitor.scrape import scrape as scrape
+from halo_cluster.monitor.scrape import scrape_all
 
 if TYPE_CHECKING:
     from halo_cluster.config import Config, NodeConfig
@@ -92,9 +97,7 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
     metavar="ADDR:PORT",
     help="Where /metrics is served; any address but 127.0.0.1 must be given explicitly.",
 )
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config: probe every other node."
-)
+@config_option("Cluster config: probe every other node.")
 @click.option(
     "--node",
     "node_name",
@@ -247,47 +250,19 @@ def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
     return RdmaProber(LocalRunner(), plan.hca.split(":")[0], plan.gid_index, peers, every_s)
 
 
-def scrape(target: str, timeout_s: float = 3.0) -> dict[Any, float] | str:
-    """One exporter's samples, or the error text."""
-    import urllib.error
-    import urllib.request
-
-    from halo_cluster.errors import ParseError
-    from halo_cluster.monitor.exposition import parse
-
-    url = target if target.startswith("http") else f"http://{target}/metrics"
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return parse(response.read().decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ParseError) as err:
-        return f"{target}: {getattr(err, 'reason', err)}"
-
-
-def scrape_all(targets: list[str]) -> dict[str, Any]:
-    """Every exporter at once: a slow one costs its own timeout, not everyone's."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        return dict(zip(targets, pool.map(scrape, targets), strict=True))
-
-
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
+    from halo_cluster.cli.options import require_config
 
     if targets:
         return [t.strip() for t in targets.split(",") if t.strip()]
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("give --targets HOST:PORT,… or a cluster config (--config halo.toml)")
-    config = load_config(path)
+    config = require_config(
+        config_path, "give --targets HOST:PORT,… or a cluster config (--config halo.toml)"
+    )
     return [f"{n.mgmt_address or n.host}:{port}" for n in config.nodes]
 
 
 @click.command()
-@click.option(
-    "--config", "config_path", metavar="FILE", help="Cluster config: every node's exporter."
-)
+@config_option("Cluster config: every node's exporter.")
 @click.option("--targets", metavar="HOST:PORT,…", help="Exporters to watch.")
 @click.option(
     "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port with --config."
@@ -341,27 +316,24 @@ def monitoring() -> None:
 
 
 @monitoring.command("prometheus-config")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config.")
+@config_option("Cluster config.")
 @click.option(
     "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port on every node."
 )
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval.")
 def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
     """Print a Prometheus scrape config for every node's exporter."""
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
-
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("no cluster config: --config halo.toml")
     import json
 
-    config = load_config(path)
+    from halo_cluster.cli.options import require_config
+
+    config = require_config(config_path, "no cluster config: --config halo.toml")
     seconds = parse_duration(interval)  # a bad interval is a usage error, never YAML
     # every value is a JSON string, which YAML reads as a double-quoted scalar: nothing in
     # a node's name, address or the config's path can add keys or lines
+    source = ascii(str(config.path))[1:-1]
     lines = [
-        f"# halo exporters of cluster {config.name} (generated from {ascii(str(path))[1:-1]})",
+        f"# halo exporters of cluster {config.name} (generated from {source})",
         "scrape_configs:",
         "  - job_name: halo",
         f"    scrape_interval: {json.dumps(f'{seconds:g}s')}",

@@ -65,18 +65,18 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
     if as_json:
         emit_json(data)
         return 0
-    from halo_cluster.cli import bench
+    from halo_cluster.cli import bench_render
 
     kind = data.get("kind")
     click.echo(f"{path} ({data.get('schema')}, {data.get('created')})")
     if data.get("incomplete"):
         click.echo(f"incomplete: {data['incomplete']}")
     if kind == "net":
-        bench._net_table(data)
+        bench_render.net_table(data)
     elif kind == "collective" and data.get("sweep"):
-        bench._collective_table(data)
+        bench_render.collective_table(data)
     elif kind == "tp" and data.get("rows"):
-        bench._tp_table(data)
+        bench_render.tp_table(data)
     else:
         click.echo(summary(data))
     nodes = data.get("nodes") or {}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json, styled, table
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ STEP_IDS = ["packages", "nic_firmware", "network", "firewall", "kernel", "memloc
     help="Set up these nodes of halo.toml over SSH.",
 )
 @click.option("--local", is_flag=True, help="Set up this machine (the default without --node).")
-@click.option("--config", "config_path", metavar="FILE", help="Cluster config for --node.")
+@config_option("Cluster config for --node.")
 @click.option(
     "--root", default="/", show_default=True, metavar="DIR", help="Plan for the node below DIR."
 )
@@ -135,14 +136,11 @@ def _remote(
     do_apply: bool,
     yes: bool,
 ) -> dict[str, Any]:
+    from halo_cluster.cli.options import require_config
     from halo_cluster.cluster.gather import ssh_runners
-    from halo_cluster.config import find_config, load_config
-    from halo_cluster.errors import UsageError
+    from halo_cluster.errors import SetupError
 
-    path = find_config(config_path)
-    if path is None:
-        raise UsageError("--node needs a cluster config: --config halo.toml")
-    config = load_config(path)
+    config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
     runners = ssh_runners(config)
     if do_apply and not yes:
         click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
@@ -166,7 +164,7 @@ def _remote(
         argv += ["--apply", "--yes"] if do_apply else []
         result = runners[name].run(argv, timeout=900)
         if not result.ok:
-            raise UsageError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
+            raise SetupError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
         data[name] = next(iter(json.loads(result.stdout)["nodes"].values()))
     return data
 
@@ -224,5 +222,6 @@ def container(root: str, engine: str, image: str, name: str, do_run: bool, as_js
     elif not do_run:
         click.echo(shlex.join(argv))
     if do_run:
+        # the container needs the user's terminal: not through the Runner (docs/architecture.md)
         return subprocess.run(argv, check=False).returncode
     return 0

@@ -119,11 +119,14 @@ def verify_log(files: tuple[str, ...], expect: str | None, as_json: bool) -> int
 
 
 def verdict_exit_code(verdict: LogVerdict, expect: str | None) -> int:
+    """0 when the log proves what was expected; else the code of the error it amounts to."""
+    from halo_cluster.errors import EXIT_CODES, NoTransportEvidence, TransportError
+
     if verdict.transport == "unknown":
-        return 3
+        return EXIT_CODES[NoTransportEvidence]
     if expect is not None:
-        return 0 if verdict.meets(expect) else 1
-    return 1 if verdict.transport == "mixed" else 0
+        return 0 if verdict.meets(expect) else EXIT_CODES[TransportError]
+    return EXIT_CODES[TransportError] if verdict.transport == "mixed" else 0
 
 
 MAX_LINE = 1 << 16  # longer lines are cut: no NCCL line is anywhere near

@@ -9,15 +9,14 @@ import time
 import urllib.request
 from typing import Any
 
+from halo_cluster.httpget import http_get
+
 PROBE_PROMPT = "The fabric between the nodes carries"
 
 
 def _get(url: str, key: str | None, timeout_s: float) -> str:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        body: bytes = response.read(1 << 20)
-    return body.decode("utf-8", "replace")
+    return http_get(url, headers, timeout_s, 1 << 20).decode("utf-8", "replace")
 
 
 def health(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from typing import Any
 
 from halo_cluster.checks import Finding, rank, summarize, worst_first
 from halo_cluster.checks.cluster import cluster_checks
-from halo_cluster.checks.context import NodeContext
+from halo_cluster.checks.context import NodeContext, NodeReport
 from halo_cluster.checks.platform import node_checks
-from halo_cluster.cluster.gather import NodeReport, gather
+from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.runner import LocalRunner, Runner

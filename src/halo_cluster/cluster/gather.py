@@ -5,23 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
+from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
 from halo_cluster.runner import Runner, SSHRunner
 
 INVENTORY_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class NodeReport:
-    node: NodeConfig
-    inventory: Inventory | None
-    error: str | None = None
-    pings: Mapping[str, bool] = field(default_factory=dict)  # peer node name -> reached
-    ethtool: Mapping[str, str] | None = None
 
 
 def ssh_runners(config: Config) -> dict[str, Runner]:
@@ -69,14 +60,7 @@ def _gather_node(
 
 def _ethtool(runner: Runner, inv: Inventory, node: NodeConfig) -> dict[str, str] | None:
     """``ethtool -i`` of the fabric interface; None when ethtool is not there."""
-    iface = next(
-        (
-            i
-            for i in inv.net
-            if node.fabric_address and any(c.split("/")[0] == node.fabric_address for c in i.ipv4)
-        ),
-        None,
-    )
+    iface = inv.interface_with_address(node.fabric_address)
     if iface is None:
         return None
     result = runner.run(["ethtool", "-i", iface.name], timeout=PING_TIMEOUT_S)

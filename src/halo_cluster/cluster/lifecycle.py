@@ -26,7 +26,7 @@ from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
 from halo_cluster.cluster.serve_plan import local_host, log_paths
 from halo_cluster.config import Config, NodeConfig, secret
-from halo_cluster.errors import HaloError
+from halo_cluster.errors import LifecycleError as LifecycleError
 from halo_cluster.runner import Result, Runner, close_connections, exports
 from halo_cluster.transport import TransportPlan, plan_transport
 
@@ -35,10 +35,6 @@ START_TIMEOUT_S = 120.0
 # vLLM CPU adapter (engine/vllm_cpu_ray) makes it vLLM's device key on the CPU platform.
 ENGINE_RESOURCE = "vllm_cpu"
 REGISTER_TIMEOUT_S = 60.0
-
-
-class LifecycleError(HaloError):
-    """The cluster could not be brought to the wanted state; the message names what failed."""
 
 
 @dataclass

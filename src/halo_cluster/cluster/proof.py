@@ -16,7 +16,7 @@ from typing import Any
 from halo_cluster.cluster.lifecycle import run_script
 from halo_cluster.config import NodeConfig
 from halo_cluster.engine_log import EngineVerdict, check_ranks, parse_engine_logs
-from halo_cluster.facts.counters import PathCounters
+from halo_cluster.facts.model import PathCounters
 from halo_cluster.nccl_log import LogVerdict, parse_logs
 from halo_cluster.runner import Runner
 from halo_cluster.traffic import check_paths, per_token

@@ -3,24 +3,11 @@ interfaces (found by their addresses) and the planned RDMA port."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from halo_cluster.facts import parsers as p
+from halo_cluster.facts.model import PathCounters as PathCounters
 from halo_cluster.facts.net import CLASS_DIR, read_interfaces
 from halo_cluster.facts.rdma import read_rdma_devices
 from halo_cluster.facts.root import Root
-
-
-@dataclass(frozen=True)
-class PathCounters:
-    """One path's byte counters on one node (None: not readable there)."""
-
-    name: str  # the interface, or HCA/port
-    rx_bytes: int | None
-    tx_bytes: int | None
-
-    def to_dict(self) -> dict[str, int | str | None]:
-        return {"name": self.name, "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes}
 
 
 def interface_of(root: Root, address: str) -> str | None:

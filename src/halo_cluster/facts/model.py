@@ -150,8 +150,26 @@ class Inventory:
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA, **_plain(self)}
 
+    def interface_with_address(self, address: str | None) -> NetInterface | None:
+        """The interface holding the IPv4 ``address`` (None without one, or without it)."""
+        if not address:
+            return None
+        return next((i for i in self.net if any(c.split("/")[0] == address for c in i.ipv4)), None)
+
     def interface(self, name: str | None) -> NetInterface | None:
         return next((iface for iface in self.net if iface.name == name), None)
+
+
+@dataclass(frozen=True)
+class PathCounters:
+    """One path's byte counters on one node (None: not readable there)."""
+
+    name: str  # the interface, or HCA/port
+    rx_bytes: int | None
+    tx_bytes: int | None
+
+    def to_dict(self) -> dict[str, int | str | None]:
+        return {"name": self.name, "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes}
 
 
 def _plain(obj: Any) -> Any:

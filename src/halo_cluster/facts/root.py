@@ -13,7 +13,7 @@ import stat
 from collections.abc import Callable
 from typing import TypeVar
 
-from halo_cluster.errors import ParseError, UsageError
+from halo_cluster.errors import OutsideRoot, ParseError, UsageError
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ class Root:
         itself, joined, when it is missing or leaves the root: then nothing is there)."""
         try:
             found = self._walk(rel, follow_last=True)
-        except _Outside:
+        except OutsideRoot:
             found = None
         return found or os.path.join(self.path, rel)
 
@@ -60,7 +60,7 @@ class Root:
 
     def _walk(self, rel: str, follow_last: bool) -> str | None:
         """Host path of ``rel`` under the root, every symlink resolved inside the root;
-        None when a component is missing. Raises _Outside when a link climbs above it."""
+        None when a component is missing. Raises OutsideRoot when a link climbs above it."""
         parts = [p for p in rel.split("/") if p not in ("", ".")]
         done: list[str] = []
         links = 0
@@ -68,7 +68,7 @@ class Root:
             part = parts.pop(0)
             if part == "..":
                 if not done:
-                    raise _Outside(rel)
+                    raise OutsideRoot(rel)
                 done.pop()
                 continue
             here = os.path.join(self.path, *done, part)
@@ -81,7 +81,7 @@ class Root:
             if stat.S_ISLNK(mode) and (parts or follow_last):
                 links += 1
                 if links > MAX_LINKS:
-                    raise _Outside(rel, "too many levels of symbolic links")
+                    raise OutsideRoot(rel, "too many levels of symbolic links")
                 target = os.readlink(here)
                 if target.startswith("/"):
                     done = []  # an absolute target is re-rooted
@@ -93,7 +93,7 @@ class Root:
     def _jailed(self, rel: str, follow_last: bool = True) -> str | None:
         try:
             return self._walk(rel, follow_last)
-        except _Outside as err:
+        except OutsideRoot as err:
             self.warn(f"{self.shown(rel)}: {err.reason}; not read")
             return None
 
@@ -183,12 +183,6 @@ class Root:
         except OSError:
             # Not a link (EINVAL) or unreadable: no driver bound.
             return None
-
-
-class _Outside(Exception):
-    def __init__(self, rel: str, reason: str = "a link climbs above the root") -> None:
-        super().__init__(rel)
-        self.reason = reason
 
 
 def _read_bounded(fd: int, size: int) -> bytes:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from halo_cluster.monitor.sampler import Key
+from halo_cluster.monitor.snapshot import Key
 
 # Counter names that only move when something is wrong on the wire.
 BAD_COUNTER = re.compile(

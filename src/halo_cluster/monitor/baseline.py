@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 from halo_cluster.errors import UsageError
+from halo_cluster.schema import SCHEMAS
 
-SCHEMA = "halo.bench.net/1"
+SCHEMA = SCHEMAS["net"]
 
 
 def load_baseline(path: Path) -> dict[tuple[str, str], float]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from halo_cluster.errors import ParseError
-from halo_cluster.monitor.sampler import Key, Labels
+from halo_cluster.monitor.snapshot import Key, Labels
 
 METRICS: dict[str, tuple[str, str]] = {
     "halo_rdma_port_state": ("gauge", "RDMA port state (4 = ACTIVE, 1 = DOWN)."),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from halo_cluster.monitor.sampler import Key
+from halo_cluster.monitor.snapshot import Key
 
 Samples = Mapping[Key, float]
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from halo_cluster.errors import UsageError
+from halo_cluster.errors import ListenError as ListenError
 
 MAX_HEADER_BYTES = 8192
 ACCEPTS_PER_WAKE = 256
@@ -41,10 +41,6 @@ REASONS = {
 
 # path -> (status, content type, body)
 Pages = Callable[[str], tuple[int, str, bytes]]
-
-
-class ListenError(UsageError):
-    """The address cannot be listened on (busy port, unknown host, no permission)."""
 
 
 def default_max_connections() -> int:

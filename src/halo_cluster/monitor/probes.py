@@ -10,6 +10,9 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+# Re-exported for bench/serve_load.py, which still imports it from here.
+from halo_cluster.stats import quantile as quantile
+
 PROBE_BYTES = 64
 WINDOW = 600
 
@@ -100,14 +103,6 @@ class Target:
 
     def quantile(self, q: float) -> float | None:
         return quantile(list(self.rtts_s), q)
-
-
-def quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 class Prober:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from halo_cluster.monitor.sampler import Key, Snapshot
+from halo_cluster.monitor.snapshot import Key, Snapshot
 
 
 def is_counter(key: Key) -> bool:

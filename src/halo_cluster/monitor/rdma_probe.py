@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from halo_cluster.bench.tools import parse_perftest_lat, perftest_argv
 from halo_cluster.errors import ParseError
+from halo_cluster.perftest import parse_perftest_lat, perftest_argv
 from halo_cluster.runner import Runner
 
 RDMA_PROBE_PORT = 18515

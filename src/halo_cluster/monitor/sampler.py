@@ -18,7 +18,6 @@ import os
 import resource
 import stat
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from halo_cluster.errors import HaloError, ParseError
@@ -27,9 +26,10 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.rdma import byte_totals
 from halo_cluster.facts.root import Root
+from halo_cluster.monitor.snapshot import Key as Key
+from halo_cluster.monitor.snapshot import Labels as Labels
+from halo_cluster.monitor.snapshot import Snapshot as Snapshot
 
-Labels = tuple[tuple[str, str], ...]
-Key = tuple[str, Labels]
 NET_STATS = (
     "rx_bytes",
     "tx_bytes",
@@ -70,14 +70,6 @@ def default_fd_budget() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_CACHED_FDS
     return max(0, min(MAX_CACHED_FDS, soft // 2 - 64))
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    time_s: float  # monotonic
-    values: Mapping[Key, float]
-    errors: int = 0  # files that could not be read in this sample
-    vanished: tuple[str, ...] = field(default=())  # devices gone since the previous sample
 
 
 @dataclass

@@ -50,7 +50,7 @@ class TopApp(App[None]):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__()
-        from halo_cluster.cli.monitor import scrape
+        from halo_cluster.monitor.scrape import scrape
 
         self.targets = targets
         self.interval_s = interval_s

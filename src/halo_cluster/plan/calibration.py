@@ -11,8 +11,9 @@ from typing import Any
 
 from halo_cluster.errors import UsageError
 from halo_cluster.plan.hf_config import read_json_object
+from halo_cluster.schema import SCHEMAS, require_kind
 
-SERVE_SCHEMA = "halo.bench.serve/1"  # what `halo bench serve` writes (bench/serve_load.py)
+SERVE_SCHEMA = SCHEMAS["serve"]  # what `halo bench serve` writes (bench/serve_load.py)
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,7 @@ def _itl_rate(level: dict[str, Any], key: str, default: float) -> float:
 
 def read_serve_result(path: Path) -> Calibration:
     data = read_json_object(path, "a halo bench serve result")
-    if data.get("schema") != SERVE_SCHEMA:
-        raise UsageError(f"{path}: schema is {data.get('schema')!r}, expected {SERVE_SCHEMA!r}")
+    require_kind(data, "serve", path)
     plans = data.get("plans")
     if isinstance(plans, dict) and len(plans) > 1:
         raise UsageError(

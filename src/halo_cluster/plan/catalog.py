@@ -12,6 +12,7 @@ from typing import Any
 from halo_cluster.errors import UsageError
 from halo_cluster.plan.hf_config import model_from_hf_config, read_json_object
 from halo_cluster.plan.spec import Hardware, Link, ModelSpec
+from halo_cluster.schema import SCHEMAS, require_kind
 
 __all__ = [
     "Hardware",
@@ -27,7 +28,7 @@ __all__ = [
     "models",
 ]
 
-COLLECTIVE_SCHEMA = "halo.bench.collective/1"  # what `halo bench collective` writes
+COLLECTIVE_SCHEMA = SCHEMAS["collective"]  # what `halo bench collective` writes
 
 
 def _data(name: str) -> dict[str, Any]:
@@ -101,11 +102,9 @@ def find_link(link_id: str) -> Link:
 def link_from_result(path: Path) -> Link:
     """``{"schema": "halo.bench.collective/1", "fit": {"alpha_us": …, "beta_gbps": …}}``."""
     data = read_json_object(path, "a bench collective result")
-    if data.get("schema") != COLLECTIVE_SCHEMA:
-        raise UsageError(
-            f"{path}: schema is {data.get('schema')!r}, expected {COLLECTIVE_SCHEMA!r} "
-            "(a bench collective result with fit.alpha_us / fit.beta_gbps)"
-        )
+    require_kind(
+        data, "collective", path, " (a bench collective result with fit.alpha_us / fit.beta_gbps)"
+    )
     fit = data.get("fit")
     if not isinstance(fit, dict):
         raise UsageError(

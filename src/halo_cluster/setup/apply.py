@@ -4,21 +4,17 @@ node and planning again; the first failure stops the run with the command's own 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from halo_cluster.errors import HaloError
+from halo_cluster.atomic import atomic_write
+from halo_cluster.errors import SetupError as SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.runner import Runner
 from halo_cluster.setup.plan import Action, SetupOptions, Step, plan_setup
 
 APPLY_TIMEOUT_S = 600.0
-
-
-class SetupError(HaloError):
-    """A setup step failed; the message carries the command's own error."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +68,4 @@ def write_atomically(path: str, content: str) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".halo-")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(content)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    atomic_write(path, content, mode=mode, prefix=".halo-")

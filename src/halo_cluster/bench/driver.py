@@ -1,0 +1,264 @@
+"""The bench driver (``halo bench-driver``, on the head node): places one rank per GPU (per
+node without GPUs) as Ray actors, runs the all-reduce sweep or the decode replay, and reports
+JSON lines (bench/events.py). Imports Ray and torch only when it runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from halo_cluster.bench.allreduce import (
+    fit_alpha_beta,
+    sweep_row,
+    tp_schedule,
+    transport_verdict,
+)
+from halo_cluster.bench.events import Emit
+from halo_cluster.bench.rank import Worker
+from halo_cluster.errors import DriverError
+from halo_cluster.schema import SweepRow
+from halo_cluster.stats import quantile
+from halo_cluster.units import human_bytes
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _unreachable(addresses: dict[str, str]) -> list[str]:
+    """Nodes whose fabric address does not answer a ping from here (the head)."""
+    lost = []
+    for name, address in addresses.items():
+        done = subprocess.run(
+            ["ping", "-c", "1", "-W", "1", address], capture_output=True, check=False
+        )
+        if done.returncode != 0:
+            lost.append(f"{name} ({address})")
+    return lost
+
+
+class Ranks:
+    """The actors of one run, placed one per GPU (one per node without GPUs)."""
+
+    def __init__(self, spec: dict[str, Any], emit: Emit) -> None:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray = ray
+        self.spec = spec
+        self.emit = emit
+        import halo_cluster
+
+        # The ranks run in the Python of each node's Ray (the engine environment, which
+        # need not have halo): Ray ships this package to them.
+        package = os.path.dirname(halo_cluster.__file__)
+        ray.init(
+            address="auto",
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+            runtime_env={"py_modules": [package]},
+        )
+        alive = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+        self.addresses = {n["name"]: n["address"] for n in spec["nodes"]}
+        missing = [f"{name} ({a})" for name, a in self.addresses.items() if a not in alive]
+        if missing:
+            raise DriverError(f"not in the Ray cluster: {', '.join(missing)} (run 'halo up' first)")
+        slots = []  # (node name, Ray node id, one GPU per rank or none)
+        for node in spec["nodes"]:
+            info = alive[node["address"]]
+            gpus = int(info.get("Resources", {}).get("GPU", 0))
+            wanted = node.get("gpus")
+            count = gpus if wanted is None else min(gpus, wanted)
+            slots += [(node["name"], info["NodeID"], count > 0)] * max(1, count)
+        tp = spec.get("tp")
+        if tp is not None and tp > len(slots):
+            raise DriverError(f"--tp {tp}: the cluster has {len(slots)} ranks")
+        slots = slots[:tp] if tp else slots
+        remote = ray.remote(Worker)
+        self.actors: list[Any] = [
+            remote.options(
+                num_cpus=0,
+                num_gpus=1 if gpu else 0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            ).remote()
+            for _name, node_id, gpu in slots
+        ]
+        self.nodes = [name for name, _id, _gpu in slots]
+        self.world = len(self.actors)
+        if self.world < 2:
+            raise DriverError("an all-reduce across nodes needs at least two ranks")
+
+    def get(self, refs: Any, what: str, timeout: float) -> Any:
+        try:
+            return self.ray.get(refs, timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError:
+            lost = _unreachable(self.addresses)
+            where = f": {', '.join(lost)} does not answer on the fabric" if lost else ""
+            raise DriverError(f"{what} did not finish within {timeout:g} s{where}") from None
+        except self.ray.exceptions.RayActorError as err:
+            lost = _unreachable(self.addresses)  # a node gone from the fabric kills its rank
+            where = f"; {', '.join(lost)} does not answer on the fabric" if lost else ""
+            raise DriverError(f"{what}: a rank died ({str(err).splitlines()[0]}){where}") from None
+        except self.ray.exceptions.RayTaskError as err:
+            cause = str(err).strip().splitlines()[-1]
+            raise DriverError(f"{what} failed: {cause}") from None
+
+    def start(self) -> tuple[list[dict[str, Any]], str]:
+        spec = self.spec
+        facts = self.get([a.facts.remote() for a in self.actors], "starting the ranks", 120)
+        backend = spec["backend"]
+        if backend == "auto":
+            backend = "nccl" if all(f["gpus"] > 0 for f in facts) else "gloo"
+        if backend == "nccl" and not all(f["gpus"] > 0 for f in facts):
+            raise DriverError("--backend nccl needs a GPU on every rank; the lab has none (gloo)")
+        debug = None
+        if backend == "nccl":
+            debug = f"/tmp/halo-nccl-{spec['run_id']}.%h.%p.log"
+        master = self.addresses[spec["nodes"][0]["name"]]
+        port = _free_port()
+        self.emit({"event": "progress", "message": f"{self.world} ranks, {backend} init"})
+        self.get(
+            [
+                actor.setup.remote(rank, self.world, master, port, backend, spec["timeout"], debug)
+                for rank, actor in enumerate(self.actors)
+            ],
+            "process group init",
+            spec["timeout"] + 30,
+        )
+        return facts, backend
+
+    def verdict(self, backend: str, facts: list[dict[str, Any]]) -> dict[str, Any]:
+        logs: list[str] = []
+        if backend == "nccl":
+            logs = self.get([a.debug_log.remote() for a in self.actors], "reading NCCL logs", 30)
+        return transport_verdict(backend, facts, logs)
+
+    def close(self, graceful: bool) -> None:
+        """Tear the process group down; after a failure a rank may hang in a collective,
+        so the actors are killed without asking."""
+        if graceful:
+            with contextlib.suppress(Exception):
+                self.ray.get([a.close.remote() for a in self.actors], timeout=10)
+        for actor in self.actors:
+            self.ray.kill(actor)
+
+
+def run_sweep(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[SweepRow]:
+    rows = []
+    for size in spec["sizes"]:
+        times = ranks.get(
+            [a.allreduce.remote(size, spec["iters"], spec["warmup"]) for a in ranks.actors],
+            f"all-reduce of {human_bytes(size)}",
+            spec["timeout"],
+        )
+        row = sweep_row(size, max(times), ranks.world)
+        rows.append(row)
+        emit({"event": "row", "row": row})
+        emit(
+            {
+                "event": "progress",
+                "message": f"{human_bytes(size):>8}  {row['time_us']:10.1f} µs  "
+                f"busbw {row['busbw_gbs']:.3f} GB/s",
+            }
+        )
+    return rows
+
+
+def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any]]:
+    rows = []
+    model = spec["model"]
+    for batch in spec["batches"]:
+        schedule = tp_schedule(model["layers"], model["hidden"], batch)
+        per_rank = ranks.get(
+            [
+                a.decode_steps.remote(schedule["bytes"], schedule["allreduces"], spec["steps"], 1)
+                for a in ranks.actors
+            ],
+            f"decode replay at batch {batch}",
+            spec["timeout"],
+        )
+        steps = [max(values) for values in zip(*per_rank, strict=True)]
+        ms = (quantile(steps, 0.5) or 0.0) * 1e3
+        rows.append(
+            {
+                "batch": batch,
+                "allreduces_per_token": schedule["allreduces"],
+                "bytes_per_allreduce": schedule["bytes"],
+                "network_ms_per_token": round(ms, 4),
+                "network_ms_p90": round((quantile(steps, 0.9) or 0.0) * 1e3, 4),
+                "tokens_per_s_ceiling": round(batch * 1e3 / ms, 2) if ms > 0 else None,
+                "per_sequence_tokens_per_s_ceiling": round(1e3 / ms, 2) if ms > 0 else None,
+            }
+        )
+        emit({"event": "row", "row": rows[-1]})
+        emit(
+            {
+                "event": "progress",
+                "message": f"batch {batch:>4}: {ms:8.3f} ms of network per token",
+            }
+        )
+    return rows
+
+
+def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    """The whole run on the head; returns the result body (no stamp, no file)."""
+    ranks = Ranks(spec, emit)
+    finished = False
+    try:
+        facts, backend = ranks.start()
+        body: dict[str, Any] = {
+            "backend": backend,
+            "ranks": [
+                {"rank": r, "node": node, **{k: f[k] for k in ("hostname", "gpus", "env")}}
+                for r, (node, f) in enumerate(zip(ranks.nodes, facts, strict=True))
+            ],
+            "versions": {k: facts[0][k] for k in ("torch", "nccl", "ray", "hip")},
+            "world_size": ranks.world,
+        }
+        if spec["kind"] == "collective":
+            rows = run_sweep(ranks, spec, emit)
+            body.update(
+                {"iters": spec["iters"], "sweep": rows, "fit": fit_alpha_beta(rows, ranks.world)}
+            )
+        else:
+            body.update(
+                {"model": spec["model"], "steps": spec["steps"], "rows": run_tp(ranks, spec, emit)}
+            )
+        body["transport"] = ranks.verdict(backend, facts)
+        finished = True
+        return body
+    finally:
+        ranks.close(graceful=finished)
+
+
+def main_driver(spec_text: str, out: Callable[[str], None]) -> int:
+    """``halo bench-driver``: spec JSON in, JSON lines out; exit 0 with a result, 1 without."""
+
+    def emit(event: dict[str, Any]) -> None:
+        out(json.dumps(event))
+
+    try:
+        spec = json.loads(spec_text)
+    except ValueError as err:
+        emit({"event": "error", "message": f"bad driver spec: {err}"})
+        return 1
+    try:
+        emit({"event": "result", "result": drive(spec, emit)})
+        return 0
+    except DriverError as err:
+        emit({"event": "error", "message": str(err)})
+    except ImportError as err:
+        emit({"event": "error", "message": f"{err.name or err} is not installed on the head"})
+    except ConnectionError as err:
+        first = str(err).split(". ")[0]
+        emit({"event": "error", "message": f"no Ray cluster on the head ({first}): run 'halo up'"})
+    return 1

@@ -1,0 +1,149 @@
+"""One rank of ``halo bench collective``/``tp``: a Ray actor pinned to its node, which
+initialises torch.distributed with its node's plan (the raylet's environment) and times
+all-reduces. torch is imported inside the actor only."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class Worker:
+    """One rank. Created as a Ray actor pinned to its node; torch is imported there."""
+
+    def __init__(self) -> None:
+        self.rank = -1
+        self.backend = "gloo"
+
+    def facts(self) -> dict[str, Any]:
+        import importlib.metadata
+
+        import torch
+
+        names = ("NCCL_", "GLOO_", "VLLM_HOST_IP", "RCCL_", "HSA_", "RAY_memory_monitor")
+        try:
+            ray_version = importlib.metadata.version("ray")
+        except importlib.metadata.PackageNotFoundError:
+            ray_version = None
+        nccl = None
+        if torch.cuda.is_available():
+            try:
+                nccl = ".".join(str(v) for v in torch.cuda.nccl.version())  # type: ignore[no-untyped-call]
+            except (RuntimeError, AttributeError):
+                nccl = None
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "torch": torch.__version__,
+            "hip": getattr(torch.version, "hip", None),
+            "nccl": nccl,
+            "ray": ray_version,
+            "env": {k: v for k, v in os.environ.items() if k.startswith(names)},
+        }
+
+    def setup(
+        self,
+        rank: int,
+        world: int,
+        master: str,
+        port: int,
+        backend: str,
+        timeout_s: float,
+        debug_file: str | None,
+    ) -> str:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        self.rank, self.backend = rank, backend
+        if debug_file:
+            os.environ.update(
+                {
+                    "NCCL_DEBUG": "INFO",
+                    "NCCL_DEBUG_SUBSYS": "INIT,NET",
+                    "NCCL_DEBUG_FILE": debug_file,
+                }
+            )
+        if backend == "nccl":
+            torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{master}:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+        return f"rank {rank} ready on {socket.gethostname()}"
+
+    def _tensor(self, nbytes: int) -> Any:
+        import torch
+
+        dtype = torch.bfloat16 if self.backend == "nccl" else torch.float32
+        item = torch.tensor([], dtype=dtype).element_size()
+        device = "cuda" if self.backend == "nccl" else "cpu"
+        return torch.ones(max(1, nbytes // item), dtype=dtype, device=device)
+
+    def _sync(self) -> None:
+        if self.backend == "nccl":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def allreduce(self, nbytes: int, iters: int, warmup: int) -> float:
+        """Seconds per all-reduce of ``nbytes`` on this rank (a plain timed loop)."""
+        import torch.distributed as dist
+
+        tensor = self._tensor(nbytes)
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        self._sync()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(tensor)
+        self._sync()
+        return (time.perf_counter() - start) / iters
+
+    def decode_steps(self, nbytes: int, count: int, steps: int, warmup: int) -> list[float]:
+        """Seconds per decode step: ``count`` all-reduces of ``nbytes``, ``steps`` times."""
+        import torch.distributed as dist
+
+        tensor = self._tensor(nbytes)
+        for _ in range(warmup):
+            for _ in range(count):
+                dist.all_reduce(tensor)
+        self._sync()
+        dist.barrier()
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            for _ in range(count):
+                dist.all_reduce(tensor)
+            self._sync()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(self, *args)`` in this rank (benchmarks compare against a bare loop)."""
+        return fn(self, *args)
+
+    def debug_log(self) -> str:
+        path = os.environ.get("NCCL_DEBUG_FILE")
+        if not path:
+            return ""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,168 @@
+"""How ``halo bench`` and ``halo results show`` print a benchmark result: one Rich table per
+kind (serve, net, collective, tp), and the one line of a run that ended early."""
+
+from __future__ import annotations
+
+import click
+
+from halo_cluster.cli.output import table
+
+
+def serve_table(result: dict[str, object], where: str) -> None:
+    from halo_cluster.cli.output import console
+
+    def pp(d: dict[str, float | None]) -> str:
+        return f"{d['p50'] or 0:.1f} / {d['p99'] or 0:.1f}"
+
+    grid = table(
+        f"{result['model']} at {where}",
+        "conc.",
+        "requests",
+        "errors",
+        "TTFT p50/p99 ms",
+        "ITL p50/p99 ms",
+        "TPOT p50/p99 ms",
+        "e2e p50/p99 ms",
+        "output tok/s",
+    )
+    levels = result["levels"]
+    assert isinstance(levels, list)
+    for level in levels:
+        rate = level["output_tokens_per_s"]
+        grid.add_row(
+            str(level["concurrency"]),
+            str(level["requests"]),
+            str(level["errors"]),
+            pp(level["ttft_ms"]),
+            pp(level["itl_ms"]),
+            pp(level["tpot_ms"]),
+            pp(level["e2e_ms"]),
+            f"{rate:.1f}" if rate is not None else "-",
+        )
+        if level["first_error"]:
+            click.echo(f"concurrency {level['concurrency']}: {level['first_error']}", err=True)
+    console().print(grid)
+    if result.get("tokens_from") == "chunks":
+        click.echo("the server reported no usage: output tokens are counted chunks", err=True)
+
+
+def _lat(lat: dict[str, object]) -> str:
+    p99 = lat["p99"]
+    tail = f"{p99:.1f}" if isinstance(p99, float) else "-"
+    return f"{lat['p50']:.1f} / {tail} ({lat['tool']})"
+
+
+def net_table(result: dict[str, object]) -> None:
+    from halo_cluster.cli.output import console
+
+    paths = result["paths"]
+    assert isinstance(paths, list)
+    grid = table(
+        "Fabric question: latency one way, bandwidth",
+        "pair",
+        "path",
+        "latency p50 / p99 µs",
+        "bandwidth Gb/s",
+        "% line",
+        "% PCIe",
+    )
+    for p in paths:
+        lat = p["latency_us"]
+        shown = _lat(lat) if lat else "[red]failed[/]"
+        bw = p["bandwidth_gbps"]
+        grid.add_row(
+            f"{p['node']} → {p['peer']}",
+            p["path"],
+            shown,
+            f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
+            f"{p['pct_line_rate']:.0f}" if p["pct_line_rate"] is not None else "-",
+            f"{p['pct_pcie']:.0f}" if p["pct_pcie"] is not None else "-",
+        )
+    console().print(grid)
+    names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
+    summary = [
+        f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p["latency_us"]
+    ]
+    if summary:
+        click.echo(" / ".join(summary))
+    for p in paths:
+        for error in p["errors"]:
+            click.echo(f"{p['node']} → {p['peer']} {p['path']}: {error}", err=True)
+    for skip in result.get("skipped", []):  # type: ignore[attr-defined]
+        click.echo(f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}", err=True)
+
+
+def collective_table(result: dict[str, object]) -> None:
+    from halo_cluster.cli.output import console
+    from halo_cluster.units import human_bytes
+
+    transport = result.get("transport") or {}
+    assert isinstance(transport, dict)
+    grid = table(
+        f"all-reduce, {result.get('world_size', '?')} ranks, {result.get('backend', '?')}"
+        f" ({transport.get('transport')})",
+        "size",
+        "time µs",
+        "algbw GB/s",
+        "busbw GB/s",
+    )
+    rows = result["sweep"]
+    assert isinstance(rows, list)
+    for row in rows:
+        grid.add_row(
+            human_bytes(row["bytes"]),
+            f"{row['time_us']:.1f}",
+            f"{row['algbw_gbs']:.3f}",
+            f"{row['busbw_gbs']:.3f}",
+        )
+    console().print(grid)
+    fit = result.get("fit")
+    if not fit and len(rows) > 1:
+        click.echo(
+            "fit: not determined (time does not grow with size over this sweep;"
+            " include larger sizes)"
+        )
+    if isinstance(fit, dict):
+        click.echo(
+            f"fit: α = {fit['alpha_us']:.2f} µs per step, β = {fit['beta_gbps']:.2f} Gb/s"
+            f" (worst point off by {fit['max_rel_error'] * 100:.0f} %)"
+        )
+
+
+def tp_table(result: dict[str, object]) -> None:
+    from halo_cluster.cli.output import console
+
+    model = result["model"]
+    assert isinstance(model, dict)
+    grid = table(
+        f"{model.get('name')}: decode-step network replay on {result.get('world_size', '?')}"
+        f" ranks ({result.get('backend', '?')})",
+        "batch",
+        "all-reduces / token",
+        "bytes each",
+        "network ms / token",
+        "ceiling tok/s",
+    )
+    rows = result["rows"]
+    assert isinstance(rows, list)
+    for row in rows:
+        grid.add_row(
+            str(row["batch"]),
+            str(row["allreduces_per_token"]),
+            str(row["bytes_per_allreduce"]),
+            f"{row['network_ms_per_token']:.3f}",
+            f"{row['tokens_per_s_ceiling'] or 0:.0f}",
+        )
+    console().print(grid)
+
+
+def fail(failure: BaseException, saved: str | None) -> int:
+    """One line for a run that ended early; 130 for Ctrl-C, 1 otherwise."""
+    kept = f"; partial result kept in {saved}" if saved else ""
+    if isinstance(failure, KeyboardInterrupt):
+        from halo_cluster.errors import EXIT_CODES
+
+        click.echo(f"halo: interrupted; remote tools stopped{kept}", err=True)
+        return EXIT_CODES[KeyboardInterrupt]
+    click.echo(f"halo: error: {failure}{kept}", err=True)
+    return 1

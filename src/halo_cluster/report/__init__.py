@@ -1,0 +1,54 @@
+"""``halo report``: one self-contained HTML file from benchmark results — inline CSS and SVG,
+no script and nothing fetched, so it opens anywhere (a mail attachment, an air-gapped host).
+
+Pure: ``render(results)`` takes loaded result objects and returns the page. Every chart is an
+``<svg class="chart" data-chart="…">``; every string from a result is escaped.
+
+The primitives (SVG charts, tables) are in report/svg.py, the sections in report/sections.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from halo_cluster import __version__
+from halo_cluster.report.sections import (
+    collective_section,
+    net_section,
+    result_label,
+    stamp_section,
+    tp_section,
+)
+from halo_cluster.report.svg import esc
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #1a202c;
+       background: #fff; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #cbd5e0; }
+.meta { color: #4a5568; } table { border-collapse: collapse; margin: 0.5em 0 1em; }
+td, th { border: 1px solid #cbd5e0; padding: 3px 8px; text-align: left; font-size: 13px; }
+th { background: #edf2f7; } svg.chart { display: block; margin: 0.6em 0; background: #fcfcfd;
+       border: 1px solid #e2e8f0; } .note { color: #718096; font-size: 12px; }
+.warn { color: #9b2c2c; }
+"""
+
+
+def render(results: Sequence[dict[str, Any]], title: str = "halo fabric report") -> str:
+    labelled = [(result_label(r, i), r) for i, r in enumerate(results)]
+    by_kind: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for label, result in labelled:
+        by_kind.setdefault(str(result.get("kind")), []).append((label, result))
+    body = (
+        net_section(by_kind.get("net", []))
+        + collective_section(by_kind.get("collective", []))
+        + tp_section(by_kind.get("tp", []))
+        + stamp_section(labelled)
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f'<h1>{esc(title)}</h1><p class="meta">{len(results)} result(s), '
+        f"written by halo {esc(__version__)}</p>{body}</body></html>\n"
+    )

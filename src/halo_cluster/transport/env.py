@@ -1,0 +1,87 @@
+"""What every plan shares: the IP interfaces, the address to advertise, the socket interface,
+and the base environment (NCCL/Gloo interface, vLLM host IP) with a reason per variable."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.transport.choose import network_address
+
+
+def ip_interfaces(inv: Inventory, include_virtual: bool = False) -> list[NetInterface]:
+    """Interfaces that can carry IP traffic now: not down, with an IPv4 address; physical
+    ones only unless ``include_virtual``."""
+    skipped = ("loopback",) if include_virtual else ("loopback", "virtual")
+    return [i for i in inv.net if i.kind not in skipped and i.ipv4 and i.state != "down"]
+
+
+def interface_address(iface: NetInterface | None, peer: ipaddress.IPv4Address | None) -> str | None:
+    if iface is None or not iface.ipv4:
+        return None
+    if peer is not None:
+        on_net = network_address(iface, peer)
+        if on_net:
+            return on_net
+    return iface.ipv4[0].split("/")[0]
+
+
+def socket_interface(
+    inv: Inventory,
+    iface: NetInterface | None,
+    peer: ipaddress.IPv4Address | None,
+    warnings: list[str],
+) -> NetInterface | None:
+    """NCCL's bootstrap and Gloo need an IP interface: the RDMA port's own when it has an
+    address (IPoIB for InfiniBand), else the one that reaches the peer."""
+    if iface is not None and iface.ipv4:
+        return iface
+    others = ip_interfaces(inv) or ip_interfaces(inv, include_virtual=True)
+    if peer is not None:
+        reaching = [i for i in ip_interfaces(inv, include_virtual=True) if network_address(i, peer)]
+        others = reaching or others
+    chosen = others[0] if others else None
+    port_if = iface.name if iface else "the RDMA port"
+    warnings.append(
+        f"{port_if} has no IPv4 address; "
+        f"bootstrap traffic uses {chosen.name if chosen else 'no interface'}"
+    )
+    return chosen
+
+
+def base_env(
+    iface: NetInterface | None, address: str | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    env: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    if iface is not None:
+        put_env(
+            env,
+            reasons,
+            "NCCL_SOCKET_IFNAME",
+            f"={iface.name}",
+            "exact match (=): NCCL bootstrap and socket traffic on this interface only",
+        )
+        put_env(
+            env,
+            reasons,
+            "GLOO_SOCKET_IFNAME",
+            iface.name,
+            "torch.distributed Gloo on the same interface",
+        )
+    if address is not None:
+        put_env(
+            env,
+            reasons,
+            "VLLM_HOST_IP",
+            address,
+            "vLLM and Ray advertise this node by its fabric address",
+        )
+    return env, reasons
+
+
+def put_env(
+    env: dict[str, str], reasons: dict[str, str], name: str, value: str, reason: str
+) -> None:
+    env[name] = value
+    reasons[name] = reason

@@ -1,0 +1,88 @@
+"""The plan of a TCP transport (Ethernet, Thunderbolt networking): sockets on the
+interface that reaches the peer, and why RDMA is not used."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from halo_cluster.errors import TransportError
+from halo_cluster.facts.model import Inventory
+from halo_cluster.transport.choose import (
+    network_address,
+    others_warning,
+    rdma_candidates,
+    usable_ports,
+    why_unusable,
+)
+from halo_cluster.transport.env import base_env, interface_address, ip_interfaces, put_env
+from halo_cluster.transport.model import RDMA_TRANSPORTS, SOFTWARE_RDMA_DRIVERS, TransportPlan
+
+
+def tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -> TransportPlan:
+    warnings: list[str] = []
+    # Physical interfaces first; virtual ones (bonds, veths, bridges) only when they are all
+    # there is, or when they are the ones on the peer's network.
+    every = ip_interfaces(inv, include_virtual=True)
+    candidates = ip_interfaces(inv) or every
+    if wanted == "thunderbolt":
+        candidates = [i for i in candidates if i.kind == "thunderbolt"]
+        if not candidates:
+            raise TransportError(
+                "thunderbolt requested but no Thunderbolt network interface is up "
+                "with an IPv4 address"
+            )
+    if peer is not None:
+        pool = candidates if wanted == "thunderbolt" else every
+        reaching = [i for i in pool if network_address(i, peer)]
+        if not reaching:
+            if wanted == "thunderbolt":
+                raise TransportError(
+                    f"thunderbolt requested but no Thunderbolt interface reaches peer {peer}"
+                )
+            warnings.append(
+                f"no interface is on the same network as peer {peer}; traffic will be routed"
+            )
+        candidates = reaching or candidates
+    if not candidates:
+        raise TransportError(
+            "no network interface is up with an IPv4 address: nothing to carry traffic"
+        )
+    # Fastest first; Wi-Fi only when nothing wired is there; then by name.
+    ordered = sorted(candidates, key=lambda i: (i.kind == "wireless", -(i.speed_mbps or 0), i.name))
+    iface = ordered[0]
+    if peer is None and len(ordered) > 1:
+        warnings.extend(others_warning(iface.name, [i.name for i in ordered[1:]]))
+    transport = "thunderbolt" if iface.kind == "thunderbolt" else "ethernet"
+    if wanted == "auto" and inv.rdma:
+        warnings.append(f"running over TCP sockets although RDMA devices exist: {why_no_rdma(inv)}")
+    address = interface_address(iface, peer)
+    env, reasons = base_env(iface, address)
+    put_env(env, reasons, "NCCL_IB_DISABLE", "1", f"{transport} transport: TCP sockets only")
+    put_env(env, reasons, "NCCL_NET", "Socket", "use NCCL's socket transport explicitly")
+    return TransportPlan(
+        transport=transport,
+        hca=None,
+        gid_index=None,
+        socket_ifname=iface.name,
+        address=address,
+        env=env,
+        reasons={"transport": f"TCP over {iface.name} ({iface.kind})", **reasons},
+        warnings=tuple(warnings),
+    )
+
+
+def why_no_rdma(inv: Inventory) -> str:
+    reasons = []
+    for kind in RDMA_TRANSPORTS:
+        usable = usable_ports(inv, kind, allow_software=False)
+        for cand in rdma_candidates(inv, kind):
+            if cand.device.driver in SOFTWARE_RDMA_DRIVERS and cand.port.state == "ACTIVE":
+                reasons.append(
+                    f"{cand.label} is software RDMA, slower than TCP "
+                    "(ask --transport roce to use it anyway)"
+                )
+            elif cand in usable:
+                reasons.append(f"{cand.label} does not reach the peer")
+            else:
+                reasons.append(why_unusable([cand]))
+    return "; ".join(reasons) or "no port with a known link layer"

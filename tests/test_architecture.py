@@ -1,0 +1,83 @@
+"""The architecture is enforced, not just drawn: lint-imports (the contracts in
+pyproject.toml, run by ``make lint``) fails on an upward import, and the diagram in
+docs/architecture.md is the one generated from those contracts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+import arch_diagram  # noqa: E402
+
+LINT = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+
+
+def _lint(copy: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(copy / "src")}
+    return subprocess.run(
+        [sys.executable, "-c", LINT, "--no-cache"],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    """The package and its contracts, copied where the test may break them."""
+    shutil.copytree(
+        REPO / "src" / "halo_cluster",
+        tmp_path / "src" / "halo_cluster",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_lint_imports_fails_on_an_upward_import(copy: Path) -> None:
+    kept = _lint(copy)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "0 broken" in kept.stdout
+
+    parsers = copy / "src" / "halo_cluster" / "facts" / "parsers.py"
+    parsers.write_text(parsers.read_text() + "\nfrom halo_cluster.cli import main  # upward\n")
+    broken = _lint(copy)
+    assert broken.returncode != 0
+    assert "Layers only point down BROKEN" in broken.stdout
+    assert "halo_cluster.facts.parsers -> halo_cluster.cli" in broken.stdout
+
+
+def test_lint_imports_fails_when_a_pure_module_does_io(copy: Path) -> None:
+    rates = copy / "src" / "halo_cluster" / "monitor" / "rates.py"
+    rates.write_text(rates.read_text() + "\nimport subprocess  # I/O in a pure module\n")
+    broken = _lint(copy)
+    assert broken.returncode != 0
+    assert "Pure modules import nothing that does I/O BROKEN" in broken.stdout
+
+
+def test_the_diagram_is_generated_from_the_contracts() -> None:
+    assert arch_diagram.documented() == arch_diagram.diagram(arch_diagram.contracts())
+
+
+# Over the limit today, each waiting for its split (files being edited elsewhere).
+TOO_LONG_FOR_NOW = {"cluster/lifecycle.py", "cluster/serve.py", "config.py"}
+
+
+def test_no_module_is_over_400_lines() -> None:
+    package = REPO / "src" / "halo_cluster"
+    long = {
+        str(path.relative_to(package)): count
+        for path in package.rglob("*.py")
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert set(long) <= TOO_LONG_FOR_NOW, long
