@@ -70,7 +70,7 @@ def test_the_diagram_is_generated_from_the_contracts() -> None:
 
 
 # Over the limit today, each waiting for its split (files being edited elsewhere).
-TOO_LONG_FOR_NOW = {"cluster/lifecycle.py", "cluster/serve.py", "config.py"}
+TOO_LONG_FOR_NOW: set[str] = set()
 
 
 def test_no_module_is_over_400_lines() -> None:

@@ -3,7 +3,7 @@
     HaloError                 anything halo reports to the user as a one-line message
     ├── ParseError            file or tool output halo cannot understand (path + text)
     ├── UsageError            the user asked for something impossible
-    │   ├── ConfigError       a bad halo.toml: file, field, line (defined in config.py)
+    │   ├── ConfigError       a bad halo.toml: file, field, line
     │   └── ListenError       the exporter cannot listen where it was told
     ├── TransportError        a requested transport the node cannot provide, or not the one used
     │   └── NoTransportEvidence   nothing in the evidence says which transport ran
@@ -14,7 +14,7 @@
     │   ├── LifecycleError    halo up / down / serve could not be done
     │   ├── SetupError        a setup step failed, or its verification did
     │   └── RayNodesError     the local Ray node table cannot be read, or nodes did not register
-    ├── LabError              a lab operation could not be done (defined in lab/lab.py)
+    ├── LabError              a lab operation could not be done
     └── OutsideRoot           a path whose links climb out of a filesystem root (never escapes)
 
     BenchInterrupted (a KeyboardInterrupt, not a HaloError): Ctrl-C during a benchmark,
@@ -22,8 +22,7 @@
 
 The CLI catches HaloError, prints ``str(err)`` on one line and exits with
 ``exit_code(err)``, looked up in EXIT_CODES by the nearest class; anything else is a bug
-and keeps its traceback. ConfigError and LabError are drawn here but defined in modules
-being edited elsewhere; tests/test_errors.py checks this drawing against the classes.
+and keeps its traceback. tests/test_errors.py checks this drawing against the classes.
 """
 
 from __future__ import annotations
@@ -65,6 +64,10 @@ class ParseError(HaloError):
 
 class UsageError(HaloError):
     """Bad arguments or a bad root directory."""
+
+
+class ConfigError(UsageError):
+    """A bad halo.toml: names the file, the field and (when it can) the line."""
 
 
 class ListenError(UsageError):
@@ -111,6 +114,10 @@ class SetupError(OperationError):
 
 class RayNodesError(OperationError):
     """The local Ray cluster's node table cannot be read, or nodes did not register."""
+
+
+class LabError(HaloError):
+    """A lab operation that could not be done (the message says what to do)."""
 
 
 class OutsideRoot(HaloError):

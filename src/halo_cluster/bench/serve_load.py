@@ -33,9 +33,10 @@ from typing import Any
 
 from halo_cluster.bench.serve_prompts import Prompt, random_text, workload
 from halo_cluster.errors import HaloError
-from halo_cluster.monitor.probes import quantile
+from halo_cluster.schema import SCHEMAS
+from halo_cluster.stats import quantile
 
-SCHEMA = "halo.bench.serve/1"
+SCHEMA = SCHEMAS["serve"]
 
 
 @dataclass

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json, plain
-
-CONFIG_HELP = "Cluster config (default ./halo.toml, then $XDG_CONFIG_HOME/halo/halo.toml)."
 
 
 def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
@@ -25,7 +24,7 @@ def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-de
 
 @click.command()
 @click.argument("model", required=False)
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option(
     "--tp", type=click.IntRange(1, 1024), help="Tensor-parallel size (default: one rank per node)."
 )
@@ -156,7 +155,7 @@ def _per_token(value: float | None) -> str:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 def stop(config_path: str | None) -> int:
     """Stop the vLLM server started by 'halo serve'."""
     stopped = _server(config_path, True).stop()
@@ -165,7 +164,7 @@ def stop(config_path: str | None) -> int:
 
 
 @click.command()
-@click.option("--config", "config_path", metavar="FILE", help=CONFIG_HELP)
+@config_option()
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @click.option("-n", "--lines", default=200, show_default=True, help="Lines to show first.")
 @click.option("--node", help="The node whose log to show (default the head; mp executor only).")

@@ -7,15 +7,9 @@ on stdin: names, values and secrets never become argv of the SSH command.
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from halo_cluster.checks import Finding
@@ -24,31 +18,51 @@ from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import NodeReport, gather
+from halo_cluster.cluster.lifecycle_plan import (
+    ENGINE_RESOURCE,
+    REGISTER_TIMEOUT_S,
+    START_TIMEOUT_S,
+    expected_resources,
+    node_env,
+    node_script,
+    parse_nodes,
+    ray_command,
+    registered,
+    start_argv,
+)
 from halo_cluster.cluster.serve_plan import local_host, log_paths
+from halo_cluster.cluster.state import (
+    UpResult,
+    read_state,
+    state_path,
+    update_state,
+    write_state,
+)
 from halo_cluster.config import Config, NodeConfig, secret
-from halo_cluster.errors import LifecycleError as LifecycleError
-from halo_cluster.runner import Result, Runner, close_connections, exports
+from halo_cluster.errors import LifecycleError
+from halo_cluster.runner import Result, Runner, close_connections
 from halo_cluster.transport import TransportPlan, plan_transport
 
-START_TIMEOUT_S = 120.0
-# The Ray resource a CPU-only node declares: one unit per engine rank it takes. halo's
-# vLLM CPU adapter (engine/vllm_cpu_ray) makes it vLLM's device key on the CPU platform.
-ENGINE_RESOURCE = "vllm_cpu"
-REGISTER_TIMEOUT_S = 60.0
-
-
-@dataclass
-class UpResult:
-    started: list[str] = field(default_factory=list)
-    already: list[str] = field(default_factory=list)
-    plans: dict[str, TransportPlan] = field(default_factory=dict)
-    nodes_alive: list[str] = field(default_factory=list)
-    ranks: dict[str, int] = field(default_factory=dict)  # engine ranks each node offers
-
-
-def node_script(env: Mapping[str, str], argv: list[str]) -> str:
-    """The script a node runs: its environment exported, then the command (exec'd)."""
-    return f"set -e\n{exports(env)}exec {shlex.join(argv)}\n"
+# Older imports of these names from this module keep working.
+__all__ = [
+    "ENGINE_RESOURCE",
+    "Lifecycle",
+    "LifecycleError",
+    "UpResult",
+    "Waiter",
+    "expected_resources",
+    "node_env",
+    "node_script",
+    "parse_nodes",
+    "ray_command",
+    "read_state",
+    "registered",
+    "run_script",
+    "start_argv",
+    "state_path",
+    "update_state",
+    "write_state",
+]
 
 
 def run_script(
@@ -61,74 +75,6 @@ def run_script(
     return runner.run(
         [*node.exec_prefix, "bash", "-s"], stdin=node_script(env, argv), timeout=timeout
     )
-
-
-def ray_command(config: Config, node: NodeConfig) -> str:
-    return config.ray.command or node.tool("ray")
-
-
-def node_env(node: NodeConfig, plan: TransportPlan, ctx: NodeContext) -> dict[str, str]:
-    env = dict(plan.env)
-    if ctx.apus:
-        # Ray's memory monitor reads unified memory as exhausted and kills workers.
-        env["RAY_memory_monitor_refresh_ms"] = "0"
-    env.update(dict(node.env))
-    return env
-
-
-def start_argv(
-    config: Config, node: NodeConfig, head_address: str | None, gpus_found: int = 0
-) -> list[str]:
-    """``ray start`` for ``node``. GPUs are declared (``--num-gpus``): the configured count,
-    else the GPUs the node's inventory found — Ray does not detect every iGPU by itself."""
-    address = node.fabric_address or node.host
-    argv = [
-        ray_command(config, node),
-        "start",
-        f"--node-ip-address={address}",
-        "--disable-usage-stats",
-    ]
-    if head_address is None:
-        argv += [
-            "--head",
-            f"--port={config.ray.port}",
-            f"--include-dashboard={str(config.ray.dashboard).lower()}",
-        ]
-        if config.ray.dashboard:
-            argv.append(f"--dashboard-host={config.ray.dashboard_host}")
-    else:
-        argv.append(f"--address={head_address}:{config.ray.port}")
-    gpus = node.gpus if node.gpus is not None else gpus_found
-    if node.gpus == 0 or gpus:
-        argv.append(f"--num-gpus={gpus}")
-    if not gpus:
-        argv.append(f"--resources={json.dumps({ENGINE_RESOURCE: 1})}")
-    return argv
-
-
-def expected_resources(node: NodeConfig, gpus_found: int) -> tuple[str, float]:
-    """What registration must show for ``node``: its GPUs, or on a CPU-only node its
-    engine rank (``ENGINE_RESOURCE``)."""
-    gpus = node.gpus if node.gpus is not None else gpus_found
-    return ("GPU", float(gpus)) if gpus else (ENGINE_RESOURCE, 1.0)
-
-
-def registered(
-    nodes: list[dict[str, Any]], wanted: dict[str, tuple[str, str, float]]
-) -> tuple[list[str], list[str]]:
-    """(names registered with what they should have, what is missing — one phrase each)."""
-    table = {n.get("address"): n for n in nodes if n.get("alive")}
-    done, missing = [], []
-    for address, (name, kind, amount) in wanted.items():
-        entry = table.get(address)
-        if entry is None:
-            missing.append(name)
-        elif float((entry.get("resources") or {}).get(kind, 0)) < amount:
-            have = (entry.get("resources") or {}).get(kind, 0)
-            missing.append(f"{name} (registered with {have:g} {kind}, needs {amount:g})")
-        else:
-            done.append(name)
-    return sorted(done), missing
 
 
 class Lifecycle:
@@ -448,68 +394,3 @@ class Waiter:
         self.lifecycle.runners[head.name].run(
             [*head.exec_prefix, "pkill", "-f", "ray-nodes --wait"], timeout=15
         )
-
-
-def parse_nodes(result: Result) -> list[dict[str, Any]]:
-    """``halo ray-nodes`` output: a list of {address, alive, resources}; [] on failure."""
-    if not result.ok:
-        return []
-    try:
-        nodes = json.loads(result.stdout)
-    except ValueError:
-        return []
-    if not isinstance(nodes, list):
-        return []
-    return [n for n in nodes if isinstance(n, dict) and isinstance(n.get("address"), str)]
-
-
-def state_path(config: Config) -> Path:
-    return config.path.parent / ".halo" / f"{config.name}.state.json"
-
-
-def write_state(config: Config, result: UpResult) -> None:
-    """Atomically: plans per node, head address, start time (no secrets: plans hold none)."""
-    path = state_path(config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    previous = read_state(config) or {}
-    data = {
-        "schema": "halo.state/1",
-        "cluster": config.name,
-        "head": config.head.name,
-        "head_address": config.head.fabric_address or config.head.host,
-        "started_at": previous.get("started_at") if not result.started else time.time(),
-        "nodes": {
-            name: {"plan": plan.to_dict(), "ranks": result.ranks.get(name, 1)}
-            for name, plan in result.plans.items()
-        },
-    }
-    if data["started_at"] is None:
-        data["started_at"] = time.time()
-    _write_json(path, data)
-
-
-def update_state(config: Config, key: str, value: Any) -> None:
-    """Set one top-level entry of the state file (atomically); no state: nothing to do."""
-    data = read_state(config)
-    if data is None:
-        return
-    if value is None:
-        data.pop(key, None)
-    else:
-        data[key] = value
-    _write_json(state_path(config), data)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(tmp, path)
-
-
-def read_state(config: Config) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(state_path(config).read_text(encoding="utf-8"))
-        return data
-    except (OSError, ValueError):
-        return None

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 from halo_cluster.cluster import llama_plan, proof
 from halo_cluster.cluster.lifecycle import LifecycleError, update_state
 from halo_cluster.cluster.serve_plan import background_script, local_host, log_paths
+from halo_cluster.cluster.serve_result import ServeResult
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
 from halo_cluster.transport import TransportPlan
 
 if TYPE_CHECKING:
-    from halo_cluster.cluster.serve import Server, ServeResult
+    from halo_cluster.cluster.serve import Server
 
 RPC_READY_S = 30
 
@@ -238,7 +239,7 @@ class LlamaCpp:
         plans: dict[str, TransportPlan],
         offload: int,
     ) -> ServeResult:
-        from halo_cluster.cluster.serve import PROBE_TOKENS, ServeResult
+        from halo_cluster.cluster.serve import PROBE_TOKENS
 
         server = self.server
         head_text = server.log_text(self.head)

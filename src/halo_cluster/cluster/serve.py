@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from halo_cluster.cluster import proof
@@ -42,6 +42,7 @@ from halo_cluster.cluster.serve_plan import (
     serve_argv,
     stop_script,
 )
+from halo_cluster.cluster.serve_result import Launch, ServeResult
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
 from halo_cluster.engine_log import rank_nodes
 from halo_cluster.errors import UsageError
@@ -51,37 +52,8 @@ from halo_cluster.transport import TransportPlan
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
 PROBE_TOKENS = 64
+__all__ = ["HEALTH_TIMEOUT_S", "PROBE_TOKENS", "Launch", "ServeResult", "Server"]
 MP_MASTER_PORT = 29517
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One serve: what runs, how wide, on which nodes, with which plans."""
-
-    serve: ServeConfig
-    model: str
-    tp: int
-    places: list[Placement]
-    plans: dict[str, TransportPlan]
-
-
-@dataclass
-class ServeResult:
-    url: str
-    log: str
-    executor: str
-    model: str
-    tp: int
-    expected: str
-    verdict: dict[str, Any]  # NCCL/RCCL's log
-    engine: dict[str, Any] = field(default_factory=dict)  # vLLM's own lines
-    traffic: dict[str, Any] = field(default_factory=dict)  # counters per token
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    proven: str | None = None
-    problems: list[str] = field(default_factory=list)
-    ready_s: float | None = None
-    warmup_s: float | None = None
-    stopped: bool = False
 
 
 class Server:
@@ -95,12 +67,11 @@ class Server:
     # -- helpers --------------------------------------------------------------------------
     def _plans(self) -> dict[str, TransportPlan]:
         state = read_state(self.config) or {}
-        plans = {}
-        for name, entry in state.get("nodes", {}).items():
-            data = entry.get("plan")
-            if data:
-                plans[name] = TransportPlan(**{**data, "warnings": tuple(data["warnings"])})
-        return plans
+        return {
+            name: TransportPlan.from_dict(entry["plan"])
+            for name, entry in state.get("nodes", {}).items()
+            if entry.get("plan")
+        }
 
     def _capacity(self) -> dict[str, int]:
         state = read_state(self.config) or {}

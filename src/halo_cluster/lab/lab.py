@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.errors import LabError, UsageError
 from halo_cluster.lab.files import write_lab_files
 from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
 from halo_cluster.lab.registry import find_leftovers, forget, sweep
@@ -47,10 +47,6 @@ TOOLS = {
 SSHD_WAIT_S = 10.0
 # what 'halo lab exec' passes from the caller's environment into a node
 EXEC_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ")
-
-
-class LabError(HaloError):
-    """A lab operation that could not be done (the message says what to do)."""
 
 
 def require_tools() -> dict[str, str]:

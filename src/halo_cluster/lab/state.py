@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import UsageError
 
 MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
@@ -139,10 +138,7 @@ def write_state(state: LabState) -> None:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".state.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=2), prefix=".state.")
 
 
 def read_state(directory: Path) -> LabState | None:

@@ -1,0 +1,63 @@
+"""``halo.toml`` -> one frozen, validated Config. The only module that reads the environment
+for settings (``XDG_CONFIG_HOME``).
+
+    [cluster]
+    name = "strix"
+    transport = "auto"            # auto / infiniband / roce / ethernet / thunderbolt
+    ssh_config = "ssh_config"     # optional, relative to this file
+
+    [ray]                         # optional
+    port = 6379
+    dashboard = false             # when true, bound to dashboard_host (127.0.0.1)
+
+    [[node]]
+    name = "strix1"
+    ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
+    fabric_address = "192.168.100.1"
+    exec_prefix = "toolbox run -c vllm --"   # optional: string or list
+    halo = "/opt/halo/.venv/bin/halo"        # optional, default "halo"
+    gpus = 0                                 # optional: CPU-only node, GPU checks skipped
+    mgmt_address = "192.168.1.51"            # optional: management address (probes)
+    env = { HF_HOME = "/models" }            # optional: extra environment on this node
+"""
+
+from halo_cluster.config.load import MAX_CONFIG_BYTES, load_config
+from halo_cluster.config.model import (
+    CLUSTER_KEYS,
+    ENGINES,
+    EXECUTORS,
+    NODE_KEYS,
+    RAY_KEYS,
+    SERVE_KEYS,
+    Config,
+    NodeConfig,
+    RayConfig,
+    ServeConfig,
+    default_engine,
+    default_llama_cpp,
+    find_config,
+    results_dir,
+    secret,
+)
+from halo_cluster.errors import ConfigError
+
+__all__ = [
+    "CLUSTER_KEYS",
+    "ENGINES",
+    "EXECUTORS",
+    "MAX_CONFIG_BYTES",
+    "NODE_KEYS",
+    "RAY_KEYS",
+    "SERVE_KEYS",
+    "Config",
+    "ConfigError",
+    "NodeConfig",
+    "RayConfig",
+    "ServeConfig",
+    "default_engine",
+    "default_llama_cpp",
+    "find_config",
+    "load_config",
+    "results_dir",
+    "secret",
+]

@@ -1,0 +1,170 @@
+"""The cluster config as objects: nodes, Ray, serve, and where things live by default.
+Parsing and validation of halo.toml are in ``config.load``."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from halo_cluster.errors import UsageError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+CLUSTER_KEYS = {"name", "transport", "ssh_config"}
+NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
+RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
+SERVE_KEYS = {
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "host",
+    "port",
+    "api_key_env",
+    "command",
+    "extra_args",
+    "executor",
+    "max_num_seqs",
+    "engine",
+    "llama_cpp",
+    "rpc_port",
+    "threads",
+}
+EXECUTORS = ("ray", "mp")
+ENGINES = ("vllm", "llama.cpp")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str
+    ssh: str
+    fabric_address: str | None
+    exec_prefix: tuple[str, ...] = ()
+    halo: str = "halo"
+    gpus: int | None = None  # None: as many as the node has; 0: CPU-only
+    mgmt_address: str | None = None  # the management (SSH) network address, for probes
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for this node's processes
+
+    @property
+    def host(self) -> str:
+        """The host part of the ssh target (``user@host`` -> ``host``)."""
+        return self.ssh.rsplit("@", 1)[-1]
+
+    def tool(self, name: str) -> str:
+        """A command installed next to this node's halo (same environment), else on PATH."""
+        if "/" in self.halo:
+            return self.halo.rsplit("/", 1)[0] + "/" + name
+        return name
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    port: int = 6379
+    dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
+    command: str | None = None  # default: ``ray`` next to each node's halo
+    auth: str = "token"  # Ray's token authentication; "none" leaves the cluster open
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model: str | None = None
+    tensor_parallel_size: int | None = None  # default: one rank per node
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None  # default 0.90 on unified-memory APUs
+    enforce_eager: bool | None = None  # default true on APUs (graph capture can deadlock)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key_env: str | None = None  # the NAME of the environment variable holding the key
+    command: str = "vllm"
+    extra_args: tuple[str, ...] = ()
+    # "ray": one vLLM driver on the head, ranks as Ray actors; "mp": vLLM's own multi-node
+    # executor, one process per node (--nnodes/--node-rank, --headless on the others)
+    executor: str = "ray"
+    max_num_seqs: int | None = None
+    # "vllm" (tensor parallel over Ray or vLLM's mp executor) or "llama.cpp" (layers split
+    # over ggml-rpc-server workers, llama-server on the head)
+    engine: str = "vllm"
+    llama_cpp: str = ""  # the llama.cpp build (its bin/ holds the programs); "": from PATH
+    rpc_port: int = 50052  # ggml-rpc-server's port on every worker
+    threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    name: str
+    transport: str
+    nodes: tuple[NodeConfig, ...]
+    ssh_config: Path | None = None
+    ray: RayConfig = RayConfig()
+    serve: ServeConfig = ServeConfig()
+
+    @property
+    def head(self) -> NodeConfig:
+        """The first node runs the Ray head (and the vLLM driver)."""
+        return self.nodes[0]
+
+    def node(self, name: str) -> NodeConfig:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        known = ", ".join(n.name for n in self.nodes)
+        raise UsageError(f"no node named {name!r} in {self.path} (nodes: {known})")
+
+
+def default_engine() -> str | None:
+    """The engine environment to use when none is named: $HALO_ENGINE, else the
+    ``.venv-engine`` beside halo's own environment (a checkout's, built by 'make engine')."""
+    import sys
+
+    named = os.environ.get("HALO_ENGINE")
+    if named:
+        return named
+    candidate = Path(sys.prefix).parent / ".venv-engine"
+    return str(candidate) if (candidate / "bin" / "python").is_file() else None
+
+
+def default_llama_cpp() -> str | None:
+    """The llama.cpp build to use when none is named: $HALO_LLAMA_CPP, else the
+    ``.llama-cpp`` beside halo's own environment (a checkout's, built by 'make llama-cpp')."""
+    import sys
+
+    named = os.environ.get("HALO_LLAMA_CPP")
+    if named:
+        return named
+    candidate = Path(sys.prefix).parent / ".llama-cpp"
+    return str(candidate) if (candidate / "bin" / "llama-server").is_file() else None
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """--config FILE, else ./halo.toml, else $XDG_CONFIG_HOME/halo/halo.toml; None if none."""
+    if explicit:
+        path = Path(explicit)
+        if not path.exists():
+            raise UsageError(f"config file {explicit} does not exist")
+        if not path.is_file():
+            raise UsageError(f"config file {explicit} is not a regular file")
+        return path
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    for candidate in (Path("halo.toml"), Path(xdg) / "halo" / "halo.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def secret(name: str | None) -> str | None:
+    """A secret from this process's environment (API key, HF token): never logged or stored."""
+    return os.environ.get(name) if name else None
+
+
+def results_dir() -> Path:
+    """Where benchmark results are kept: $XDG_DATA_HOME/halo/results (~/.local/share/...)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "halo" / "results"
