@@ -5,6 +5,7 @@ docs/architecture.md is the one generated from those contracts."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,19 @@ def test_no_module_is_over_400_lines() -> None:
         if (count := len(path.read_text(encoding="utf-8").splitlines())) > 400
     }
     assert set(long) <= TOO_LONG_FOR_NOW, long
+
+
+TERMINAL = {"cli/setup.py", "cli/lab.py"}  # hand the user's terminal to the program
+SRC = REPO / "src" / "halo_cluster"
+
+
+def test_processes_start_only_through_the_runner() -> None:
+    """subprocess.run/Popen/call/check_output appear only in runner.py and the two commands
+    that give the program the terminal."""
+    calls = re.compile(r"\bsubprocess\.(run|Popen|call|check_call|check_output)\(")
+    found = {
+        str(path.relative_to(SRC))
+        for path in SRC.rglob("*.py")
+        if calls.search(path.read_text(encoding="utf-8"))
+    }
+    assert found == {"runner.py"} | TERMINAL

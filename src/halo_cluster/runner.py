@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from halo_cluster.atomic import atomic_write
 
@@ -83,6 +83,19 @@ class Runner(Protocol):
 
 
 class LocalRunner:
+    def start(
+        self,
+        argv: Sequence[str],
+        stderr: int | IO[bytes] = subprocess.DEVNULL,
+        new_session: bool = False,
+    ) -> subprocess.Popen[bytes]:
+        """A process that keeps running in the background (a lab node's init, an SSH tunnel, a
+        load generator): no stdin, stdout discarded, stderr where asked; its owner ends it."""
+        out = subprocess.DEVNULL
+        return subprocess.Popen(
+            list(argv), stdin=out, stdout=out, stderr=stderr, start_new_session=new_session
+        )
+
     def run(
         self,
         argv: Sequence[str],

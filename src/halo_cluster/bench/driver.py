@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from halo_cluster.bench.allreduce import (
 from halo_cluster.bench.events import Emit
 from halo_cluster.bench.rank import Worker
 from halo_cluster.errors import DriverError
+from halo_cluster.runner import LocalRunner
 from halo_cluster.schema import SweepRow
 from halo_cluster.stats import quantile
 from halo_cluster.units import human_bytes
@@ -38,10 +38,7 @@ def _unreachable(addresses: dict[str, str]) -> list[str]:
     """Nodes whose fabric address does not answer a ping from here (the head)."""
     lost = []
     for name, address in addresses.items():
-        done = subprocess.run(
-            ["ping", "-c", "1", "-W", "1", address], capture_output=True, check=False
-        )
-        if done.returncode != 0:
+        if not LocalRunner().run(["ping", "-c", "1", "-W", "1", address], timeout=5).ok:
             lost.append(f"{name} ({address})")
     return lost
 

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from halo_cluster.config import Config
 from halo_cluster.errors import HaloError
-from halo_cluster.runner import SSHRunner
+from halo_cluster.runner import LocalRunner, SSHRunner
 
 WILDCARD = ("0.0.0.0", "::", "")
 LOOPBACK = ("localhost", "::1")
@@ -127,9 +127,7 @@ class Tunnel:
     def open(self) -> None:
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (kept open while ssh runs)
         try:
-            self.process = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr
-            )
+            self.process = LocalRunner().start(self.argv, stderr=self._stderr)
         except OSError as err:
             self.close()
             raise HaloError(f"cannot run ssh for the tunnel: {err.strerror or err}") from None

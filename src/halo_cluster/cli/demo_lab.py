@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halo_cluster.runner import LocalRunner
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -89,6 +91,7 @@ def _monitor(
     from halo_cluster.monitor.frame import build_frame, render_frame
 
     config = str(Path(state.dir) / "halo.toml")
+    local = LocalRunner()
     targets = [f"{n.mgmt_address}:9877" for n in state.nodes]
     for node in state.nodes:
         argv = [
@@ -103,30 +106,18 @@ def _monitor(
             "--interval",
             "250ms",
         ]
-        procs.append(
-            subprocess.Popen(
-                lab.exec_argv(node, argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-        )
+        procs.append(local.start(lab.exec_argv(node, argv)))
     deadline = time.monotonic() + 20
     while any(isinstance(scrape(t), str) for t in targets) and time.monotonic() < deadline:
         time.sleep(0.1)
     node1, node2 = state.nodes[0], state.nodes[1]
     if shutil.which("iperf3"):
         procs.append(
-            subprocess.Popen(
-                lab.exec_argv(node2, ["iperf3", "-s", "-1", "-B", node2.fabric_address]),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            local.start(lab.exec_argv(node2, ["iperf3", "-s", "-1", "-B", node2.fabric_address]))
         )
         time.sleep(0.3)
         procs.append(
-            subprocess.Popen(
-                lab.exec_argv(node1, ["iperf3", "-c", node2.fabric_address, "-t", "3"]),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            local.start(lab.exec_argv(node1, ["iperf3", "-c", node2.fabric_address, "-t", "3"]))
         )
         time.sleep(1.0)
     first = {t: scrape(t) for t in targets}
@@ -305,12 +296,9 @@ def _fabric(state: LabState, config_path: Path, say: Callable[[str], None]) -> d
         results["skipped"] = "torch not installed (pip install 'halo-cluster[bench]')"
     for kind, args in runs.items():
         target = Path(state.dir) / f"{kind}.json"
-        done = subprocess.run(
+        done = LocalRunner().run(
             [HALO, *args, "--config", str(config_path), "--json", "--out", str(target)],
-            capture_output=True,
-            text=True,
             timeout=600,
-            check=False,
         )
         if done.returncode != 0 or not target.exists():
             results[kind] = {"error": done.stderr.strip().splitlines()[-1:] or done.returncode}
@@ -345,12 +333,9 @@ def _fabric(state: LabState, config_path: Path, say: Callable[[str], None]) -> d
             )
             say(f"halo bench tp llama-3.1-8b (network per token over Gloo): {rows}")
     if files:
-        made = subprocess.run(
+        made = LocalRunner().run(
             [HALO, "report", *files, "-o", REPORT, "--title", "halo demo: lab fabric report"],
-            capture_output=True,
-            text=True,
             timeout=120,
-            check=False,
         )
         results["report"] = str(Path(REPORT).resolve()) if made.returncode == 0 else None
         if made.returncode == 0:

@@ -4,32 +4,24 @@ and a halo.toml that every other command can use."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
+from halo_cluster.errors import LabError
 from halo_cluster.lab.state import LabState, control_dir
+from halo_cluster.runner import LocalRunner
 
 
 def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
     d = Path(state.dir)
     for key in ("id_ed25519", "host_ed25519"):
         if not (d / key).exists():
-            subprocess.run(
-                [
-                    ssh_keygen,
-                    "-q",
-                    "-t",
-                    "ed25519",
-                    "-N",
-                    "",
-                    "-C",
-                    f"halo-lab-{state.name}",
-                    "-f",
-                    str(d / key),
-                ],
-                check=True,
-                stdin=subprocess.DEVNULL,
-            )
+            made = LocalRunner().run(
+                [ssh_keygen, "-q", "-t", "ed25519", "-N", "", "-C", f"halo-lab-{state.name}",
+                 "-f", str(d / key)],
+                stdin="",
+            )  # fmt: skip
+            if not made.ok:
+                raise LabError(f"ssh-keygen could not write {d / key}: {made.error_text()}")
     os.chmod(d / "id_ed25519", 0o600)
     (d / "authorized_keys").write_text((d / "id_ed25519.pub").read_text())
     host_pub = (d / "host_ed25519.pub").read_text().split()

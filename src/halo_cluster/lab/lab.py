@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -229,13 +228,7 @@ class Lab:
             "-c",
             script,
         ]
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = LocalRunner().start(argv, new_session=True)
         return _replace_pid(node, child_of(proc.pid))
 
     def _wait_sshd(self, state: LabState) -> None:

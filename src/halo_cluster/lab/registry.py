@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from halo_cluster.lab.state import control_dir, runtime_dir
+from halo_cluster.runner import LocalRunner
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,15 @@ def sweep(name: str, ip: str = "ip") -> Leftovers:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             continue
+    local = LocalRunner()
     for ns in found.netns:
-        subprocess.run([ip, "netns", "del", ns], capture_output=True, check=False)
+        local.run([ip, "netns", "del", ns])
     for link in found.links:
         if link.startswith("hv"):  # a veth: its peer in the namespace goes with it
-            subprocess.run([ip, "link", "del", link], capture_output=True, check=False)
+            local.run([ip, "link", "del", link])
     for link in found.links:
         if link.startswith("hb"):
-            subprocess.run([ip, "link", "del", link], capture_output=True, check=False)
+            local.run([ip, "link", "del", link])
     forget(name)
     return found
 
@@ -101,8 +102,5 @@ def forget(name: str) -> None:
 
 
 def _lines(argv: list[str]) -> list[str]:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return done.stdout.splitlines()
+    """The command's output lines; none when it could not run or timed out."""
+    return LocalRunner().run(argv, timeout=30).stdout.splitlines()
