@@ -27,7 +27,7 @@ def spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
     config = cluster.config
     ordered = [config.head, *[n for n in config.nodes if n.name != config.head.name]]
     return [
-        {"name": n.name, "address": n.fabric_address or n.host, "gpus": n.gpus} for n in ordered
+        {"name": n.name, "address": n.address, "gpus": n.gpus} for n in ordered
     ]
 
 

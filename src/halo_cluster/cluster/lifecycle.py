@@ -163,14 +163,14 @@ class Lifecycle:
         result = UpResult(plans=self.plans(reports))
         self.gpus_found = {r.node.name: len(r.inventory.gpus) for r in reports if r.inventory}
         raylets = self.raylets()
-        running = {n.fabric_address or n.host for n in self.config.nodes if raylets[n.name]}
+        running = {n.address for n in self.config.nodes if raylets[n.name]}
         # no raylet anywhere: nothing to ask Ray
         alive = running & set(self.alive()) if running else set()
         head = self.config.head
-        head_address = head.fabric_address or head.host
+        head_address = head.address
         waiter: Waiter | None = None
         for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
-            address = node.fabric_address or node.host
+            address = node.address
             if waiter is None and node is not head:
                 # the head runs: its registration check starts now and overlaps the workers'
                 waiter = Waiter(self)
@@ -210,7 +210,7 @@ class Lifecycle:
     def wanted(self) -> dict[str, tuple[str, str, float]]:
         """address -> (node name, resource, amount) that registration must show."""
         return {
-            n.fabric_address or n.host: (
+            n.address: (
                 n.name,
                 *expected_resources(n, self.gpus_found.get(n.name, 0)),
             )
@@ -269,7 +269,7 @@ class Lifecycle:
         state = read_state(self.config) or {}
         nodes = []
         for node in self.config.nodes:
-            address = node.fabric_address or node.host
+            address = node.address
             plan = state.get("nodes", {}).get(node.name, {}).get("plan", {})
             nodes.append(
                 {

@@ -44,7 +44,7 @@ def start_argv(
 ) -> list[str]:
     """``ray start`` for ``node``. GPUs are declared (``--num-gpus``): the configured count,
     else the GPUs the node's inventory found — Ray does not detect every iGPU by itself."""
-    address = node.fabric_address or node.host
+    address = node.address
     argv = [
         ray_command(config, node),
         "start",

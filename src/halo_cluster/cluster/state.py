@@ -37,7 +37,7 @@ def write_state(config: Config, result: UpResult) -> None:
         "schema": "halo.state/1",
         "cluster": config.name,
         "head": config.head.name,
-        "head_address": config.head.fabric_address or config.head.host,
+        "head_address": config.head.address,
         "started_at": previous.get("started_at") if not result.started else time.time(),
         "nodes": {
             name: {"plan": plan.to_dict(), "ranks": result.ranks.get(name, 1)}

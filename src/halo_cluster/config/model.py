@@ -55,6 +55,11 @@ class NodeConfig:
         """The host part of the ssh target (``user@host`` -> ``host``)."""
         return self.ssh.rsplit("@", 1)[-1]
 
+    @property
+    def address(self) -> str:
+        """Where the node is reached for cluster traffic: its fabric address, else its host."""
+        return self.fabric_address or self.host
+
     def tool(self, name: str) -> str:
         """A command installed next to this node's halo (same environment), else on PATH."""
         if "/" in self.halo:
