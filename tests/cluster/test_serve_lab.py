@@ -145,8 +145,9 @@ def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
         assert too_many.returncode == 2 and "--tp 3: the cluster offers 2 engine rank(s)" in (
             too_many.stderr
         )
+        listening = "for i in $(seq 100); do ss -ltn | grep -q ':8000 ' && break; sleep 0.1; done"
         _node(tmp_path, "B", "node1", "setsid python3 -m http.server 8000 --bind 127.0.0.1 "
-              ">/dev/null 2>&1 < /dev/null & sleep 1")  # fmt: skip
+              f">/dev/null 2>&1 < /dev/null & {listening}")  # fmt: skip
         busy = halo("serve", str(lab / "model"), "--config", str(config), cwd=tmp_path)
         assert busy.returncode == 2 and "node1: port 8000 is already in use there" in busy.stderr
         assert "vllm serve" not in _node(tmp_path, "B", "node1", "pgrep -af 'vllm serve'")

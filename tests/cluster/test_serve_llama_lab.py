@@ -135,8 +135,9 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         fabric2 = json.loads(halo("lab", "status", "--dir", str(lab), "--json").stdout)["nodes"][1][
             "fabric_address"
         ]
+        listening = "for i in $(seq 100); do ss -ltn | grep -q ':50052 ' && break; sleep 0.1; done"
         _node(tmp_path, lab, "node2", f"setsid python3 -m http.server 50052 --bind {fabric2} "
-              ">/dev/null 2>&1 < /dev/null & sleep 1")  # fmt: skip
+              f">/dev/null 2>&1 < /dev/null & {listening}")  # fmt: skip
         busy = _serve(tmp_path, config, gguf)
         assert busy.returncode == 2 and "node2: port 50052 is already in use there" in busy.stderr
         _node(tmp_path, lab, "node2", "pkill -f 'http.server 50052'")

@@ -365,7 +365,8 @@ class Server:
         lines = [clean(line).strip() for line in self.log_text(node).splitlines()]
         lines = [line for line in lines if line]
         for line in reversed(lines):
-            if ("Error" in line or "refuses" in line) and not line.startswith("File "):
+            said = ("Error" in line or "refuses" in line or line.startswith("Failed to"))
+            if said and not line.startswith("File "):
                 return line[-400:]
         return " | ".join(lines[-3:])[-400:] or "its log is empty"
 
