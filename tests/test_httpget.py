@@ -53,7 +53,11 @@ def test_the_fake_answers_refuses_and_records() -> None:
         fake("http://b/metrics")
     with pytest.raises(urllib.error.URLError):
         fake("http://c/metrics")
-    assert [url for url, _ in fake.calls] == ["http://a/metrics", "http://b/metrics", "http://c/metrics"]
+    assert [url for url, _ in fake.calls] == [
+        "http://a/metrics",
+        "http://b/metrics",
+        "http://c/metrics",
+    ]
     assert fake.calls[0][1] == {"X": "1"}
 
 

@@ -26,7 +26,10 @@ def test_schemas_and_kinds() -> None:
     [
         ([], "r.json: not a halo benchmark result (no halo.bench.* schema)"),
         ({"schema": "other/1"}, "r.json: not a halo benchmark result (no halo.bench.* schema)"),
-        ({"schema": "halo.bench.nope/1"}, "r.json: not a kind of result this halo knows ('halo.bench.nope/1')"),
+        (
+            {"schema": "halo.bench.nope/1"},
+            "r.json: not a kind of result this halo knows ('halo.bench.nope/1')",
+        ),
         (
             {"schema": "halo.bench.net/2"},
             "r.json: schema 'halo.bench.net/2' is not one this halo reads (halo.bench.net/1)",
@@ -42,7 +45,9 @@ def test_result_kind_refuses_in_one_line(data: object, message: str) -> None:
 def test_result_kind_and_require_kind() -> None:
     assert schema.result_kind({"schema": "halo.bench.tp/1"}, "r.json") == "tp"
     schema.require_kind({"schema": "halo.bench.serve/1"}, "serve", "r.json")
-    with pytest.raises(UsageError, match=r"schema is 'halo.bench.net/1', expected 'halo.bench.serve/1' \(hint\)"):
+    with pytest.raises(
+        UsageError, match=r"schema is 'halo.bench.net/1', expected 'halo.bench.serve/1' \(hint\)"
+    ):
         schema.require_kind({"schema": "halo.bench.net/1"}, "serve", "r.json", " (hint)")
 
 

@@ -125,3 +125,9 @@ def test_a_worker_with_another_build_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"node2: its llama\.cpp build differs from node1's"):
         srv.start(GGUF, None, None, None, False, False, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_vllm_options_are_refused_with_llama_cpp(tmp_path: Path) -> None:
+    srv = cluster(tmp_path, two_nodes((1, 1)), SERVE)
+    with pytest.raises(UsageError, match="--tp and --executor are vLLM's"):
+        srv.start(GGUF, 2, None, None, False, False, wait_s=5)

@@ -26,9 +26,7 @@ def save(
 def spec_nodes(cluster: BenchCluster) -> list[dict[str, object]]:
     config = cluster.config
     ordered = [config.head, *[n for n in config.nodes if n.name != config.head.name]]
-    return [
-        {"name": n.name, "address": n.address, "gpus": n.gpus} for n in ordered
-    ]
+    return [{"name": n.name, "address": n.address, "gpus": n.gpus} for n in ordered]
 
 
 def ranked_run(

@@ -121,6 +121,10 @@ class Server:
         if serve.engine == "llama.cpp":
             from halo_cluster.cluster.llama_server import LlamaCpp
 
+            if tp is not None or executor is not None:
+                raise UsageError(
+                    "--tp and --executor are vLLM's: llama.cpp splits the layers over every node"
+                )
             result = LlamaCpp(self).start(serve, model, api_key, wait_s)
             if result.problems and not allow_fallback:
                 self.stop()
@@ -365,7 +369,7 @@ class Server:
         lines = [clean(line).strip() for line in self.log_text(node).splitlines()]
         lines = [line for line in lines if line]
         for line in reversed(lines):
-            said = ("Error" in line or "refuses" in line or line.startswith("Failed to"))
+            said = "Error" in line or "refuses" in line or line.startswith("Failed to")
             if said and not line.startswith("File "):
                 return line[-400:]
         return " | ".join(lines[-3:])[-400:] or "its log is empty"
