@@ -131,7 +131,7 @@ def vllm_server(engine: Path, model: Path, log: Path) -> Iterator[dict[str, Any]
         proc = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    report: dict[str, Any] = {"argv": argv, "env": {**OFFLINE, **pinned}}
+    report: dict[str, Any] = {"argv": shown_argv(argv, engine, model), "env": {**OFFLINE, **pinned}}
     shm: set[str] = set()
     try:
         wait_ready(proc, log)
@@ -153,6 +153,17 @@ def vllm_server(engine: Path, model: Path, log: Path) -> Iterator[dict[str, Any]
         for path in left:
             os.unlink(path)
         report["after_stop"] = {"processes_left": group_pids(proc.pid), "shm_removed": left}
+
+
+def shown_argv(argv: list[str], engine: Path, model: Path) -> list[str]:
+    """The server's argv as the result keeps it: no path of this machine (the engine relative
+    to the repository when it is there, the temporary model as MODEL)."""
+    where = str(engine)
+    try:
+        where = str(engine.relative_to(REPO))
+    except ValueError:
+        where = "ENGINE"
+    return ["MODEL" if a == str(model) else a.replace(str(engine), where, 1) for a in argv]
 
 
 def place_engine(pids: list[int]) -> dict[str, str]:
