@@ -30,7 +30,7 @@ from halo_cluster.cluster.lifecycle_plan import (
     registered,
     start_argv,
 )
-from halo_cluster.cluster.serve_plan import local_host, log_paths
+from halo_cluster.cluster.serve_plan import alive_script, local_host
 from halo_cluster.cluster.state import (
     UpResult,
     read_state,
@@ -332,8 +332,7 @@ class Lifecycle:
     def _dead_servers(self, members: list[dict[str, Any]], head: str) -> list[str]:
         """The members (head excluded) that are unreachable or whose served program (the
         pid file 'halo serve' wrote) is gone."""
-        _log, pid = log_paths(self.config.name)
-        script = f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
+        script = alive_script(self.config.name)
 
         def dead(member: dict[str, Any]) -> bool:
             if not member["reachable"]:

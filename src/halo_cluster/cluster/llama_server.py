@@ -11,14 +11,13 @@ its environment (``LLAMA_API_KEY``), never argv.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halo_cluster.cluster import llama_plan, proof
+from halo_cluster.cluster import llama_plan
 from halo_cluster.cluster.lifecycle import LifecycleError, update_state
-from halo_cluster.cluster.serve_plan import background_script, local_host, log_paths
-from halo_cluster.cluster.serve_result import ServeResult
+from halo_cluster.cluster.serve_plan import background_script, local_host
+from halo_cluster.cluster.serve_result import ServeResult, state_summary
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
@@ -53,12 +52,13 @@ class LlamaCpp:
         self.head = server.head
 
     def start(
-        self, serve: ServeConfig, model: str, api_key: str | None, wait_s: float
+        self,
+        serve: ServeConfig,
+        model: str,
+        api_key: str | None,
+        wait_s: float,
+        plans: dict[str, TransportPlan],
     ) -> ServeResult:
-
-        plans = self.server._plans()
-        if self.head.name not in plans:
-            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
         if not model.startswith("/"):
             raise UsageError(
                 f"{model}: give the GGUF file's absolute path (it is read on {self.head.name})"
@@ -69,41 +69,43 @@ class LlamaCpp:
                 "[[node]], or run llama-server on its own"
             )
         workers = self._workers(plans)
-        server = self.server
-        server.stop()
+        self.server.stop()
         layers, rdma_builds = self._preflight(serve, model, workers)
         workers = [self._with_transport(w, plans, rdma_builds) for w in workers]
         offload = llama_plan.offload_layers(layers, len(workers))
-        started = time.monotonic()
-        try:
-            update_state(
-                self.config, "serve", {"nodes": [self.head.name, *[w.node.name for w in workers]]}
+        return self.server.bring_up(
+            serve,
+            wait_s,
+            lambda: self._launch(serve, model, workers, layers, api_key),
+            lambda: self._prove(serve, model, workers, plans, offload),
+        )
+
+    def _launch(
+        self,
+        serve: ServeConfig,
+        model: str,
+        workers: list[llama_plan.Worker],
+        layers: int,
+        api_key: str | None,
+    ) -> None:
+        """rpc-server on every worker, then llama-server on the head with all of them."""
+        server = self.server
+        nodes = [self.head.name, *[w.node.name for w in workers]]
+        update_state(self.config, "serve", {"nodes": nodes})
+        self._start_workers(serve, workers)
+        endpoints = [w.endpoint(serve.rpc_port) for w in workers]
+        argv = llama_plan.llama_server_argv(serve, model, endpoints, layers)
+        env = {**dict(self.head.env), **({"LLAMA_API_KEY": api_key} if api_key else {})}
+        offload = llama_plan.offload_layers(layers, len(workers))
+        server.progress(
+            f"starting llama-server {model} on {self.head.name} "
+            f"({offload}/{layers + 1} layers on {len(workers)} worker(s))"
+        )
+        result = server._run(self.head, background_script(env, argv, self.config.name))
+        if not result.ok:
+            raise LifecycleError(
+                f"could not start llama-server on {self.head.name}: {result.error_text()}"
             )
-            self._start_workers(serve, workers)
-            endpoints = [w.endpoint(serve.rpc_port) for w in workers]
-            argv = llama_plan.llama_server_argv(serve, model, endpoints, layers)
-            env = {**dict(self.head.env), **({"LLAMA_API_KEY": api_key} if api_key else {})}
-            server.progress(
-                f"starting llama-server {model} on {self.head.name} "
-                f"({offload}/{layers + 1} layers on {len(workers)} worker(s))"
-            )
-            result = server._run(self.head, background_script(env, argv, self.config.name))
-            if not result.ok:
-                raise LifecycleError(
-                    f"could not start llama-server on {self.head.name}: {result.error_text()}"
-                )
-            server._wait_healthy(serve, wait_s)
-            ready_s = time.monotonic() - started
-            server.progress("warming up (one short request)")
-            warm = server._complete(serve, 4)
-            outcome: ServeResult = self._prove(serve, model, workers, plans, offload)
-        except BaseException:
-            server.progress("stopping llama.cpp on every node")
-            server.stop()
-            update_state(self.config, "serve", None)
-            raise
-        outcome.ready_s, outcome.warmup_s = round(ready_s, 1), warm.get("seconds")
-        return outcome
 
     # -- plan -------------------------------------------------------------------------------
     def _with_transport(
@@ -228,7 +230,7 @@ class LlamaCpp:
                     f"{worker.endpoint(serve.rpc_port)} from {self.head.name}: {line}"
                 )
 
-        server._each([w.node for w in workers], lambda n: start(_worker(workers, n)))
+        server._each(workers, start)
 
     # -- proof ------------------------------------------------------------------------------
     def _prove(
@@ -239,8 +241,6 @@ class LlamaCpp:
         plans: dict[str, TransportPlan],
         offload: int,
     ) -> ServeResult:
-        from halo_cluster.cluster.serve import PROBE_TOKENS
-
         server = self.server
         head_text = server.log_text(self.head)
         worker_logs = [(f"{w.node.name}:serve.log", server.log_text(w.node)) for w in workers]
@@ -251,21 +251,14 @@ class LlamaCpp:
             f"{w.node.name}:serve.log": (w.endpoint(serve.rpc_port), w.transport) for w in workers
         }
         problems = check_rpc(verdict, expected, offload)
-        server.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
         nodes = [self.head, *[w.node for w in workers]]
-        before = proof.read_counters(server.lifecycle.runners, nodes, plans)
-        probe = server._complete(serve, PROBE_TOKENS)
-        after = proof.read_counters(server.lifecycle.runners, nodes, plans)
         # RDMA counters are asked of every node only when every link is RDMA
         rdma = bool(workers) and all(w.transport == "rdma" for w in workers)
-        traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
-        traffic["seconds"] = probe["seconds"]
+        traffic = server.probe_traffic(serve, nodes, plans, rdma)
         problems += traffic["problems"]
         transports = {w.transport for w in workers}
         transport = "/".join(sorted(transports)) if transports else None
         expected_path = "rdma" if rdma else "socket"
-        log, _pid = log_paths(self.config.name)
-        host = serve.host if serve.host != "0.0.0.0" else self.head.host
         ranks = [
             {"rank": i, "node": w.node.name, "address": w.endpoint(serve.rpc_port)}
             for i, w in enumerate(workers)
@@ -278,9 +271,10 @@ class LlamaCpp:
             "security": llama_plan.NO_AUTH_NOTE,
             "head_layers": None if verdict.layers is None else verdict.layers - offload,
         }
+        url, log = server.where(serve)
         result = ServeResult(
-            url=f"http://{host}:{serve.port}",
-            log=server._run(self.head, f"echo {log}\n").stdout.strip() or log,
+            url=url,
+            log=log,
             executor="llama.cpp-rpc",
             model=model,
             tp=1,
@@ -292,7 +286,7 @@ class LlamaCpp:
             proven=None if problems else expected_path,
             problems=problems,
         )
-        summary = server.summary(result, serve)
+        summary = state_summary(result, serve, self.head.name)
         summary.update(
             engine="llama.cpp",
             nodes=[self.head.name, *[w.node.name for w in workers]],
@@ -301,7 +295,3 @@ class LlamaCpp:
         )
         update_state(self.config, "serve", summary)
         return result
-
-
-def _worker(workers: list[llama_plan.Worker], node: NodeConfig) -> llama_plan.Worker:
-    return next(w for w in workers if w.node is node)

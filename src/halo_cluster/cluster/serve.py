@@ -16,10 +16,10 @@ state or JSON.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from halo_cluster.cluster import proof
 from halo_cluster.cluster.auth import ray_env
@@ -33,6 +33,7 @@ from halo_cluster.cluster.lifecycle import (
 from halo_cluster.cluster.serve_plan import (
     PREFLIGHT,
     Placement,
+    alive_script,
     background_script,
     is_local_model,
     local_host,
@@ -42,7 +43,7 @@ from halo_cluster.cluster.serve_plan import (
     serve_argv,
     stop_script,
 )
-from halo_cluster.cluster.serve_result import Launch, ServeResult
+from halo_cluster.cluster.serve_result import Launch, ServeResult, state_summary
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
 from halo_cluster.engine_log import rank_nodes
 from halo_cluster.errors import UsageError
@@ -52,6 +53,7 @@ from halo_cluster.transport import TransportPlan
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
 PROBE_TOKENS = 64
+T = TypeVar("T")
 __all__ = ["HEALTH_TIMEOUT_S", "PROBE_TOKENS", "Launch", "ServeResult", "Server"]
 MP_MASTER_PORT = 29517
 
@@ -82,9 +84,10 @@ class Server:
             [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout
         )
 
-    def _each(self, nodes: list[NodeConfig], work: Callable[[NodeConfig], Any]) -> list[Any]:
-        with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-            return list(pool.map(work, nodes))
+    def _each(self, items: Sequence[T], work: Callable[[T], Any]) -> list[Any]:
+        """``work`` on every item (nodes, workers) in parallel, results in order."""
+        with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
+            return list(pool.map(work, items))
 
     def _served_nodes(self) -> list[NodeConfig]:
         """The nodes the last serve started on (every node when unknown)."""
@@ -118,6 +121,9 @@ class Server:
         if not model:
             raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
         api_key = self._check_key(serve, insecure)
+        plans = self._plans()
+        if self.head.name not in plans:
+            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
         if serve.engine == "llama.cpp":
             from halo_cluster.cluster.llama_server import LlamaCpp
 
@@ -125,38 +131,44 @@ class Server:
                 raise UsageError(
                     "--tp and --executor are vLLM's: llama.cpp splits the layers over every node"
                 )
-            result = LlamaCpp(self).start(serve, model, api_key, wait_s)
-            if result.problems and not allow_fallback:
-                self.stop()
-                result.stopped = True
-            return result
-        plans = self._plans()
-        if self.head.name not in plans:
-            raise LifecycleError("the cluster is not up (no state): run 'halo up' first")
-        tp = tp or serve.tensor_parallel_size or len(self.config.nodes)
-        world = tp * serve.pipeline_parallel_size
-        places = placement(self.config.nodes, self._capacity(), world, f"--tp {tp}")
-        self.stop()
-        self._preflight(serve, model, places)
+            result = LlamaCpp(self).start(serve, model, api_key, wait_s, plans)
+        else:
+            tp = tp or serve.tensor_parallel_size or len(self.config.nodes)
+            world = tp * serve.pipeline_parallel_size
+            places = placement(self.config.nodes, self._capacity(), world, f"--tp {tp}")
+            self.stop()
+            self._preflight(serve, model, places)
+            launch = Launch(serve, model, tp, places, plans)
+            result = self.bring_up(
+                serve, wait_s, lambda: self._launch(launch, api_key), lambda: self._prove(launch)
+            )
+        if result.problems and not allow_fallback:
+            self.stop()
+            result.stopped = True
+        return result
+
+    def bring_up(
+        self,
+        serve: ServeConfig,
+        wait_s: float,
+        launch: Callable[[], None],
+        prove: Callable[[], ServeResult],
+    ) -> ServeResult:
+        """Start (``launch``), wait for /health, warm up, then ``prove``; whatever ends this
+        early (an error, Ctrl-C) stops what was started on every node."""
         started = time.monotonic()
-        launch = Launch(serve, model, tp, places, plans)
-        try:  # whatever ends this early (an error, Ctrl-C) stops what it started
-            self._launch(launch, api_key)
+        try:
+            launch()
             self._wait_healthy(serve, wait_s)
             ready_s = time.monotonic() - started
             self.progress("warming up (one short request)")
             warm = self._complete(serve, WARMUP_TOKENS)
-            result = self._prove(launch)
+            result = prove()
         except BaseException:
             self.progress("stopping the server on every node")
             self.stop()
-            update_state(self.config, "serve", None)
             raise
         result.ready_s, result.warmup_s = round(ready_s, 1), warm.get("seconds")
-        bad = bool(result.problems)
-        if bad and not allow_fallback:
-            self.stop()
-            result.stopped = True
         return result
 
     def _check_key(self, serve: ServeConfig, insecure: bool) -> str | None:
@@ -292,26 +304,17 @@ class Server:
             problems.append("the ranks used Gloo (TCP sockets) although RDMA was planned")
         if nccl.transport != "unknown" and not nccl.meets(expected):
             problems.append(f"NCCL's log shows {nccl.transport}, the plan asked for {expected}")
-        self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
-        nodes = [p.node for p in places]
-        before = proof.read_counters(self.lifecycle.runners, nodes, plans)
-        probe = self._complete(serve, PROBE_TOKENS)
-        after = proof.read_counters(self.lifecycle.runners, nodes, plans)
-        traffic = proof.traffic_witness(
-            before, after, int(probe["completion_tokens"]), head_plan.is_rdma
-        )
-        traffic["seconds"] = probe["seconds"]
+        traffic = self.probe_traffic(serve, [p.node for p in places], plans, head_plan.is_rdma)
         problems += traffic["problems"]
         where = rank_nodes(engine, addresses, self.head.name)
         ranks = [
             {"rank": r.rank, "node": where.get(r.rank), "address": r.address or head_plan.address}
             for r in engine.ranks
         ]
-        log, _pid = log_paths(self.config.name)
-        host = serve.host if serve.host != "0.0.0.0" else self.head.host
+        url, log = self.where(serve)
         result = ServeResult(
-            url=f"http://{host}:{serve.port}",
-            log=self._run(self.head, f"echo {log}\n").stdout.strip() or log,
+            url=url,
+            log=log,
             executor=serve.executor,
             model=launch.model,
             tp=launch.tp,
@@ -327,36 +330,35 @@ class Server:
             else "socket",
             problems=problems,
         )
-        update_state(self.config, "serve", self.summary(result, serve))
+        update_state(self.config, "serve", state_summary(result, serve, self.head.name))
         return result
 
-    def summary(self, result: ServeResult, serve: ServeConfig) -> dict[str, Any]:
-        """What the state file keeps of a serve (no secrets): where it runs and its proof."""
-        return {
-            "model": result.model,
-            "executor": result.executor,
-            "tp": result.tp,
-            "host": serve.host,
-            "port": serve.port,
-            "url": result.url,
-            "nodes": sorted({str(r["node"]) for r in result.ranks} | {self.head.name}),
-            "ranks": result.ranks,
-            "proven": result.proven,
-            "backend": result.engine.get("backend"),
-            "init_method": f"tcp://{result.engine.get('init_address')}:"
-            f"{result.engine.get('init_port')}",
-            "bytes_per_token": {
-                node: {path: v.get("bytes_per_token") for path, v in paths.items()}
-                for node, paths in result.traffic.get("nodes", {}).items()
-            },
-            "problems": result.problems,
-            "started_at": time.time(),
-        }
+    def probe_traffic(
+        self,
+        serve: ServeConfig,
+        nodes: list[NodeConfig],
+        plans: dict[str, TransportPlan],
+        rdma: bool,
+    ) -> dict[str, Any]:
+        """The counters witness: every node's paths read around one probe request."""
+        self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
+        before = proof.read_counters(self.lifecycle.runners, nodes, plans)
+        probe = self._complete(serve, PROBE_TOKENS)
+        after = proof.read_counters(self.lifecycle.runners, nodes, plans)
+        traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
+        traffic["seconds"] = probe["seconds"]
+        return traffic
+
+    def where(self, serve: ServeConfig) -> tuple[str, str]:
+        """(the API's URL, the server's log file on the head, expanded there)."""
+        log, _pid = log_paths(self.config.name)
+        host = serve.host if serve.host != "0.0.0.0" else self.head.host
+        shown = self._run(self.head, f"echo {log}\n").stdout.strip() or log
+        return f"http://{host}:{serve.port}", shown
 
     # -- running server -------------------------------------------------------------------
     def _alive(self, node: NodeConfig) -> bool:
-        _log, pid = log_paths(self.config.name)
-        return self._run(node, f'kill -0 "$(cat {pid})" 2>/dev/null\n').ok
+        return self._run(node, alive_script(self.config.name)).ok
 
     def log_text(self, node: NodeConfig) -> str:
         log, _pid = log_paths(self.config.name)

@@ -99,6 +99,12 @@ def log_paths(cluster: str) -> tuple[str, str]:
     return f"{STATE_DIR}/serve-{name}.log", f"{STATE_DIR}/serve-{name}.pid"
 
 
+def alive_script(cluster: str) -> str:
+    """Exit 0 when the program 'halo serve' started on a node (its pid file) still runs."""
+    _log, pid = log_paths(cluster)
+    return f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
+
+
 def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
     """Start ``argv`` detached in its own process group, its output in the log, its pid
     in the pid file; the working directory is HOME (a node's caches and state live there)."""

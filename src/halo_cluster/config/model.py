@@ -124,28 +124,28 @@ class Config:
         raise UsageError(f"no node named {name!r} in {self.path} (nodes: {known})")
 
 
-def default_engine() -> str | None:
-    """The engine environment to use when none is named: $HALO_ENGINE, else the
-    ``.venv-engine`` beside halo's own environment (a checkout's, built by 'make engine')."""
+def _built_beside_halo(variable: str, folder: str, marker: str) -> str | None:
+    """$``variable`` when set, else ``folder`` beside halo's own environment (a checkout's,
+    built by make) when it holds ``marker``; None when neither."""
     import sys
 
-    named = os.environ.get("HALO_ENGINE")
+    named = os.environ.get(variable)
     if named:
         return named
-    candidate = Path(sys.prefix).parent / ".venv-engine"
-    return str(candidate) if (candidate / "bin" / "python").is_file() else None
+    candidate = Path(sys.prefix).parent / folder
+    return str(candidate) if (candidate / marker).is_file() else None
+
+
+def default_engine() -> str | None:
+    """The engine environment to use when none is named: $HALO_ENGINE, else the
+    ``.venv-engine`` beside halo's own environment (built by 'make engine')."""
+    return _built_beside_halo("HALO_ENGINE", ".venv-engine", "bin/python")
 
 
 def default_llama_cpp() -> str | None:
     """The llama.cpp build to use when none is named: $HALO_LLAMA_CPP, else the
-    ``.llama-cpp`` beside halo's own environment (a checkout's, built by 'make llama-cpp')."""
-    import sys
-
-    named = os.environ.get("HALO_LLAMA_CPP")
-    if named:
-        return named
-    candidate = Path(sys.prefix).parent / ".llama-cpp"
-    return str(candidate) if (candidate / "bin" / "llama-server").is_file() else None
+    ``.llama-cpp`` beside halo's own environment (built by 'make llama-cpp')."""
+    return _built_beside_halo("HALO_LLAMA_CPP", ".llama-cpp", "bin/llama-server")
 
 
 def find_config(explicit: str | None) -> Path | None:
