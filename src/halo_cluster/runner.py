@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from halo_cluster.atomic import atomic_write
+from halo_cluster.nodecode import as_halo
 
 TIMED_OUT = 124
 CANNOT_RUN = 126
@@ -328,8 +329,9 @@ class FakeRunner:
         args = tuple(argv)
         self.calls.append(args)
         self.stdins.append(stdin)
+        wanted = as_halo(args)  # halo's node code matches the rules for "halo CMD…"
         for prefix, answer in self.rules:
-            if args[: len(prefix)] == prefix:
+            if wanted[: len(prefix)] == prefix:
                 result = answer(args) if callable(answer) else answer
                 for line in result.stdout.splitlines() if on_line else ():
                     on_line(line)  # type: ignore[misc]

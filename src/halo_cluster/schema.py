@@ -11,7 +11,7 @@ short carries ``incomplete`` (the reason) and the rows measured until then.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, get_args
+from typing import Any, Literal, Optional, TypedDict, Union, get_args
 
 from halo_cluster.errors import UsageError
 
@@ -43,6 +43,7 @@ class Latency(TypedDict):
     tool: str
 
 
+# the functional form evaluates its types: Optional, not X | None (Python 3.9 on nodes)
 NetPath = TypedDict(
     "NetPath",
     {
@@ -52,14 +53,14 @@ NetPath = TypedDict(
         "transport": Literal["tcp", "rdma"],
         "from": str,
         "to": str,
-        "latency_us": Latency | None,
-        "bandwidth_gbps": float | None,
+        "latency_us": Optional[Latency],
+        "bandwidth_gbps": Optional[float],
         "bandwidth_tool": str,
-        "retransmits": int | None,
-        "line_rate_gbps": float | None,
-        "pcie_ceiling_gbps": float | None,
-        "pct_line_rate": float | None,
-        "pct_pcie": float | None,
+        "retransmits": Optional[int],
+        "line_rate_gbps": Optional[float],
+        "pcie_ceiling_gbps": Optional[float],
+        "pct_line_rate": Optional[float],
+        "pct_pcie": Optional[float],
         "errors": list[str],
     },
     total=False,
@@ -172,7 +173,7 @@ class ServeResult(Stamp, total=False):
     serve_proof: dict[str, Any]
 
 
-Result = NetResult | CollectiveResult | TpResult | ServeResult
+Result = Union[NetResult, CollectiveResult, TpResult, ServeResult]  # evaluated: no X | Y
 
 
 # -- the validator ---------------------------------------------------------------------------

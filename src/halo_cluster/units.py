@@ -1,6 +1,8 @@
-"""Small shared unit helpers: sizes for people to read."""
+"""Small shared unit helpers: sizes for people to read, durations, listen addresses."""
 
 from __future__ import annotations
+
+import re
 
 
 def human_bytes(size: float) -> str:
@@ -10,3 +12,26 @@ def human_bytes(size: float) -> str:
             value = size / scale
             return f"{value:g}{unit}" if value == int(value) else f"{value:.1f}{unit}"
     return f"{int(size)}B"
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds; ValueError otherwise."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration like 500ms, 1s or 5m")
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
+    value = float(match.group(1)) * scale
+    if value <= 0:
+        raise ValueError(f"{text!r}: must be more than zero")
+    return value
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``ADDR:PORT`` (IPv6 in brackets) as (address, port); ValueError otherwise."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r}: use ADDR:PORT with a port 1-65535, e.g. 127.0.0.1:9877")
+    return host.strip("[]"), int(port)

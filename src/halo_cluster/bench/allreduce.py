@@ -86,10 +86,10 @@ def fit_alpha_beta(rows: Sequence[SweepRow], ranks: int) -> Fit | None:
         return None
     weights = [1 / (t * t) for _s, t in points]
     sw = sum(weights)
-    sx = sum(w * s for w, (s, _t) in zip(weights, points, strict=True))
-    sy = sum(w * t for w, (_s, t) in zip(weights, points, strict=True))
-    sxx = sum(w * s * s for w, (s, _t) in zip(weights, points, strict=True))
-    sxy = sum(w * s * t for w, (s, t) in zip(weights, points, strict=True))
+    sx = sum(w * s for w, (s, _t) in zip(weights, points))
+    sy = sum(w * t for w, (_s, t) in zip(weights, points))
+    sxx = sum(w * s * s for w, (s, _t) in zip(weights, points))
+    sxy = sum(w * s * t for w, (s, t) in zip(weights, points))
     det = sw * sxx - sx * sx
     if det <= 0:
         return None

@@ -111,7 +111,7 @@ def drive_remote(
         done = jobs.run(
             head,
             "driver",
-            [head.halo, "bench-driver"],
+            head.command("bench-driver"),
             limit_s,
             env={"HALO_BENCH_SPEC": json.dumps(spec), **ray_env(cluster.config)},
             on_line=on_line,

@@ -183,7 +183,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
             f"decode replay at batch {batch}",
             spec["timeout"],
         )
-        steps = [max(values) for values in zip(*per_rank, strict=True)]
+        steps = [max(values) for values in zip(*per_rank)]
         ms = (quantile(steps, 0.5) or 0.0) * 1e3
         rows.append(
             {
@@ -216,7 +216,7 @@ def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             "backend": backend,
             "ranks": [
                 {"rank": r, "node": node, **{k: f[k] for k in ("hostname", "gpus", "env")}}
-                for r, (node, f) in enumerate(zip(ranks.nodes, facts, strict=True))
+                for r, (node, f) in enumerate(zip(ranks.nodes, facts))
             ],
             "versions": {k: facts[0][k] for k in ("torch", "nccl", "ray", "hip")},
             "world_size": ranks.world,

@@ -273,9 +273,9 @@ class NetBench:
                 return ["qperf", "--listen_port", str(port)], tools.qperf_argv(
                     target, port, seconds, test
                 )
-            server = [leg.peer.halo, "net-probe", "serve", "--bind", target, "--port", str(port)]
+            server = leg.peer.command("net-probe", "serve", "--bind", target, "--port", str(port))
             server += ["--limit", f"{self._limit() + 5:g}"]
-            client = [leg.node.halo, "net-probe", "ping" if kind == "lat" else "stream"]
+            client = leg.node.command("net-probe", "ping" if kind == "lat" else "stream")
             client += [f"{target}:{port}", "--seconds", f"{seconds:g}"]
             if kind == "bw":
                 client += ["--streams", str(self.streams)]

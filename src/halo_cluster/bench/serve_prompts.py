@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
 
 # Common, short, lower-case words: a single token (with its leading space) in the GPT-2, Llama
 # and Qwen vocabularies, so a prompt of N words is close to N tokens before any correction.
@@ -32,7 +33,7 @@ _WORD_LIST = (
 )
 WORDS = tuple(_WORD_LIST.split())
 
-TokenCounter = Callable[[str], int | None]
+TokenCounter = Callable[[str], Optional[int]]  # evaluated: no X | Y (Python 3.9)
 
 
 @dataclass(frozen=True)

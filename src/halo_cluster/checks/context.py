@@ -6,12 +6,16 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from halo_cluster.checks.fixes import family
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Gpu, Inventory, NetInterface, RdmaDevice, RdmaPort
 from halo_cluster.transport import AMD_APU_TARGETS, RDMA_TRANSPORTS, plan_transport
+
+if TYPE_CHECKING:
+    from halo_cluster.nodecode import Problem
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,8 @@ class NodeReport:
     error: str | None = None
     pings: Mapping[str, bool] = field(default_factory=dict)  # peer node name -> reached
     ethtool: Mapping[str, str] | None = None
+    python: Problem | None = None  # why halo's node code cannot run there (inventory is None)
+    code_sent: bool = False  # halo's node code was sent to it (not yet cached there)
 
 
 @dataclass(frozen=True)

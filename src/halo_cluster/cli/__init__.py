@@ -17,7 +17,6 @@ from halo_cluster.errors import EXIT_CODES, HaloError, exit_code
 # name -> "module:attribute"; kept in one table so the help listing needs no imports of the core.
 COMMANDS = {
     "bench": "halo_cluster.cli.bench:bench",
-    "bench-driver": "halo_cluster.cli.bench_node:bench_driver",
     "container": "halo_cluster.cli.setup:container",
     "demo": "halo_cluster.cli.demo:demo",
     "doctor": "halo_cluster.cli.doctor:doctor",
@@ -27,17 +26,11 @@ COMMANDS = {
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
-    "net-probe": "halo_cluster.cli.bench_node:net_probe",
     "plan": "halo_cluster.cli.plan:plan",
-    "ray-nodes": "halo_cluster.cli.cluster:ray_nodes",
     "report": "halo_cluster.cli.results:report",
     "results": "halo_cluster.cli.results:results",
     "logs": "halo_cluster.cli.serve:logs",
     "serve": "halo_cluster.cli.serve:serve",
-    "serve-health": "halo_cluster.cli.serve:serve_health",
-    "serve-probe": "halo_cluster.cli.serve:serve_probe",
-    "counters": "halo_cluster.cli.serve:counters",
-    "gguf-layers": "halo_cluster.cli.serve:gguf_layers",
     "setup": "halo_cluster.cli.setup:setup",
     "status": "halo_cluster.cli.cluster:status",
     "stop": "halo_cluster.cli.serve:stop",
@@ -45,6 +38,20 @@ COMMANDS = {
     "up": "halo_cluster.cli.cluster:up",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }
+
+
+# the node side's own commands (halo_cluster.node): run on nodes over SSH, not for people;
+# an installed halo hands them over, so a node runs the same code with or without halo
+NODE_ONLY = (
+    "bench-driver",
+    "counters",
+    "gguf-layers",
+    "net-probe",
+    "node-info",
+    "ray-nodes",
+    "serve-health",
+    "serve-probe",
+)
 
 
 class LazyGroup(click.Group):
@@ -73,6 +80,11 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps halo's one-line errors and Ctrl-C to exit codes (errors.EXIT_CODES),
     never a traceback. Click's own usage errors keep click's code (2)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in NODE_ONLY:
+        from halo_cluster.node.main import main as node_main
+
+        sys.exit(node_main(args))
     try:
         result = cli.main(args=argv, prog_name="halo", standalone_mode=False)
     except click.exceptions.Exit as done:

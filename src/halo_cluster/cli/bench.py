@@ -1,6 +1,6 @@
 """``halo bench``: benchmarks that answer the fabric question: serve load, net, collective
 and TP replay. Options and the commands here; the tables in cli/bench_render.py, the node
-side in cli/bench_node.py, the ranked runs' orchestration in bench/run.py."""
+side in node/main.py, the ranked runs' orchestration in bench/run.py."""
 
 from __future__ import annotations
 

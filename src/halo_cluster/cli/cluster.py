@@ -122,7 +122,6 @@ def down(config_path: str | None, as_json: bool) -> int:
     return 0 if all(v == "stopped" for v in outcome.values()) else 1
 
 
-@click.command("ray-nodes", hidden=True)
 @click.option("--wait", "wait_for", metavar="ADDR,...", help="Wait until these are alive.")
 @click.option("--timeout", default=60.0, type=click.FloatRange(0, 3600))
 def ray_nodes(wait_for: str | None, timeout: float) -> int:

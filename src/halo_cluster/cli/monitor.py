@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,45 +21,26 @@ if TYPE_CHECKING:
 
 DEFAULT_PORT = 9877
 PROBE_PORT = 9878
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 
 
 def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a duration like 500ms, 1s or 5m")
-    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
-    value = float(match.group(1)) * scale
-    if value <= 0:
-        raise click.BadParameter("must be more than zero")
-    return value
+    """``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds (a usage error otherwise)."""
+    from halo_cluster.units import parse_duration as seconds
+
+    try:
+        return seconds(text)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
 
 
 def _listen(text: str) -> tuple[str, int]:
     from halo_cluster.errors import UsageError
+    from halo_cluster.units import parse_listen
 
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(
-            f"--listen {text!r}: use ADDR:PORT with a port 1-65535, e.g. 127.0.0.1:9877"
-        )
-    return host.strip("[]"), int(port)
-
-
-def raise_fd_limit(wanted: int = 65536) -> None:
-    """Let the soft descriptor limit reach the hard one (as Go programs such as
-    node_exporter do by themselves); the exporter sizes its file cache and its connection
-    limit from what it gets."""
-    import contextlib
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        # a container may refuse: the budgets then follow the limit we have
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    try:
+        return parse_listen(text)
+    except ValueError as err:
+        raise UsageError(f"--listen {err}") from None
 
 
 def _this_node(config: Config, name: str | None) -> NodeConfig | None:
@@ -152,12 +132,10 @@ def exporter(
     bytes, interface statistics, PCIe width, GPU memory, TCP echo round trips to every peer
     on each path, and alerts (link down, errors rising, latency over twice its baseline)."""
     from halo_cluster.config import find_config, load_config
-    from halo_cluster.monitor.exporter import Exporter, serve
     from halo_cluster.monitor.probes import Target
-    from halo_cluster.monitor.sampler import Sampler
+    from halo_cluster.monitor.run import ExporterSpec, run_exporter
+    from halo_cluster.monitor.run import once as one_page
 
-    interval_s = parse_duration(interval)
-    rescan_s = parse_duration(rescan)
     address, port = _listen(listen)
     path = find_config(config_path) if config_path else None
     targets: list[Target] = [Target(a, "extra", a, probe_port) for a in probes]
@@ -168,56 +146,22 @@ def exporter(
         targets += probe_targets(config, me, probe_port)
         if me is not None:
             echo_addresses = [a for a in (me.fabric_address, me.mgmt_address) if a]
-    if not once:
-        raise_fd_limit()
-    state = Exporter(Sampler(root, rescan_s), targets, interval_s, _baseline(baseline_path))
-    if rdma_probe_every:
-        state.rdma = rdma_prober(root, targets, parse_duration(rdma_probe_every))
-    if once:
-        state.tick()
-        sys.stdout.write(state.metrics())
-        return 0
-    server = serve(state, address, port)  # first: a busy port is one line, before anything runs
-    echoes = _echo_servers(echo_addresses or ([address] if probes else []), probe_port)
-    for echo in echoes:
-        echo.start()
-    state.start()
-    if state.rdma is not None:
-        state.rdma.start()
-    click.echo(
-        f"halo exporter on http://{address}:{port}/metrics, sampling every {interval_s:g} s, "
-        f"{len(targets)} probe target(s)",
-        err=True,
+    spec = ExporterSpec(
+        root,
+        address,
+        port,
+        targets,
+        echo_addresses or ([address] if probes else []),
+        probe_port,
+        parse_duration(interval),
+        parse_duration(rescan),
+        parse_duration(rdma_probe_every) if rdma_probe_every else None,
+        _baseline(baseline_path),
     )
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        state.stop()
-        for echo in echoes:
-            echo.shutdown()
-            echo.server_close()
-    return 0
-
-
-def _echo_servers(addresses: list[str], port: int) -> list[Any]:
-    from halo_cluster.errors import UsageError
-    from halo_cluster.monitor.probes import EchoServer
-
-    servers = []
-    for address in addresses:
-        try:
-            servers.append(EchoServer(address, port))
-        except OSError as err:
-            for server in servers:
-                server.server_close()
-            raise UsageError(
-                f"cannot answer probes on {address}:{port}: {err.strerror or err} "
-                "(--probe-port PORT)"
-            ) from None
-    return servers
+    if once:
+        sys.stdout.write(one_page(spec))
+        return 0
+    return run_exporter(spec, lambda m: click.echo(m, err=True))
 
 
 def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
@@ -228,26 +172,6 @@ def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
 
     path = Path(explicit) if explicit else latest_result(results_dir())
     return load_baseline(path) if path else {}
-
-
-def rdma_prober(root: str, targets: list[Target], every_s: float) -> Any:
-    """The RDMA prober for this node's planned RoCE/IB port; None (with a warning) without one."""
-    from halo_cluster.errors import HaloError
-    from halo_cluster.facts.inventory import collect_inventory
-    from halo_cluster.monitor.rdma_probe import RdmaProber, RdmaTarget
-    from halo_cluster.runner import LocalRunner
-    from halo_cluster.transport import plan_transport
-
-    try:
-        plan = plan_transport(collect_inventory(root), "auto")
-    except HaloError as err:
-        click.echo(f"halo: warning: no RDMA probe: {err}", err=True)
-        return None
-    if not plan.is_rdma or plan.hca is None:
-        click.echo("halo: warning: no RDMA probe: this node has no usable RDMA port", err=True)
-        return None
-    peers = [RdmaTarget(t.peer, t.address) for t in targets if t.path == "fabric"]
-    return RdmaProber(LocalRunner(), plan.hca.split(":")[0], plan.gid_index, peers, every_s)
 
 
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:

@@ -2,33 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
-import sys
 from typing import TYPE_CHECKING, Any
+
+from halo_cluster.jsonout import emit_json as emit_json
+from halo_cluster.jsonout import finite as finite
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-
-def emit_json(data: Any) -> None:
-    """Strict JSON: a number that is not finite (NaN, Infinity) is written as null."""
-    json.dump(finite(data), sys.stdout, indent=2, allow_nan=False)
-    sys.stdout.write("\n")
-
-
-def finite(data: Any) -> Any:
-    """``data`` with every NaN/Infinity replaced by None (JSON has no such numbers)."""
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: finite(v) for k, v in data.items()}
-    if isinstance(data, list | tuple):
-        return [finite(v) for v in data]
-    return data
 
 
 def console() -> Console:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-from pathlib import Path
 
 import click
 
@@ -187,71 +184,3 @@ def logs(config_path: str | None, follow: bool, lines: int, node: str | None) ->
                 offset += len(new.encode())
     except KeyboardInterrupt:
         return 0
-
-
-@click.command("serve-probe", hidden=True)
-@click.option("--host", default="127.0.0.1")
-@click.option("--port", type=int, required=True)
-@click.option("--tokens", type=click.IntRange(1, 4096), default=64)
-def serve_probe(host: str, port: int, tokens: int) -> int:
-    """Node side: one completion of --tokens tokens; prints {model, completion_tokens,
-    seconds} (key from $HALO_SERVE_KEY)."""
-    from halo_cluster.cluster.api import complete
-
-    try:
-        data = complete(host, port, os.environ.get("HALO_SERVE_KEY") or None, tokens)
-    except (OSError, ValueError) as err:
-        click.echo(f"request failed: {err}", err=True)
-        return 1
-    json.dump(data, sys.stdout)
-    return 0
-
-
-@click.command(hidden=True)
-@click.option("--fabric", metavar="ADDR", help="The fabric address (its interface is read).")
-@click.option("--mgmt", metavar="ADDR", help="The management address (its interface is read).")
-@click.option("--rdma", metavar="HCA:PORT", help="The RDMA port whose data counters are read.")
-@click.option("--root", default="/", show_default=True, help="Filesystem root to read.")
-def counters(fabric: str | None, mgmt: str | None, rdma: str | None, root: str) -> int:
-    """Node side: byte counters of the fabric and management interfaces and the RDMA port,
-    as JSON {paths: {fabric|mgmt|rdma: {name, rx_bytes, tx_bytes}}, warnings}."""
-    from halo_cluster.facts.counters import read_paths
-    from halo_cluster.facts.root import Root
-
-    port = None
-    if rdma:
-        hca, _, number = rdma.partition(":")
-        port = (hca, int(number) if number.isdigit() else 1)
-    reader = Root(root)
-    paths = read_paths(reader, fabric, mgmt, port)
-    json.dump(
-        {"paths": {k: v.to_dict() for k, v in paths.items()}, "warnings": reader.warnings},
-        sys.stdout,
-    )
-    return 0
-
-
-@click.command("serve-health", hidden=True)
-@click.option("--host", default="127.0.0.1")
-@click.option("--port", type=int, required=True)
-def serve_health(host: str, port: int) -> int:
-    """Node side: exit 0 when /health and /v1/models answer (key from $HALO_SERVE_KEY)."""
-    from halo_cluster.cluster.api import health
-
-    try:
-        data = health(host, port, os.environ.get("HALO_SERVE_KEY") or None)
-    except (OSError, ValueError) as err:
-        click.echo(f"not healthy: {err}", err=True)
-        return 1
-    json.dump({"models": [m.get("id") for m in data["/v1/models"].get("data", [])]}, sys.stdout)
-    return 0
-
-
-@click.command("gguf-layers", hidden=True)
-@click.argument("path", type=click.Path(path_type=Path))
-def gguf_layers(path: Path) -> int:
-    """Node side: print the block count of a GGUF model (read from its header only)."""
-    from halo_cluster.plan.gguf_file import read_gguf
-
-    click.echo(str(read_gguf(path).spec.layers))
-    return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,34 +97,14 @@ def _hostname(root: str) -> str:
 def _local(
     root: str, opts: SetupOptions, only: set[str] | None, do_apply: bool, yes: bool, quiet: bool
 ) -> dict[str, Any]:
-    from halo_cluster.errors import UsageError
-    from halo_cluster.runner import LocalRunner
-    from halo_cluster.setup.apply import apply_plan, current_plan
+    from halo_cluster.setup.apply import setup_here
 
-    plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
-    applied: list[str] = []
-    pending = [s for s in plan if not s.done and s.actions]
-    if do_apply and pending:
-        if root != "/" or os.geteuid() != 0:
-            raise UsageError(
-                "--apply changes this machine: run it as root (sudo) and without --root"
-            )
+    def confirm(pending: list[str]) -> None:
         if not yes:
-            click.confirm(f"apply {', '.join(s.id for s in pending)}?", abort=True, err=True)
-        outcomes = apply_plan(
-            root,
-            opts,
-            LocalRunner(),
-            only,
-            None if quiet else lambda m: click.echo(f"applying {m}", err=True),
-        )
-        applied = [o.step for o in outcomes if o.changed]
-        plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
-    return {
-        "steps": [s.to_dict() for s in plan],
-        "reboot_needed": any(s.reboot and s.id in applied for s in plan),
-        "applied": applied,
-    }
+            click.confirm(f"apply {', '.join(pending)}?", abort=True, err=True)
+
+    progress = None if quiet else lambda m: click.echo(f"applying {m}", err=True)
+    return setup_here(root, opts, only, do_apply, confirm, progress)
 
 
 def _remote(
@@ -149,14 +128,8 @@ def _remote(
         node = config.node(name)
         argv = [
             *node.exec_prefix,
-            node.halo,
-            "setup",
-            "--local",
-            "--json",
-            "--distro",
-            opts.distro,
-            "--mtu",
-            str(opts.mtu),
+            *node.command("setup", "--local", "--json", "--distro", opts.distro),
+            *("--mtu", str(opts.mtu)),
         ]
         argv += [f"--step={s}" for s in steps]
         argv += ["--fabric-iface", opts.fabric_iface] if opts.fabric_iface else []

@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
+from halo_cluster.nodecode import node_code, problem
+from halo_cluster.noderunner import NodeRunner
 from halo_cluster.runner import Runner, SSHRunner
 
 INVENTORY_TIMEOUT_S = 30.0
@@ -16,7 +18,13 @@ PING_TIMEOUT_S = 5.0
 
 
 def ssh_runners(config: Config) -> dict[str, Runner]:
-    return {n.name: SSHRunner(n.ssh, config.ssh_config) for n in config.nodes}
+    """One Runner per node: SSH, sending halo's node code where no halo is configured."""
+    return {n.name: node_runner(n, SSHRunner(n.ssh, config.ssh_config)) for n in config.nodes}
+
+
+def node_runner(node: NodeConfig, inner: Runner) -> NodeRunner:
+    code = None if node.halo else node_code()
+    return NodeRunner(inner, node.exec_prefix, node.python, code)
 
 
 def gather(
@@ -36,9 +44,12 @@ def gather(
 def _gather_node(
     config: Config, node: NodeConfig, runner: Runner, progress: Callable[[str], None] | None
 ) -> NodeReport:
-    argv = [*node.exec_prefix, node.halo, "inventory", "--json", "--versions"]
+    argv = [*node.exec_prefix, *node.command("inventory", "--json", "--versions")]
     result = runner.run(argv, timeout=INVENTORY_TIMEOUT_S)
     if not result.ok:
+        found = problem(result.returncode, result.stderr) if node.halo is None else None
+        if found is not None and found.kind != "code":  # reached, but cannot run halo there
+            return _done(progress, NodeReport(node, None, found.detail, python=found))
         return _done(progress, NodeReport(node, None, f"{node.ssh}: {result.error_text()}"))
     try:
         inv = inventory_from_dict(json.loads(result.stdout))
@@ -46,7 +57,7 @@ def _gather_node(
         # one line, whatever the node sent: the reason and the first bytes, escaped
         shown = ascii(result.stdout[:60])
         reason = ascii(str(err)[:120])[1:-1]
-        message = f"{node.ssh}: unreadable inventory from {node.halo} ({reason}; got {shown})"
+        message = f"{node.ssh}: unreadable inventory from {node.runs} ({reason}; got {shown})"
         return _done(progress, NodeReport(node, None, message))
     pings = {
         peer.name: runner.run(
@@ -55,7 +66,9 @@ def _gather_node(
         for peer in config.nodes
         if peer.name != node.name and peer.fabric_address
     }
-    return _done(progress, NodeReport(node, inv, None, pings, _ethtool(runner, inv, node)))
+    sent = isinstance(runner, NodeRunner) and runner.sent
+    report = NodeReport(node, inv, None, pings, _ethtool(runner, inv, node), code_sent=sent)
+    return _done(progress, report)
 
 
 def _ethtool(runner: Runner, inv: Inventory, node: NodeConfig) -> dict[str, str] | None:

@@ -132,7 +132,7 @@ class Lifecycle:
         """Ray's node table as the head sees it (empty when the head is not running)."""
         head = self.config.head
         result = run_script(
-            self.runners[head.name], head, ray_env(self.config), [head.halo, "ray-nodes"], 60
+            self.runners[head.name], head, ray_env(self.config), head.command("ray-nodes"), 60
         )
         return parse_nodes(result)
 
@@ -302,7 +302,7 @@ class Lifecycle:
         host = served.get("host") or serve.host
         port = served.get("port") or serve.port
         local = local_host(host)
-        argv = [head.halo, "serve-health", "--host", local, "--port", str(port)]
+        argv = head.command("serve-health", "--host", local, "--port", str(port))
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
         result = run_script(self.runners[head.name], head, env, argv, timeout=15)
         members = set(served.get("nodes") or [])
@@ -375,7 +375,7 @@ class Waiter:
     def _run(self) -> None:
         head = self.lifecycle.config.head
         wanted = ",".join(self.lifecycle.wanted())  # the addresses
-        argv = [head.halo, "ray-nodes", "--wait", wanted, "--timeout", f"{REGISTER_TIMEOUT_S:g}"]
+        argv = head.command("ray-nodes", "--wait", wanted, "--timeout", f"{REGISTER_TIMEOUT_S:g}")
         env = ray_env(self.lifecycle.config, create=True)
         runner = self.lifecycle.runners[head.name]
         self.answer = run_script(runner, head, env, argv, REGISTER_TIMEOUT_S + 15)

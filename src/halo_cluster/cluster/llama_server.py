@@ -195,7 +195,7 @@ class LlamaCpp:
         # not readable here: ask the head, where llama-server will read it
         from halo_cluster.cluster.lifecycle import node_script
 
-        argv = [self.head.halo, "gguf-layers", model]
+        argv = self.head.command("gguf-layers", model)
         result = self.server._run(self.head, node_script({}, argv), 60)
         if result.ok and result.stdout.strip().isdigit():
             return int(result.stdout.strip())

@@ -45,7 +45,7 @@ def mgmt_address(node: NodeConfig) -> str | None:
 
 
 def counters_argv(node: NodeConfig, plan: TransportPlan) -> list[str]:
-    argv = [node.halo, "counters"]
+    argv = node.command("counters")
     if plan.address:
         argv += ["--fabric", plan.address]
     mgmt = mgmt_address(node)

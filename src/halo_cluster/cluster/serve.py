@@ -246,7 +246,7 @@ class Server:
                 )
 
     def _wait_healthy(self, serve: ServeConfig, wait_s: float) -> None:
-        argv = [self.head.halo, "serve-health", "--host", local_host(serve.host)]
+        argv = self.head.command("serve-health", "--host", local_host(serve.host))
         argv += ["--port", str(serve.port)]
         script = node_script({"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}, argv)
         served = self._served_nodes()  # fixed for this start: read once
@@ -273,7 +273,7 @@ class Server:
     def _complete(self, serve: ServeConfig, tokens: int) -> dict[str, Any]:
         import json
 
-        argv = [self.head.halo, "serve-probe", "--host", local_host(serve.host)]
+        argv = self.head.command("serve-probe", "--host", local_host(serve.host))
         argv += ["--port", str(serve.port)]
         argv += ["--tokens", str(tokens)]
         env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}

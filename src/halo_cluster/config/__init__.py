@@ -15,7 +15,9 @@ for settings (``XDG_CONFIG_HOME``).
     ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
     fabric_address = "192.168.100.1"
     exec_prefix = "toolbox run -c vllm --"   # optional: string or list
-    halo = "/opt/halo/.venv/bin/halo"        # optional, default "halo"
+    python = "python3"                       # optional: the Python (>= 3.9) halo's node code
+                                             # runs with (sent over SSH, cached by hash)
+    halo = "/opt/halo/.venv/bin/halo"        # optional: an installed halo to use instead
     gpus = 0                                 # optional: CPU-only node, GPU checks skipped
     mgmt_address = "192.168.1.51"            # optional: management address (probes)
     env = { HF_HOME = "/models" }            # optional: extra environment on this node

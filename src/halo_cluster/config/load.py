@@ -7,7 +7,6 @@ import ipaddress
 import os
 import re
 import shlex
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ MAX_CONFIG_BYTES = 1 << 20
 
 
 def load_config(path: Path) -> Config:
+    import tomllib  # here, not at the top: the node side (Python >= 3.9) imports config
+
     text = _read_config(path)
     try:
         data = tomllib.loads(text)
@@ -159,7 +160,8 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         ssh=ssh,
         fabric_address=fabric,
         exec_prefix=tuple(prefix),
-        halo=_string(where, raw, "halo", label, index=index, default="halo"),
+        halo=_optional_string(where, raw, "halo", label, index),
+        python=_string(where, raw, "python", label, index=index, default="python3") or "python3",
         gpus=gpus,
         mgmt_address=mgmt,
         env=_env(where, raw.get("env", {}), label, index),
@@ -283,6 +285,16 @@ def _string(
     if not isinstance(value, str):
         raise where.error(key, f"{label}.{key} must be a string", index)
     return value
+
+
+def _optional_string(
+    where: _Locator, table: dict[str, Any], key: str, label: str, index: int
+) -> str | None:
+    """A string that may be left out (or empty: the same as left out)."""
+    value = table.get(key)
+    if value is not None and not isinstance(value, str):
+        raise where.error(key, f"{label}.{key} must be a string", index)
+    return value or None
 
 
 class _Locator:

@@ -13,7 +13,17 @@ from halo_cluster.errors import UsageError
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config"}
-NODE_KEYS = {"name", "ssh", "fabric_address", "mgmt_address", "exec_prefix", "halo", "gpus", "env"}
+NODE_KEYS = {
+    "name",
+    "ssh",
+    "fabric_address",
+    "mgmt_address",
+    "exec_prefix",
+    "halo",
+    "python",
+    "gpus",
+    "env",
+}
 RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
 SERVE_KEYS = {
     "model",
@@ -45,10 +55,27 @@ class NodeConfig:
     ssh: str
     fabric_address: str | None
     exec_prefix: tuple[str, ...] = ()
-    halo: str = "halo"
+    # an installed halo to run node-side commands with; None (the default): halo sends its
+    # node code to ``python`` on the node (halo_cluster.nodecode)
+    halo: str | None = None
     gpus: int | None = None  # None: as many as the node has; 0: CPU-only
     mgmt_address: str | None = None  # the management (SSH) network address, for probes
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this node's processes
+    python: str = "python3"  # the node's Python (>= 3.9) for halo's node code
+
+    def command(self, *args: str) -> list[str]:
+        """argv of a node-side command (``halo_cluster.node``): the configured halo, else
+        halo's node code run by the node's Python (sent there when not cached)."""
+        if self.halo:
+            return [self.halo, *args]
+        from halo_cluster.nodecode import node_code
+
+        return node_code().argv(self.python, args)
+
+    @property
+    def runs(self) -> str:
+        """How node-side commands run here, for people: the halo path or the Python."""
+        return self.halo or f"{self.python} (halo's node code)"
 
     @property
     def host(self) -> str:
@@ -62,7 +89,7 @@ class NodeConfig:
 
     def tool(self, name: str) -> str:
         """A command installed next to this node's halo (same environment), else on PATH."""
-        if "/" in self.halo:
+        if self.halo and "/" in self.halo:
             return self.halo.rsplit("/", 1)[0] + "/" + name
         return name
 

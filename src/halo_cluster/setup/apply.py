@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import SetupError as SetupError
@@ -69,3 +70,37 @@ def write_atomically(path: str, content: str) -> None:
     os.makedirs(directory, exist_ok=True)
     mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
     atomic_write(path, content, mode=mode, prefix=".halo-")
+
+
+def setup_here(
+    root: str,
+    opts: SetupOptions,
+    only: set[str] | None,
+    do_apply: bool,
+    confirm: Callable[[list[str]], None] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """This machine's setup plan, applied when asked: ``{steps, reboot_needed, applied}``.
+    ``confirm`` sees the pending step ids first (and raises to stop). Applying needs root
+    and the real root directory (UsageError otherwise)."""
+    from halo_cluster.errors import UsageError
+    from halo_cluster.runner import LocalRunner
+
+    plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+    applied: list[str] = []
+    pending = [s for s in plan if not s.done and s.actions]
+    if do_apply and pending:
+        if root != "/" or os.geteuid() != 0:
+            raise UsageError(
+                "--apply changes this machine: run it as root (sudo) and without --root"
+            )
+        if confirm is not None:
+            confirm([s.id for s in pending])
+        outcomes = apply_plan(root, opts, LocalRunner(), only, progress)
+        applied = [o.step for o in outcomes if o.changed]
+        plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+    return {
+        "steps": [s.to_dict() for s in plan],
+        "reboot_needed": any(s.reboot and s.id in applied for s in plan),
+        "applied": applied,
+    }

@@ -1,0 +1,213 @@
+"""halo's node-side code, sent to nodes that have no halo installed (agentless, like Ansible).
+
+The code is a zipapp of this package (without the command line and the lab), built the
+same way from the same files every time, so its sha256 *is* the version: the controller and
+the nodes cannot disagree. A node runs it as ``python3 -c BOOT HASH COMMAND…`` (through its
+``exec_prefix``): BOOT checks the Python version, then the cached file
+``~/.cache/halo/node-HASH.pyz`` (0600) against HASH, and only then imports from it. When the
+file is missing or does not match (a corrupted copy is deleted, never run), BOOT exits with
+``MISSING`` before anything runs, and ``NodeRunner`` sends the code once
+(``python3 -c BOOT HASH --install``, base64 on stdin) and runs the command again. Later
+commands send only the hash. Nothing here runs anything: ``noderunner`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import re
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+MIN_PYTHON = (3, 9)
+CANNOT_CACHE = 96  # the cache directory is read-only or full
+MISSING = 97  # not cached here (or the copy did not match its hash): send it
+TOO_OLD = 98  # python3 is older than MIN_PYTHON
+EXCLUDED = ("cli", "lab", "examples")  # the controller's own parts
+_MARK = "halo-node:"  # BOOT's own lines on stderr start with it
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same bytes
+
+# Python 3.0+ syntax up to the version check, so that an old python3 says what it is.
+BOOT_TEMPLATE = """\
+import sys
+if sys.version_info < {minimum!r}:
+    sys.stderr.write("{mark} python %d.%d.%d is older than {wanted}\\n" % sys.version_info[:3])
+    sys.exit({too_old})
+import hashlib, os
+h = sys.argv[1]
+d = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "halo")
+p = os.path.join(d, "node-" + h + ".pyz")
+def fail(code, text):
+    sys.stderr.write("{mark} " + text + "\\n")
+    sys.exit(code)
+if sys.argv[2:3] == ["--install"]:
+    import base64, tempfile, time
+    data = base64.b64decode(sys.stdin.read())
+    if hashlib.sha256(data).hexdigest() != h:
+        fail({missing}, "the code received does not match its hash")
+    tmp = None
+    try:
+        os.makedirs(d, 0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".node-")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, p)
+        for old in os.listdir(d):
+            q = os.path.join(d, old)
+            if old.startswith("node-") and q != p and os.stat(q).st_mtime < time.time() - 7 * 86400:
+                os.unlink(q)
+    except OSError as err:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+        fail({cannot_cache}, "cannot cache halo's node code in %s: %s" % (d, err.strerror or err))
+    sys.exit(0)
+try:
+    with open(p, "rb") as f:
+        b = f.read()
+except OSError:
+    b = None
+if b is None or hashlib.sha256(b).hexdigest() != h:
+    if b is not None:
+        os.unlink(p)
+    fail({missing}, "halo's node code " + h[:12] + " is not cached here")
+if len(sys.argv) == 2:
+    sys.exit(0)
+sys.path.insert(0, p)
+sys.argv = ["halo"] + sys.argv[2:]
+from halo_cluster.node.main import main
+sys.exit(main())
+"""
+
+# __main__ of the zipapp, for a direct run (the exporter's systemd unit): it checks itself
+# against the hash in its own name before importing anything from itself.
+ZIP_MAIN = """\
+import hashlib, os, sys
+name = os.path.basename(sys.argv[0])
+with open(sys.argv[0], "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+if name != "node-%s.pyz" % digest:
+    sys.stderr.write("halo-node: %s does not match its hash: not run\\n" % sys.argv[0])
+    sys.exit(97)
+from halo_cluster.node.main import main
+sys.exit(main())
+"""
+
+
+def boot(minimum: tuple[int, int] = MIN_PYTHON) -> str:
+    """The program ``python3 -c`` runs on a node (``minimum`` other than the default only in
+    tests, to see the refusal on this machine's Python)."""
+    return BOOT_TEMPLATE.format(
+        minimum=minimum,
+        wanted=".".join(map(str, minimum)),
+        mark=_MARK,
+        too_old=TOO_OLD,
+        missing=MISSING,
+        cannot_cache=CANNOT_CACHE,
+    )
+
+
+@dataclass(frozen=True)
+class NodeCode:
+    data: bytes  # the zipapp
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def argv(self, python: str, args: Sequence[str]) -> list[str]:
+        """``python -c BOOT HASH ARGS…``: one node-side command."""
+        return [python, "-c", boot(), self.digest, *args]
+
+    def install_argv(self, python: str) -> list[str]:
+        return [python, "-c", boot(), self.digest, "--install"]
+
+    def payload(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+
+def package_files(package: Path | None = None) -> list[tuple[str, bytes]]:
+    """The node code's files as (archive name, bytes), sorted: every ``.py`` of the package
+    but the controller's own parts (``EXCLUDED``)."""
+    root = package or Path(__file__).resolve().parent
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in EXCLUDED or "__pycache__" in relative.parts:
+            continue
+        files.append((f"{root.name}/{relative.as_posix()}", path.read_bytes()))
+    return files
+
+
+def build(files: Sequence[tuple[str, bytes]]) -> bytes:
+    """The zipapp of ``files``, byte for byte the same for the same files."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        for name, content in [("__main__.py", ZIP_MAIN.encode()), *files]:
+            info = zipfile.ZipInfo(name, _ZIP_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, content, compresslevel=9)
+    return out.getvalue()
+
+
+@lru_cache(maxsize=1)
+def node_code() -> NodeCode:
+    """This halo's node code (built once per process)."""
+    return NodeCode(build(package_files()))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a node cannot run halo's node code."""
+
+    kind: str  # "python-missing" | "python-old" | "cache" | "code"
+    detail: str  # one line, from the node
+
+
+_OLD = re.compile(r"python (\d+\.\d+\.\d+) is older than")
+
+
+def problem(returncode: int, stderr: str) -> Problem | None:
+    """The node-code problem a failed command shows (BOOT's own exit codes and lines, or the
+    shell's 127 for a missing interpreter); None for any other outcome."""
+    lines = [line for line in stderr.splitlines() if line.startswith(_MARK)]
+    detail = lines[-1][len(_MARK) :].strip() if lines else ""
+    if returncode == TOO_OLD and detail:
+        return Problem("python-old", detail)
+    if returncode == CANNOT_CACHE and detail:
+        return Problem("cache", detail)
+    if returncode == MISSING and detail:
+        return Problem("code", detail)
+    if returncode == 127:
+        last = [line for line in stderr.splitlines() if line.strip()]
+        return Problem("python-missing", last[-1].strip() if last else "command not found")
+    return None
+
+
+def is_missing(returncode: int, stderr: str) -> bool:
+    """The code was not cached there (or its copy did not match): send it and run again."""
+    return returncode == MISSING and _MARK in stderr
+
+
+def old_version(found: Problem) -> str | None:
+    match = _OLD.search(found.detail)
+    return match.group(1) if match else None
+
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def as_halo(args: tuple[str, ...]) -> tuple[str, ...]:
+    """A command of halo's node code (``[prefix…] python -c BOOT HASH CMD…``) as the
+    ``halo CMD…`` an installed halo would run (how FakeRunner's rules name node commands)."""
+    start = BOOT_TEMPLATE.split("{", 1)[0]
+    for i in range(len(args) - 3):
+        if args[i + 1] == "-c" and args[i + 2].startswith(start) and _HASH.match(args[i + 3]):
+            return (*args[:i], "halo", *args[i + 4 :])
+    return args

@@ -1,0 +1,84 @@
+"""The Runner of a node without halo installed: halo's node code (``nodecode``) is made sure
+to be cached there before a command that uses it runs, and sent once when it is not."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from halo_cluster.nodecode import NodeCode, is_missing
+from halo_cluster.runner import LineSink, Result, Runner
+
+
+@dataclass
+class NodeRunner:
+    """A node's Runner that makes sure halo's node code is cached there before a command that
+    uses it runs: a command naming the code's hash that comes back ``MISSING`` gets the code
+    sent once and runs again (BOOT exits before anything runs); a script (``bash -s``) that
+    calls it is preceded by one check. Other commands pass straight through."""
+
+    inner: Runner
+    prefix: Sequence[str] = ()
+    python: str = "python3"
+    code: NodeCode | None = None
+    sent: bool = False  # whether this runner sent the code (for the doctor's evidence)
+    _ready: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
+        code = self.code
+        if code is None:
+            return self.inner.run(argv, stdin, timeout, on_line)
+        direct = code.digest in argv
+        if not direct and stdin is not None and code.digest in stdin:
+            ready = self.ensure(timeout)
+            if not ready.ok:
+                return ready
+        result = self.inner.run(argv, stdin, timeout, on_line)
+        if direct and _is_missing(result):
+            installed = self._install(timeout)
+            if not installed.ok:
+                return installed
+            result = self.inner.run(argv, stdin, timeout, on_line)
+        elif direct:
+            self._ready = True
+        return result
+
+    def ensure(self, timeout: float = 30.0) -> Result:
+        """Check (and when needed send) the code: an ok Result, or the failure to show."""
+        assert self.code is not None
+        with self._lock:
+            if self._ready:
+                return Result((), 0, "", "")
+            check = self.inner.run(
+                [*self.prefix, *self.code.argv(self.python, [])], timeout=timeout
+            )
+            if check.ok:
+                self._ready = True
+                return check
+            if not _is_missing(check):
+                return check
+            return self._install(timeout, locked=True)
+
+    def _install(self, timeout: float, locked: bool = False) -> Result:
+        assert self.code is not None
+        if not locked:
+            with self._lock:
+                return self._install(timeout, locked=True)
+        argv = [*self.prefix, *self.code.install_argv(self.python)]
+        result = self.inner.run(argv, self.code.payload(), max(timeout, 60.0))
+        if result.ok:
+            self._ready = True
+            self.sent = True
+        return result
+
+
+def _is_missing(result: Result) -> bool:
+    return is_missing(result.returncode, result.stderr)
