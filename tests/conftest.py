@@ -37,6 +37,16 @@ def root_copy(tmp_path: Path):
     return copy
 
 
+def python39() -> str:
+    """The real CPython 3.9 that `make python39` unpacks (the node side's oldest Python)."""
+    import glob
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    found = sorted(glob.glob(os.path.join(base, "halo", "python-3.9.*", "bin", "python3.9")))
+    require(bool(found), "no Python 3.9: run 'make python39'")
+    return found[-1]
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on right now."""
     import socket

@@ -58,14 +58,19 @@ if sys.argv[2:3] == ["--install"]:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, p)
-        for old in os.listdir(d):
-            q = os.path.join(d, old)
-            if old.startswith("node-") and q != p and os.stat(q).st_mtime < time.time() - 7 * 86400:
-                os.unlink(q)
     except OSError as err:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         fail({cannot_cache}, "cannot cache halo's node code in %s: %s" % (d, err.strerror or err))
+    import shutil
+    for old in os.listdir(d):  # other versions' code (and unpacked copies) unused for a week
+        q = os.path.join(d, old)
+        try:
+            if old.startswith("node-") and not old.startswith("node-" + h):
+                if os.stat(q).st_mtime < time.time() - 7 * 86400:
+                    shutil.rmtree(q) if os.path.isdir(q) else os.unlink(q)
+        except OSError:
+            pass
     sys.exit(0)
 try:
     with open(p, "rb") as f:

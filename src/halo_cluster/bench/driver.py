@@ -43,6 +43,33 @@ def _unreachable(addresses: dict[str, str]) -> list[str]:
     return lost
 
 
+def package_dir() -> str:
+    """This package as a directory, for Ray to ship: where it is installed, else (halo's
+    node code, run from its zipapp, already checked against its hash) unpacked once beside
+    the zipapp."""
+    import halo_cluster
+
+    package = os.path.dirname(halo_cluster.__file__)
+    if os.path.isdir(package):
+        return package
+    import shutil
+    import tempfile
+    import zipfile
+
+    archive = os.path.dirname(package)  # .../node-HASH.pyz
+    target = archive[: -len(".pyz")] + ".d"
+    if not os.path.isdir(os.path.join(target, "halo_cluster")):
+        stage = tempfile.mkdtemp(prefix=".unpack-", dir=os.path.dirname(archive))
+        with zipfile.ZipFile(archive) as zipped:
+            names = [n for n in zipped.namelist() if n.startswith("halo_cluster/")]
+            zipped.extractall(stage, names)
+        try:
+            os.rename(stage, target)
+        except OSError:  # unpacked meanwhile by another run
+            shutil.rmtree(stage, ignore_errors=True)
+    return os.path.join(target, "halo_cluster")
+
+
 class Ranks:
     """The actors of one run, placed one per GPU (one per node without GPUs)."""
 
@@ -53,11 +80,9 @@ class Ranks:
         self.ray = ray
         self.spec = spec
         self.emit = emit
-        import halo_cluster
-
         # The ranks run in the Python of each node's Ray (the engine environment, which
         # need not have halo): Ray ships this package to them.
-        package = os.path.dirname(halo_cluster.__file__)
+        package = package_dir()
         ray.init(
             address="auto",
             logging_level=logging.ERROR,

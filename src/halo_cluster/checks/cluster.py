@@ -5,9 +5,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 
+from halo_cluster import __version__
 from halo_cluster.checks import Finding, fail, info, ok, warn
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.checks.fixes import q
+from halo_cluster.checks.node_code import check_halo_versions
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.transport import plan_transport
@@ -24,7 +26,7 @@ def _fabric_iface(report: NodeReport, inv: Inventory) -> NetInterface | None:
 
 
 def check_reachable(reports: Sequence[NodeReport]) -> list[Finding]:
-    down = [r for r in reports if r.inventory is None]
+    down = [r for r in reports if r.inventory is None and r.python is None]
     if not down:
         return [ok("cluster.reachable", f"all {len(reports)} nodes answered over SSH")]
     return [
@@ -34,7 +36,7 @@ def check_reachable(reports: Sequence[NodeReport]) -> list[Finding]:
             r.error or "",
             fix=[
                 f"ssh -o BatchMode=yes -- {q(r.node.ssh)} true   # test by hand",
-                f'# is halo installed there? set halo = "/path/to/halo" for {r.node.name}',
+                f"# does {r.node.runs} run there (through its exec_prefix)?",
             ],
         )
         for r in down
@@ -192,5 +194,6 @@ def cluster_checks(reports: Sequence[NodeReport], wanted: str) -> list[Finding]:
             check_transport_match(reports, wanted),
             *check_versions(reports),
         ]
+    findings += check_halo_versions(reports, __version__)
     findings.append(check_ssh_path(reports))
     return findings

@@ -47,7 +47,7 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="halo-demo-") as tmp:
         try:
             state = lab.up(
-                "demo", Path(tmp) / "lab", 2, 9000, HALO, default_engine(), default_llama_cpp()
+                "demo", Path(tmp) / "lab", 2, 9000, None, default_engine(), default_llama_cpp()
             )
         except HaloError as err:
             if out is not None:
@@ -88,25 +88,21 @@ def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
 ) -> dict[str, Any]:
     from halo_cluster.cli.monitor import scrape
+    from halo_cluster.config import load_config
+    from halo_cluster.monitor.deploy import exec_start, install_units, plan_units
     from halo_cluster.monitor.frame import build_frame, render_frame
+    from halo_cluster.nodecode import node_code
 
-    config = str(Path(state.dir) / "halo.toml")
+    config = load_config(Path(state.dir) / "halo.toml")
     local = LocalRunner()
     targets = [f"{n.mgmt_address}:9877" for n in state.nodes]
-    for node in state.nodes:
-        argv = [
-            HALO,
-            "exporter",
-            "--config",
-            config,
-            "--node",
-            node.name,
-            "--listen",
-            f"{node.mgmt_address}:9877",
-            "--interval",
-            "250ms",
-        ]
-        procs.append(local.start(lab.exec_argv(node, argv)))
+    # as 'halo monitoring exporter-unit --install' deploys them; lab nodes run no systemd,
+    # so each unit's ExecStart is started here, inside its node
+    units = plan_units(config, config.nodes, node_code(), "mgmt", 9877, "250ms")
+    installed = install_units(config, units, node_code())
+    for unit, node in zip(units, state.nodes, strict=True):
+        if installed[unit.node]["installed"]:
+            procs.append(local.start(lab.exec_argv(node, exec_start(unit.unit))))
     deadline = time.monotonic() + 20
     while any(isinstance(scrape(t), str) for t in targets) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -87,6 +87,14 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     "(default: $HALO_LLAMA_CPP, else .llama-cpp beside halo's environment, when it exists).",
 )
 @click.option("--no-llama-cpp", is_flag=True, help="Write a halo.toml without llama.cpp.")
+@click.option(
+    "--bare/--installed",
+    default=True,
+    show_default=True,
+    help="Bare: nodes do not see halo's environment (only the system Python, and the engine "
+    "as a container offers it); halo sends its node code over SSH. Installed: nodes run this "
+    "halo (halo.toml names it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
 def up(
     nodes: int,
@@ -97,6 +105,7 @@ def up(
     no_engine: bool,
     llama_cpp: str | None,
     no_llama_cpp: bool,
+    bare: bool,
     as_json: bool,
 ) -> int:
     """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
@@ -105,7 +114,7 @@ def up(
 
     lab_name, path = _resolve(name or "lab", directory)
     start = time.monotonic()
-    halo = str(Path(sys.executable).parent / "halo")
+    halo = None if bare else str(Path(sys.executable).parent / "halo")
     engine = None if no_engine else engine or default_engine()
     llama_cpp = None if no_llama_cpp else llama_cpp or default_llama_cpp()
     state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
@@ -124,6 +133,11 @@ def up(
             f"  llama.cpp: {state.llama_cpp} (read-only on every node)"
             if state.llama_cpp
             else "  llama.cpp: none (build it with 'make llama-cpp' for --engine llama.cpp)"
+        )
+        click.echo(
+            "  nodes: bare (halo's node code is sent over SSH)"
+            if state.halo is None
+            else f"  nodes: halo installed ({state.halo})"
         )
         click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
         click.echo(f"  ssh -F {Path(state.dir) / 'ssh_config'} node1")
@@ -161,6 +175,7 @@ def _status(state) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "name": state.name,
         "dir": state.dir,
         "config": str(Path(state.dir) / "halo.toml"),
+        "halo": state.halo,  # null: bare nodes
         "nodes": [
             {
                 "name": n.name,

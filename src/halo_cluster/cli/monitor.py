@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -269,3 +269,75 @@ def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
         lines += [f"      - targets: [{target}]", f"        labels: {json.dumps(labels)}"]
     click.echo("\n".join(lines))
     return 0
+
+
+@monitoring.command("exporter-unit")
+@config_option("Cluster config.")
+@click.option("--node", "names", multiple=True, metavar="NAME", help="Only these nodes.")
+@click.option(
+    "--listen",
+    "listen_on",
+    type=click.Choice(["loopback", "mgmt", "fabric"]),
+    default="loopback",
+    show_default=True,
+    help="The address each exporter binds: 127.0.0.1, or the node's management (what "
+    "'prometheus-config' scrapes) or fabric address.",
+)
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--interval", default="1s", show_default=True, help="Sample and probe interval.")
+@click.option(
+    "--install",
+    "do_install",
+    is_flag=True,
+    help="Copy halo's node code and the unit to every node over SSH (as root) and start it "
+    "where systemd runs.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {nodes: {name: {unit, argv, …}}}.")
+def exporter_unit(
+    config_path: str | None,
+    names: tuple[str, ...],
+    listen_on: str,
+    port: int,
+    interval: str,
+    do_install: bool,
+    as_json: bool,
+) -> int:
+    """The exporter as a systemd unit on every node, which needs only Python 3 there: the unit
+    runs halo's node code (copied to /var/lib/halo, checked against its hash) with the node's
+    peers and addresses. Without --install it prints the units."""
+    from halo_cluster.cli.options import require_config
+    from halo_cluster.monitor.deploy import plan_units
+    from halo_cluster.nodecode import node_code
+
+    config = require_config(config_path, "no cluster config: --config halo.toml")
+    parse_duration(interval)
+    nodes = [config.node(n) for n in names] if names else list(config.nodes)
+    code = node_code()
+    units = plan_units(config, nodes, code, listen_on, port, interval)
+    data: dict[str, Any] = {u.node: u.to_dict() for u in units}
+    failed = False
+    if do_install:
+        from halo_cluster.monitor.deploy import install_units
+
+        for name, outcome in install_units(config, units, code).items():
+            data[name].update(outcome)
+            failed = failed or not outcome["installed"]
+            if not as_json:
+                click.echo(f"{name}: {_install_line(outcome)}")
+    if as_json:
+        emit_json({"nodes": data})
+    elif not do_install:
+        for unit in units:
+            click.echo(f"# {unit.node}: {UNIT_HELP}\n{unit.unit}")
+    return 1 if failed else 0
+
+
+UNIT_HELP = "/etc/systemd/system/halo-exporter.service, with halo's node code in /var/lib/halo"
+
+
+def _install_line(outcome: dict[str, Any]) -> str:
+    if not outcome["installed"]:
+        return f"not installed: {outcome['error']}"
+    if outcome["started"]:
+        return "installed and started (systemctl status halo-exporter)"
+    return "installed; no systemd runs there: start the unit's ExecStart yourself"

@@ -10,6 +10,7 @@ from typing import Any
 from halo_cluster.checks import Finding, rank, summarize, worst_first
 from halo_cluster.checks.cluster import cluster_checks
 from halo_cluster.checks.context import NodeContext, NodeReport
+from halo_cluster.checks.node_code import check_node_python
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config
@@ -66,6 +67,8 @@ def doctor_cluster(
 
 
 def _node_findings(report: NodeReport, wanted: str) -> list[Finding]:
+    if report.python is not None:
+        return [check_node_python(report)]  # reached, but halo's node code cannot run
     if report.inventory is None:
         return []  # reported once, as cluster.reachable
     ctx = NodeContext(
@@ -75,4 +78,4 @@ def _node_findings(report: NodeReport, wanted: str) -> list[Finding]:
         gpus=report.node.gpus != 0,
         ethtool=report.ethtool,
     )
-    return node_checks(ctx)
+    return [check_node_python(report), *node_checks(ctx)]

@@ -11,7 +11,7 @@ from halo_cluster.lab.state import LabState, control_dir
 from halo_cluster.runner import LocalRunner
 
 
-def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
+def write_lab_files(state: LabState, ssh_keygen: str) -> None:
     d = Path(state.dir)
     for key in ("id_ed25519", "host_ed25519"):
         if not (d / key).exists():
@@ -35,7 +35,7 @@ def write_lab_files(state: LabState, halo: str, ssh_keygen: str) -> None:
         known.append(f"{names} {host_pub[0]} {host_pub[1]}\n")
     (d / "known_hosts").write_text("".join(known))
     (d / "ssh_config").write_text(_ssh_config(d, state))
-    (d / "halo.toml").write_text(_halo_toml(state, halo))
+    (d / "halo.toml").write_text(_halo_toml(state))
 
 
 def _sshd_config(d: Path, home: str, *addresses: str) -> str:
@@ -69,7 +69,7 @@ def _ssh_config(d: Path, state: LabState) -> str:
     return "".join(blocks)
 
 
-def _halo_toml(state: LabState, halo: str) -> str:
+def _halo_toml(state: LabState) -> str:
     engine = ""
     if state.engine:
         bin_dir = Path(state.engine) / "bin"
@@ -91,13 +91,27 @@ def _halo_toml(state: LabState, halo: str) -> str:
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
         f'mgmt_address = "{n.mgmt_address}"\n'
-        f'halo = "{halo}"\ngpus = 0\n{_engine_env(state, i)}'
+        f"{_node_code(state)}gpus = 0\n{_engine_env(state, i)}"
         for i, n in enumerate(state.nodes)
     )
     return (
         f'# written by halo lab up: lab nodes are CPU-only\n[cluster]\nname = "lab-{state.name}"\n'
         f'transport = "ethernet"\nssh_config = "ssh_config"\n{engine}{nodes}'
     )
+
+
+def _node_code(state: LabState) -> str:
+    """How a node runs halo's node-side commands: the installed halo, or (bare) halo's node
+    code sent to its Python; with the engine environment offered as a container would, by
+    an ``exec_prefix`` that puts it first on PATH (its python3, ray and vllm)."""
+    if state.halo:
+        return f'halo = "{state.halo}"\n'
+    if not state.engine:
+        return ""  # the system's python3
+    path = (
+        f"{Path(state.engine) / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    )
+    return f'exec_prefix = ["env", "PATH={path}"]\n'
 
 
 def _engine_env(state: LabState, index: int) -> str:

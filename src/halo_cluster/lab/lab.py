@@ -99,10 +99,13 @@ class Lab:
         directory: Path,
         nodes: int,
         fabric_mtu: int,
-        halo: str,
+        halo: str | None,
         engine: str | None = None,
         llama_cpp: str | None = None,
     ) -> LabState:
+        """``halo``: the installed halo the nodes run; None for bare nodes (halo's environment
+        hidden from them: only the system Python, and the engine environment as a container
+        would offer it)."""
         tools = require_tools()
         if not 2 <= nodes <= 8:
             raise UsageError("--nodes must be between 2 and 8")
@@ -129,11 +132,18 @@ class Lab:
                     "build it with 'make llama-cpp'"
                 )
         state = plan_lab(
-            name, directory.resolve(), nodes, fabric_mtu, self._free_subnet(), engine, llama_cpp
+            name,
+            directory.resolve(),
+            nodes,
+            fabric_mtu,
+            self._free_subnet(),
+            engine,
+            llama_cpp,
+            halo,
         )
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
-            write_lab_files(state, halo, tools["ssh-keygen"])
+            write_lab_files(state, tools["ssh-keygen"])
             self._bridges(state)
             started = []
             for node in state.nodes:
@@ -203,10 +213,15 @@ class Lab:
             "mkdir -p /run/sshd\n"
             f"mkdir -p -m 700 {shlex.quote(str(control_dir(state.name)))}\n"
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"
+            # what halo installs on a host (the exporter's unit and code) stays in the node
+            "mkdir -p /var/lib/halo /etc/systemd/system\n"
+            "mount -t tmpfs -o mode=755 tmpfs /var/lib/halo\n"
+            "mount -t tmpfs -o mode=755 tmpfs /etc/systemd/system\n"
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{_private_tmp_script(keep_paths(state))}"
             f"{_read_only_script(state.engine)}"
             f"{_read_only_script(state.llama_cpp)}"
+            f"{_hidden_script(None if state.halo else sys.prefix)}"
             f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
             "trap 'exit 0' TERM\n"
             "while :; do sleep 3600 & wait $! || true; done\n"
@@ -359,6 +374,15 @@ def _read_only_script(path: str | None) -> str:
         return ""
     quoted = shlex.quote(path)
     return f"mount --bind {quoted} {quoted}\nmount -o remount,bind,ro {quoted} {quoted}\n"
+
+
+def _hidden_script(path: str | None) -> str:
+    """An empty read-only directory over ``path`` inside the node (bare nodes: halo's own
+    environment is not there, as on a machine where only the controller has halo)."""
+    if path is None:
+        return ""
+    quoted = shlex.quote(os.path.realpath(path))
+    return f"mount -t tmpfs -o ro,mode=755,size=4k tmpfs {quoted}\n"
 
 
 def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:

@@ -41,6 +41,9 @@ class LabState:
     nodes: tuple[LabNode, ...]
     engine: str | None = None  # the engine environment every node sees, read-only
     llama_cpp: str | None = None  # the llama.cpp build every node sees, read-only
+    # the host's halo that nodes run (--installed); None (--bare, the default): nodes do not
+    # see halo's environment at all and get halo's node code over SSH
+    halo: str | None = None
 
     @property
     def host_address(self) -> str:
@@ -83,6 +86,7 @@ def plan_lab(
     subnet: int,
     engine: str | None = None,
     llama_cpp: str | None = None,
+    halo: str | None = None,
 ) -> LabState:
     """Names and addresses, computed before anything is created. Interface names stay
     within the kernel's 15 characters."""
@@ -107,6 +111,7 @@ def plan_lab(
         members,
         engine,
         llama_cpp,
+        halo,
     )
 
 

@@ -1,0 +1,168 @@
+"""The exporter as a systemd unit on every node, without halo installed there: the unit runs
+halo's node code (the zipapp, copied to ``/var/lib/halo/node-HASH.pyz``, which checks itself
+against the hash in its name before it runs) with the node's own peers and addresses."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.nodecode import NodeCode
+
+UNIT_NAME = "halo-exporter.service"
+UNIT_DIR = "/etc/systemd/system"
+CODE_DIR = "/var/lib/halo"
+PROBE_PORT = 9878
+
+
+@dataclass(frozen=True)
+class ExporterUnit:
+    node: str
+    argv: tuple[str, ...]
+    unit: str
+    code_path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "argv": list(self.argv),
+            "unit": self.unit,
+            "code": self.code_path,
+        }
+
+
+def listen_address(node: NodeConfig, on: str) -> str:
+    """Where the node's exporter listens: 127.0.0.1 (the default: scraped through SSH or a
+    local Prometheus), or its management or fabric address when asked."""
+    if on == "mgmt":
+        return node.mgmt_address or node.host
+    if on == "fabric":
+        return node.address
+    return "127.0.0.1"
+
+
+def exporter_argv(
+    config: Config, node: NodeConfig, code: NodeCode, listen: str, port: int, interval: str
+) -> list[str]:
+    """The unit's command: the node's python3 runs the zipapp's ``exporter`` with every other
+    node as a probe peer, answering probes on its own addresses."""
+    argv = ["/usr/bin/env", "python3", code_path(code), "exporter"]
+    argv += ["--listen", f"{listen}:{port}", "--interval", interval]
+    for peer in config.nodes:
+        if peer.name == node.name:
+            continue
+        for path, address in (("fabric", peer.fabric_address), ("mgmt", peer.mgmt_address)):
+            if address:
+                argv += ["--peer", f"{peer.name},{path},{address}"]
+    for address in dict.fromkeys(a for a in (node.fabric_address, node.mgmt_address) if a):
+        argv += ["--echo", address]
+    return argv
+
+
+def code_path(code: NodeCode) -> str:
+    return f"{CODE_DIR}/node-{code.digest}.pyz"
+
+
+def unit_text(node: str, argv: Sequence[str]) -> str:
+    """The systemd unit: read-only access to sysfs/procfs is all the exporter needs."""
+    return (
+        f"# written by halo monitoring exporter-unit for {node}\n"
+        "[Unit]\n"
+        "Description=halo fabric exporter (RDMA and network counters, peer latency probes)\n"
+        "After=network-online.target\nWants=network-online.target\n\n"
+        "[Service]\nType=simple\n"
+        f"ExecStart={systemd_join(argv)}\n"
+        "Restart=on-failure\nRestartSec=5\n"
+        "DynamicUser=yes\nProtectSystem=strict\nProtectHome=yes\nPrivateTmp=yes\n"
+        "NoNewPrivileges=yes\nCapabilityBoundingSet=\nMemoryMax=128M\n\n"
+        "[Install]\nWantedBy=multi-user.target\n"
+    )
+
+
+def systemd_join(argv: Sequence[str]) -> str:
+    """A command line as systemd reads ExecStart: words in double quotes where needed, with
+    backslash escapes, and ``%`` doubled (systemd's specifiers)."""
+    words = []
+    for word in argv:
+        text = word.replace("%", "%%")
+        if text and all(c.isalnum() or c in "/._-:=,@+" for c in text):
+            words.append(text)
+        else:
+            escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$")
+            words.append(f'"{escaped}"')
+    return " ".join(words)
+
+
+def systemd_split(line: str) -> list[str]:
+    """The inverse of ``systemd_join`` for what it writes (how the lab runs a unit's
+    command where no systemd runs)."""
+    words = shlex.split(line.replace("$$", "$"), posix=True)
+    return [w.replace("%%", "%") for w in words]
+
+
+def exec_start(unit: str) -> list[str]:
+    for line in unit.splitlines():
+        if line.startswith("ExecStart="):
+            return systemd_split(line[len("ExecStart=") :])
+    raise ValueError("no ExecStart line")
+
+
+def install_script(unit: ExporterUnit, code: NodeCode) -> str:
+    """``bash -s`` on the node (as root): the zipapp into /var/lib/halo (checked against its
+    hash), the unit into /etc/systemd/system, then enabled and started where systemd runs.
+    Prints ``started`` or ``no-systemd``."""
+    return (
+        "set -eu\n"
+        f"install -d -m 755 {CODE_DIR}\n"
+        f'tmp="$(mktemp {CODE_DIR}/.node-XXXXXX)"\n'
+        "trap 'rm -f \"$tmp\"' EXIT\n"
+        f"base64 -d > \"$tmp\" <<'HALO_CODE'\n{code.payload()}\nHALO_CODE\n"
+        f'echo "{code.digest}  $tmp" | sha256sum -c --quiet -\n'
+        f'chmod 644 "$tmp" && mv "$tmp" {shlex.quote(unit.code_path)}\n'
+        f"cat > {UNIT_DIR}/{UNIT_NAME} <<'HALO_UNIT'\n{unit.unit}HALO_UNIT\n"
+        "if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then\n"
+        f"  systemctl daemon-reload && systemctl enable --now {UNIT_NAME} >/dev/null\n"
+        f"  systemctl restart {UNIT_NAME}\n"
+        "  echo started\nelse\n  echo no-systemd\nfi\n"
+    )
+
+
+def plan_units(
+    config: Config,
+    nodes: Sequence[NodeConfig],
+    code: NodeCode,
+    listen_on: str,
+    port: int,
+    interval: str,
+) -> list[ExporterUnit]:
+    units = []
+    for node in nodes:
+        argv = exporter_argv(config, node, code, listen_address(node, listen_on), port, interval)
+        units.append(
+            ExporterUnit(node.name, tuple(argv), unit_text(node.name, argv), code_path(code))
+        )
+    return units
+
+
+def install_units(
+    config: Config, units: Sequence[ExporterUnit], code: NodeCode
+) -> dict[str, dict[str, Any]]:
+    """Install every unit over SSH (host level: no exec_prefix); per node ``{installed,
+    started, error}``. A node that fails does not stop the others."""
+    from halo_cluster.runner import SSHRunner
+
+    outcome = {}
+    for unit in units:
+        node = config.node(unit.node)
+        runner = SSHRunner(node.ssh, config.ssh_config)
+        done = runner.run(["bash", "-s"], install_script(unit, code), timeout=120)
+        last = done.stdout.strip().splitlines()[-1:] if done.ok else []
+        outcome[unit.node] = {
+            "installed": done.ok,
+            "started": done.ok and last == ["started"],
+            "error": None if done.ok else done.error_text(),
+        }
+    return outcome
