@@ -19,8 +19,17 @@ pytestmark = pytest.mark.lab
 
 
 def up(workdir: Path, name: str, nodes: int = 2) -> Path:  # noqa: F811
-    halo("lab", "up", "--name", name, "--nodes", str(nodes), "--no-engine", "--no-llama-cpp",
-         cwd=workdir)
+    halo(
+        "lab",
+        "up",
+        "--name",
+        name,
+        "--nodes",
+        str(nodes),
+        "--no-engine",
+        "--no-llama-cpp",
+        cwd=workdir,
+    )
     return workdir / ".halo-lab" / name
 
 
@@ -127,7 +136,8 @@ def test_an_unwritable_cache_and_garbage_output(workdir: Path) -> None:  # noqa:
     assert cache["severity"] == "fail" and "cannot cache" in cache["summary"], cache
     assert "Read-only file system" in cache["evidence"][0]
     unreadable = [
-        f for f in report["cluster"]["findings"]
+        f
+        for f in report["cluster"]["findings"]
         if f["check"] == "cluster.reachable" and f["severity"] == "fail"
     ]
     assert [f["summary"] for f in unreadable] == ["node2 did not answer"]
@@ -139,8 +149,17 @@ def test_an_unwritable_cache_and_garbage_output(workdir: Path) -> None:  # noqa:
 def test_the_exporter_unit_runs_on_a_bare_node(workdir: Path) -> None:  # noqa: F811
     lab = up(workdir, "ae")
     config = str(lab / "halo.toml")
-    done = halo("monitoring", "exporter-unit", "--config", config, "--install", "--listen",
-                "mgmt", "--json", cwd=workdir)
+    done = halo(
+        "monitoring",
+        "exporter-unit",
+        "--config",
+        config,
+        "--install",
+        "--listen",
+        "mgmt",
+        "--json",
+        cwd=workdir,
+    )
     units = json.loads(done.stdout)["nodes"]
     assert {n: (u["installed"], u["started"]) for n, u in units.items()} == {
         "node1": (True, False),  # no systemd in a lab node
@@ -152,7 +171,7 @@ def test_the_exporter_unit_runs_on_a_bare_node(workdir: Path) -> None:  # noqa: 
     assert argv == units["node1"]["argv"]
     shown = lab_exec(workdir, "ae", "node1", *argv[:4], "--once", "--root", "/")
     assert shown.returncode == 0, shown.stderr
-    assert "\nhalo_net_mtu_bytes{interface=\"eno1\"} 1500\n" in shown.stdout
+    assert '\nhalo_net_mtu_bytes{interface="eno1"} 1500\n' in shown.stdout
     # the code on the node is checked against its name: a changed copy does not run
     path = units["node1"]["code"]
     assert ssh(workdir, "ae", "node1", "sh", "-c", f"echo x >> {path}").returncode == 0

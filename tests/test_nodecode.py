@@ -18,7 +18,7 @@ import shlex
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -82,7 +82,10 @@ def evil(marker: Path) -> bytes:
         [
             ("halo_cluster/__init__.py", write.encode()),
             ("halo_cluster/node/__init__.py", write.encode()),
-            ("halo_cluster/node/main.py", (write + "def main(argv=None):\n    return 0\n").encode()),
+            (
+                "halo_cluster/node/main.py",
+                (write + "def main(argv=None):\n    return 0\n").encode(),
+            ),
         ]
     )
 
@@ -107,8 +110,10 @@ def test_the_build_is_deterministic_and_its_hash_follows_the_files() -> None:
     files = package_files()
     first, second = build(files), build(package_files())
     assert first == second
-    changed = [(name, data + b"# changed\n" if name.endswith("/node/main.py") else data)
-               for name, data in files]
+    changed = [
+        (name, data + b"# changed\n" if name.endswith("/node/main.py") else data)
+        for name, data in files
+    ]
     assert changed != files
     assert NodeCode(build(changed)).digest != NodeCode(first).digest
     assert NodeCode(first).digest == hashlib.sha256(first).hexdigest()
@@ -222,7 +227,11 @@ def test_a_corrupted_copy_is_never_run_and_is_replaced(
     cached(code, cache).write_bytes(evil(marker))
     runner = NodeRunner(LocalRunner(), (), py, code)
     result = runner.run(code.argv(py, ["node-info"]))
-    assert (outcome(result), runner.sent, marker.exists()) == ((0, node_info(version), ""), True, False)
+    assert (outcome(result), runner.sent, marker.exists()) == (
+        (0, node_info(version), ""),
+        True,
+        False,
+    )
     assert cached(code, cache).read_bytes() == code.data
 
 
@@ -253,13 +262,17 @@ def test_a_script_not_naming_the_code_passes_straight_through(cache: Path) -> No
     )
 
 
-def test_a_failed_ensure_stops_the_script_before_it_runs(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_ensure_stops_the_script_before_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     code = node_code()
     marker = tmp_path / "script-ran"
-    script = f"touch {shlex.quote(str(marker))}\n" + shlex.join(code.argv(sys.executable, ["node-info"]))
+    script = f"touch {shlex.quote(str(marker))}\n" + shlex.join(
+        code.argv(sys.executable, ["node-info"])
+    )
     runner = NodeRunner(LocalRunner(), (), sys.executable, code)
     result = runner.run(["bash", "-s"], script + "\n")
     detail = f"cannot cache halo's node code in {blocker}/halo: Not a directory"
@@ -301,22 +314,30 @@ def test_boot_minimum_3_99_on_this_python(cache: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("prefix", "python", "detail"),
+    ("prefix", "interpreter", "detail"),
     [
         ((), "/nonexistent/python3", "/nonexistent/python3: No such file or directory"),
         ((), "halo-no-such-python3", "halo-no-such-python3: command not found"),
-        (("env", "PATH=/x"), "/nonexistent/python3", "env: '/nonexistent/python3': No such file or directory"),
+        (
+            ("env", "PATH=/x"),
+            "/nonexistent/python3",
+            "env: '/nonexistent/python3': No such file or directory",
+        ),
     ],
 )
 def test_a_missing_python(
-    prefix: tuple[str, ...], python: str, detail: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    prefix: tuple[str, ...],
+    interpreter: str,
+    detail: str,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """As the node's shell says it: 127 and the last line (a real node answers through ssh's
     shell, which gives 127 for a missing interpreter, with or without a slash)."""
     monkeypatch.setenv("LC_ALL", "C")
     code = node_code()
-    runner = NodeRunner(LocalRunner(), prefix, python, code)
-    result = runner.run([*prefix, *code.argv(python, ["node-info"])])
+    runner = NodeRunner(LocalRunner(), prefix, interpreter, code)
+    result = runner.run([*prefix, *code.argv(interpreter, ["node-info"])])
     assert (result.returncode, problem(result.returncode, result.stderr), runner.sent) == (
         127,
         Problem("python-missing", detail),
@@ -324,7 +345,9 @@ def test_a_missing_python(
     )
 
 
-def test_a_cache_directory_that_cannot_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cache_directory_that_cannot_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
@@ -338,7 +361,7 @@ def test_a_cache_directory_that_cannot_be_made(tmp_path: Path, monkeypatch: pyte
 
 
 @pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[object]:
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     """mount(options) -> a fresh tmpfs under tmp_path (root only; skipped where mount is not
     allowed); unmounted afterwards."""
     mounted: list[Path] = []
@@ -372,7 +395,11 @@ def tmpfs(tmp_path: Path) -> Iterator[object]:
     ],
 )
 def test_a_read_only_or_full_cache(
-    options: str, reason: str, prepare: bool, tmpfs, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    options: str,
+    reason: str,
+    prepare: bool,
+    tmpfs: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     base = tmpfs(options)
     monkeypatch.setenv("XDG_CACHE_HOME", str(base))
@@ -405,14 +432,30 @@ def test_install_refuses_bytes_that_do_not_match_the_hash(cache: Path) -> None:
     ("returncode", "stderr", "expected"),
     [
         (0, "", None),
-        (98, "halo-node: python 3.8.10 is older than 3.9\n", Problem("python-old", "python 3.8.10 is older than 3.9")),
-        (96, "noise\nhalo-node: cannot cache x: Read-only file system\n", Problem("cache", "cannot cache x: Read-only file system")),
-        (97, "halo-node: halo's node code abc is not cached here\n", Problem("code", "halo's node code abc is not cached here")),
+        (
+            98,
+            "halo-node: python 3.8.10 is older than 3.9\n",
+            Problem("python-old", "python 3.8.10 is older than 3.9"),
+        ),
+        (
+            96,
+            "noise\nhalo-node: cannot cache x: Read-only file system\n",
+            Problem("cache", "cannot cache x: Read-only file system"),
+        ),
+        (
+            97,
+            "halo-node: halo's node code abc is not cached here\n",
+            Problem("code", "halo's node code abc is not cached here"),
+        ),
         (97, "another program's exit 97\n", None),
         (98, "", None),
         (1, "halo-node: python 3.8.10 is older than 3.9\n", None),
         (127, "", Problem("python-missing", "command not found")),
-        (127, "bash: line 1: python3: command not found\n\n", Problem("python-missing", "bash: line 1: python3: command not found")),
+        (
+            127,
+            "bash: line 1: python3: command not found\n\n",
+            Problem("python-missing", "bash: line 1: python3: command not found"),
+        ),
     ],
 )
 def test_problem_table(returncode: int, stderr: str, expected: Problem | None) -> None:
@@ -448,7 +491,9 @@ words = st.lists(st.text(max_size=12), max_size=5).map(tuple)
 
 
 @given(words, words)
-def test_as_halo_keeps_any_prefix_and_arguments(prefix: tuple[str, ...], args: tuple[str, ...]) -> None:
+def test_as_halo_keeps_any_prefix_and_arguments(
+    prefix: tuple[str, ...], args: tuple[str, ...]
+) -> None:
     code = node_code()
     assert as_halo((*prefix, *args)) == (*prefix, *args)
     assert as_halo((*prefix, *code.argv("python3", list(args)))) == (*prefix, "halo", *args)

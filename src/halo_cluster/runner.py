@@ -3,10 +3,8 @@
 LocalRunner runs a process here; SSHRunner runs argv on a node through the system ``ssh``
 (BatchMode, ConnectTimeout, the user's ssh config honoured, one shared connection per node)
 with the remote command quoted word by word, so no argument is ever re-split by the remote
-shell; FakeRunner answers from a table, for tests.
-
-``on_line`` (optional) receives each stdout line while the command runs, for the progress of
-long remote work (the benchmark driver); the Result still carries the whole output.
+shell; FakeRunner answers from a table, for tests. ``on_line`` (optional) receives each stdout
+line while the command runs (progress of long remote work); the Result has the whole output.
 """
 
 from __future__ import annotations
@@ -342,8 +340,10 @@ class FakeRunner:
 def _not_started(args: tuple[str, ...], err: OSError) -> Result:
     """A program that could not be started, with the shell's exit codes: 127 when it is not
     found (also when a PATH entry cannot be searched), 126 otherwise."""
-    if isinstance(err, FileNotFoundError | PermissionError) and "/" not in args[0]:
-        return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")
+    searched = isinstance(err, PermissionError) and "/" not in args[0]  # a PATH entry
+    if isinstance(err, FileNotFoundError) or searched:
+        said = f"{args[0]}: " + (str(err.strerror) if "/" in args[0] else "command not found")
+        return Result(args, NOT_FOUND, "", said)
     return Result(args, CANNOT_RUN, "", f"{args[0]}: {err.strerror or err}")
 
 

@@ -95,4 +95,4 @@ def _bpt(entry: Mapping[str, Any] | None) -> float | None:
     if not entry:
         return None
     value = entry.get("bytes_per_token")
-    return float(value) if isinstance(value, int | float) else None
+    return float(value) if isinstance(value, (int, float)) else None

@@ -37,8 +37,12 @@ def test_an_installed_halo_of_another_version_is_a_warning_naming_both() -> None
     healthy = node_inv("strix-e810", halo=__version__)
     old = replace(strix_peer(healthy), versions={**healthy.versions, "halo": "0.0.9"})
     installed = replace(STRIX2, halo="halo")
-    report = doctor_cluster(config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(old)})
-    skew = [f for f in report.cluster if f.check == "cluster.versions_match" and f.severity == "warn"]
+    report = doctor_cluster(
+        config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(old)}
+    )
+    skew = [
+        f for f in report.cluster if f.check == "cluster.versions_match" and f.severity == "warn"
+    ]
     assert skew == [
         Finding(
             "cluster.versions_match",

@@ -175,7 +175,18 @@ def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path) -> None:
     require(os.geteuid() == 0, "halo lab needs root")
     lab = tmp_path / "R"
     config = lab / "halo.toml"
-    up = ("lab", "up", "--name", "r", "--dir", str(lab), "--no-engine", "--no-llama-cpp")
+    # no engine: Ray from the halo installed on the nodes
+    up = (
+        "lab",
+        "up",
+        "--name",
+        "r",
+        "--dir",
+        str(lab),
+        "--no-engine",
+        "--no-llama-cpp",
+        "--installed",
+    )
     assert halo(*up).returncode == 0
     try:
         forged = f"python3 {EXAMPLES / 'standin_vllm.py'}"

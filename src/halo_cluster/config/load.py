@@ -190,7 +190,7 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         ints[key] = value
     utilization = raw.get("gpu_memory_utilization")
     if utilization is not None and (
-        not isinstance(utilization, int | float) or not 0 < utilization <= 1
+        not isinstance(utilization, (int, float)) or not 0 < utilization <= 1
     ):
         raise where.error(
             "gpu_memory_utilization", "serve.gpu_memory_utilization must be in (0, 1]"

@@ -178,7 +178,7 @@ def _plain(obj: Any) -> Any:
         return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, Mapping):
         return {key: _plain(value) for key, value in obj.items()}
-    if isinstance(obj, tuple | list):
+    if isinstance(obj, (tuple, list)):
         return [_plain(item) for item in obj]
     return obj
 

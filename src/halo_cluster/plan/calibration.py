@@ -39,7 +39,7 @@ class Calibration:
 
 
 def _positive(path: Path, where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise UsageError(f"{path}: {where} must be a finite number, got {value!r}")
     if value <= 0:
         raise UsageError(f"{path}: {where} must be > 0, got {value!r}")
@@ -62,7 +62,7 @@ def _itl_rate(level: dict[str, Any], key: str, default: float) -> float:
     """Tokens/s from an inter-token latency percentile (ms); the default when absent."""
     itl = level.get("itl_ms")
     value = itl.get(key) if isinstance(itl, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     return 1000.0 / value if math.isfinite(value) and value > 0 else default
 

@@ -119,6 +119,6 @@ def link_from_result(path: Path) -> Link:
 
 def _number(path: Path, obj: dict[str, Any], parent: str, key: str) -> float:
     value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise UsageError(f"{path}: {parent}.{key} must be a finite number, got {value!r}")
     return float(value)
