@@ -272,16 +272,12 @@ def test_setup_apply_inside_a_lab_node(workdir: Path) -> None:
     halo("lab", "up", "--name", "st", "--fabric-mtu", "1500", cwd=workdir)
     status = json.loads(halo("lab", "status", "--name", "st", "--json", cwd=workdir).stdout)
     new_address = status["nodes"][0]["fabric_address"].rsplit(".", 1)[0] + ".77/24"
-    args = [
-        "lab",
-        "exec",
-        "--name",
-        "st",
-        "node1",
-        "--",
-        HALO,
+    args = [  # over SSH: the lab's nodes are bare, halo sends its node code
         "setup",
-        "--local",
+        "--node",
+        "node1",
+        "--config",
+        status["config"],
         "--step",
         "network",
         "--step",

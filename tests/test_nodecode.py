@@ -180,7 +180,9 @@ def test_sent_once_cached_0600_then_only_the_hash(python: tuple[str, str], cache
         True,
     )
     path = cached(code, cache)  # XDG_CACHE_HOME reached the child: the code is here
-    assert sorted(os.listdir(cache)) == [path.name]
+    # the code, and its modules compiled for this Python (keyed by each source's sha256)
+    tag = path.name[: -len(".pyz")] + ".cpython-" + "".join(version.split(".")[:2])
+    assert sorted(os.listdir(cache)) == sorted([path.name, tag])
     assert (path.stat().st_mode & 0o777, path.read_bytes()) == (0o600, code.data)
     assert cache.stat().st_mode & 0o777 == 0o700
     again = NodeRunner(LocalRunner(), (), py, code)

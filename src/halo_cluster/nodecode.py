@@ -83,7 +83,53 @@ if b is None or hashlib.sha256(b).hexdigest() != h:
     fail({missing}, "halo's node code " + h[:12] + " is not cached here")
 if len(sys.argv) == 2:
     sys.exit(0)
-sys.path.insert(0, p)
+import importlib.util, marshal, zipimport
+z = zipimport.zipimporter(p)
+c = p[:-4] + "." + sys.implementation.cache_tag
+class Code:
+    # modules from the checked file; their compiled code cached beside it, keyed by the
+    # sha256 of each source (a stale or damaged entry is compiled again)
+    def find_spec(self, name, path=None, target=None):
+        if name != "halo_cluster" and not name.startswith("halo_cluster."):
+            return None
+        base = name.replace(".", "/")
+        for f, package in ((base + "/__init__.py", True), (base + ".py", False)):
+            try:
+                source = z.get_data(f)
+            except OSError:
+                continue
+            origin = p + "/" + f
+            spec = importlib.util.spec_from_loader(name, self, origin=origin, is_package=package)
+            spec.has_location = True
+            spec.loader_state = source
+            return spec
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        spec = module.__spec__
+        key = hashlib.sha256(spec.loader_state).digest()[:16]
+        cached = os.path.join(c, spec.name + ".bin")
+        code = None
+        try:
+            with open(cached, "rb") as f:
+                data = f.read()
+            if data[:16] == key:
+                code = marshal.loads(data[16:])
+        except (OSError, ValueError, EOFError, TypeError):
+            pass
+        if code is None:
+            code = compile(spec.loader_state, spec.origin, "exec", dont_inherit=True)
+            try:
+                os.makedirs(c, 0o700, exist_ok=True)
+                tmp = cached + ".%d" % os.getpid()
+                with open(tmp, "wb") as f:
+                    f.write(key + marshal.dumps(code))
+                os.replace(tmp, cached)
+            except OSError:
+                pass
+        exec(code, module.__dict__)
+sys.meta_path.insert(0, Code())
 sys.argv = ["halo"] + sys.argv[2:]
 from halo_cluster.node.main import main
 sys.exit(main())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -44,32 +45,39 @@ def lab(tmp_path: Path) -> Iterator[tuple[Path, dict]]:  # type: ignore[type-arg
     up = halo("lab", "up", "--name", "mon", cwd=tmp_path)
     assert up.returncode == 0, up.stderr
     status = json.loads(halo("lab", "status", "--name", "mon", "--json", cwd=tmp_path).stdout)
+    # the lab's nodes are bare: each exporter is the unit 'halo monitoring exporter-unit'
+    # installs (halo's node code); no systemd runs in a lab node, so its ExecStart is run here
+    deployed = halo(
+        "monitoring",
+        "exporter-unit",
+        "--config",
+        status["config"],
+        "--install",
+        "--listen",
+        "mgmt",
+        "--interval",
+        "250ms",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert deployed.returncode == 0, deployed.stderr
+    units = json.loads(deployed.stdout)["nodes"]
+    status["exporter"] = units["node1"]["argv"][:4]  # env python3 CODE exporter
     procs = []
     for node in status["nodes"]:
+        argv = [
+            HALO,
+            "lab",
+            "exec",
+            "--name",
+            "mon",
+            node["name"],
+            "--",
+            *units[node["name"]]["argv"],
+        ]
         procs.append(
             subprocess.Popen(
-                [
-                    HALO,
-                    "lab",
-                    "exec",
-                    "--name",
-                    "mon",
-                    node["name"],
-                    "--",
-                    HALO,
-                    "exporter",
-                    "--config",
-                    status["config"],
-                    "--node",
-                    node["name"],
-                    "--listen",
-                    f"{node['mgmt_address']}:9877",
-                    "--interval",
-                    "250ms",
-                ],
-                cwd=tmp_path,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+                argv, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
         )
     try:
@@ -222,7 +230,8 @@ def test_interfaces_come_and_go_and_a_flood_of_partial_requests(
     cwd, status = lab
     node1 = status["nodes"][0]
     address = f"{node1['mgmt_address']}:9879"
-    run = f"{HALO} exporter --listen {address} --interval 200ms --rescan 300ms"
+    run = shlex.join([*status["exporter"], "--listen", address, "--interval", "200ms"])
+    run += " --rescan 300ms"
     exporter = subprocess.Popen(
         [
             HALO,

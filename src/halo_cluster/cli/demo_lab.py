@@ -77,11 +77,25 @@ def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
 
     config = load_config(Path(state.dir) / "halo.toml")
     report = doctor_cluster(config, ssh_runners(config))
+    from halo_cluster.nodecode import node_code
+
+    code = node_code()
+    how = {
+        name: next(f.summary for f in fs if f.check == "node.python")
+        for name, fs in report.nodes.items()
+        if any(f.check == "node.python" for f in fs)
+    }
     if out is not None:
         shown = [f"{n.name} {n.mgmt_address} / fabric {n.fabric_address}" for n in state.nodes]
-        out.print(f"nodes: {', '.join(shown)}")
+        out.print(f"nodes: {', '.join(shown)} (bare: no halo installed on them)")
+        out.print(
+            f"halo's node code: {len(code.data) // 1024} KiB, sha256 {code.digest[:16]}…, "
+            "sent over SSH and cached by hash"
+        )
+        for name, summary in how.items():
+            out.print(f"  {name}: {summary}")
         render_report(out, report)
-    return report.to_dict()
+    return {**report.to_dict(), "node_code": {"sha256": code.digest, "bytes": len(code.data)}}
 
 
 def _monitor(
