@@ -20,6 +20,7 @@ from pathlib import Path
 
 from halo_cluster.errors import LabError, UsageError
 from halo_cluster.lab.files import write_lab_files
+from halo_cluster.lab.mounts import hidden_script, keep_paths, private_tmp_script, read_only_script
 from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
 from halo_cluster.lab.registry import find_leftovers, forget, sweep
 from halo_cluster.lab.state import (
@@ -218,10 +219,10 @@ class Lab:
             "mount -t tmpfs -o mode=755 tmpfs /var/lib/halo\n"
             "mount -t tmpfs -o mode=755 tmpfs /etc/systemd/system\n"
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
-            f"{_private_tmp_script(keep_paths(state))}"
-            f"{_read_only_script(state.engine)}"
-            f"{_read_only_script(state.llama_cpp)}"
-            f"{_hidden_script(None if state.halo else sys.prefix)}"
+            f"{private_tmp_script(keep_paths(state))}"
+            f"{read_only_script(state.engine)}"
+            f"{read_only_script(state.llama_cpp)}"
+            f"{hidden_script(None if state.halo else sys.prefix)}"
             f"{shlex.quote(tools['sshd'])} -f {shlex.quote(str(sshd_config))}\n"
             "trap 'exit 0' TERM\n"
             "while :; do sleep 3600 & wait $! || true; done\n"
@@ -332,57 +333,6 @@ class Lab:
             *env,
             *command,
         ]
-
-
-def keep_paths(state: LabState) -> list[str]:
-    """Host paths under /tmp that nodes still need behind their private /tmp: the lab
-    directory (keys, configs), halo's own installation and the engine environment."""
-    import halo_cluster
-
-    wanted = {state.dir, sys.prefix, str(Path(halo_cluster.__file__).resolve().parents[1])}
-    wanted |= {path for path in (state.engine, state.llama_cpp) if path}
-    under_tmp = sorted(
-        os.path.realpath(p) for p in wanted if os.path.realpath(p).startswith("/tmp/")
-    )
-    kept: list[str] = []
-    for path in under_tmp:
-        if not any(path.startswith(k + "/") for k in kept):
-            kept.append(path)
-    return kept
-
-
-def _private_tmp_script(kept: list[str]) -> str:
-    """A fresh /tmp, with the kept host paths bound back at their own places."""
-    lines = []
-    for i, path in enumerate(kept):
-        lines += [
-            f"mkdir -p /run/halo-keep/{i}",
-            f"mount --bind {shlex.quote(path)} /run/halo-keep/{i}",
-        ]
-    lines.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
-    for i, path in enumerate(kept):
-        lines += [
-            f"mkdir -p {shlex.quote(path)}",
-            f"mount --bind /run/halo-keep/{i} {shlex.quote(path)}",
-        ]
-    return "".join(line + "\n" for line in lines)
-
-
-def _read_only_script(path: str | None) -> str:
-    """Bind ``path`` onto itself read-only, inside the node's own mount namespace."""
-    if path is None:
-        return ""
-    quoted = shlex.quote(path)
-    return f"mount --bind {quoted} {quoted}\nmount -o remount,bind,ro {quoted} {quoted}\n"
-
-
-def _hidden_script(path: str | None) -> str:
-    """An empty read-only directory over ``path`` inside the node (bare nodes: halo's own
-    environment is not there, as on a machine where only the controller has halo)."""
-    if path is None:
-        return ""
-    quoted = shlex.quote(os.path.realpath(path))
-    return f"mount -t tmpfs -o ro,mode=755,size=4k tmpfs {quoted}\n"
 
 
 def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:
