@@ -534,3 +534,20 @@ def test_the_zipapp_run_directly(python: tuple[str, str], cache: Path, tmp_path:
     honest.write_bytes(impostor.read_bytes())
     assert LocalRunner().run([py, str(honest), "node-info"]).returncode == 0
     assert marker.read_text() == "ran"
+
+
+def test_the_controller_keeps_its_build_and_rebuilds_a_damaged_one(tmp_path: Path) -> None:
+    from halo_cluster import nodecode
+
+    built = nodecode.NodeCode(nodecode.build(nodecode.package_files()))
+    nodecode.node_code.cache_clear()
+    first = nodecode.node_code(tmp_path)
+    [kept] = list(tmp_path.glob("controller-*.b64"))
+    assert (first.digest, kept.read_text().split("\n")[0]) == (built.digest, built.digest)
+    nodecode.node_code.cache_clear()
+    assert nodecode.node_code(tmp_path).data == built.data  # read back, not rebuilt
+    kept.write_text(built.digest + "\n" + "QUJD")  # the wrong bytes under the right digest
+    nodecode.node_code.cache_clear()
+    assert nodecode.node_code(tmp_path).data == built.data
+    assert kept.read_text() == f"{built.digest}\n{built.payload()}"
+    nodecode.node_code.cache_clear()

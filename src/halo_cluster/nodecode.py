@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import re
-import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -197,6 +195,9 @@ def package_files(package: Path | None = None) -> list[tuple[str, bytes]]:
 
 def build(files: Sequence[tuple[str, bytes]]) -> bytes:
     """The zipapp of ``files``, byte for byte the same for the same files."""
+    import io
+    import zipfile
+
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
         for name, content in [("__main__.py", ZIP_MAIN.encode()), *files]:
@@ -207,10 +208,39 @@ def build(files: Sequence[tuple[str, bytes]]) -> bytes:
     return out.getvalue()
 
 
-@lru_cache(maxsize=1)
-def node_code() -> NodeCode:
-    """This halo's node code (built once per process)."""
-    return NodeCode(build(package_files()))
+@lru_cache(maxsize=4)
+def node_code(cache: Path | None = None) -> NodeCode:
+    """This halo's node code, built once per process; with ``cache`` (a directory), built
+    once per version of the sources: kept there under a fingerprint of their names, sizes
+    and modification times, and checked on every read (a damaged copy is built again)."""
+    root = Path(__file__).resolve().parent
+    if cache is None:
+        return NodeCode(build(package_files(root)))
+    path = cache / f"controller-{_fingerprint(root)}.b64"  # the digest, then the zipapp
+    try:
+        digest, _, text = path.read_text().partition("\n")
+        data = base64.b64decode(text, validate=True)
+        if hashlib.sha256(data).hexdigest() == digest:
+            return NodeCode(data)
+    except (OSError, UnicodeDecodeError, ValueError):
+        pass
+    code = NodeCode(build(package_files(root)))
+    try:
+        from halo_cluster.atomic import atomic_write
+
+        cache.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, f"{code.digest}\n{code.payload()}", prefix=".controller-")
+    except OSError:
+        pass  # a read-only cache: built each time, as without one
+    return code
+
+
+def _fingerprint(root: Path) -> str:
+    parts = []
+    for path in sorted(root.rglob("*.py")):
+        info = path.stat()
+        parts.append(f"{path.relative_to(root)}:{info.st_size}:{info.st_mtime_ns}")
+    return hashlib.sha256("\n".join([str(root), *parts]).encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class NodeConfig:
             return [self.halo, *args]
         from halo_cluster.nodecode import node_code
 
-        return node_code().argv(self.python, args)
+        return node_code(cache_dir()).argv(self.python, args)
 
     @property
     def runs(self) -> str:
@@ -200,3 +200,9 @@ def results_dir() -> Path:
     """Where benchmark results are kept: $XDG_DATA_HOME/halo/results (~/.local/share/...)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "halo" / "results"
+
+
+def cache_dir() -> Path:
+    """This user's cache for halo (the built node code): $XDG_CACHE_HOME/halo (~/.cache/...)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "halo"
