@@ -42,8 +42,9 @@ class NodeRunner:
             if not ready.ok:
                 return ready
         result = self.inner.run(argv, stdin, timeout, on_line)
-        if direct and _is_missing(result):
-            installed = self._install(timeout)
+        if direct and is_missing(result.returncode, result.stderr):
+            with self._lock:
+                installed = self._install(timeout)
             if not installed.ok:
                 return installed
             result = self.inner.run(argv, stdin, timeout, on_line)
@@ -63,22 +64,16 @@ class NodeRunner:
             if check.ok:
                 self._ready = True
                 return check
-            if not _is_missing(check):
+            if not is_missing(check.returncode, check.stderr):
                 return check
-            return self._install(timeout, locked=True)
+            return self._install(timeout)
 
-    def _install(self, timeout: float, locked: bool = False) -> Result:
+    def _install(self, timeout: float) -> Result:
+        """Send the code (the caller holds the lock)."""
         assert self.code is not None
-        if not locked:
-            with self._lock:
-                return self._install(timeout, locked=True)
         argv = [*self.prefix, *self.code.install_argv(self.python)]
         result = self.inner.run(argv, self.code.payload(), max(timeout, 60.0))
         if result.ok:
             self._ready = True
             self.sent = True
         return result
-
-
-def _is_missing(result: Result) -> bool:
-    return is_missing(result.returncode, result.stderr)

@@ -77,9 +77,9 @@ def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
 
     config = load_config(Path(state.dir) / "halo.toml")
     report = doctor_cluster(config, ssh_runners(config))
-    from halo_cluster.nodecode import node_code
+    from halo_cluster.config import halo_node_code
 
-    code = node_code()
+    code = halo_node_code()
     how = {
         name: next(f.summary for f in fs if f.check == "node.python")
         for name, fs in report.nodes.items()
@@ -102,18 +102,18 @@ def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
 ) -> dict[str, Any]:
     from halo_cluster.cli.monitor import scrape
-    from halo_cluster.config import load_config
+    from halo_cluster.config import halo_node_code, load_config
     from halo_cluster.monitor.deploy import exec_start, install_units, plan_units
     from halo_cluster.monitor.frame import build_frame, render_frame
-    from halo_cluster.nodecode import node_code
 
     config = load_config(Path(state.dir) / "halo.toml")
     local = LocalRunner()
     targets = [f"{n.mgmt_address}:9877" for n in state.nodes]
     # as 'halo monitoring exporter-unit --install' deploys them; lab nodes run no systemd,
     # so each unit's ExecStart is started here, inside its node
-    units = plan_units(config, config.nodes, node_code(), "mgmt", 9877, "250ms")
-    installed = install_units(config, units, node_code())
+    code = halo_node_code()
+    units = plan_units(config, config.nodes, code, "mgmt", 9877, "250ms")
+    installed = install_units(config, units, code)
     for unit, node in zip(units, state.nodes, strict=True):
         if installed[unit.node]["installed"]:
             procs.append(local.start(lab.exec_argv(node, exec_start(unit.unit))))

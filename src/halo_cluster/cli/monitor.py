@@ -306,13 +306,13 @@ def exporter_unit(
     runs halo's node code (copied to /var/lib/halo, checked against its hash) with the node's
     peers and addresses. Without --install it prints the units."""
     from halo_cluster.cli.options import require_config
+    from halo_cluster.config import halo_node_code
     from halo_cluster.monitor.deploy import plan_units
-    from halo_cluster.nodecode import node_code
 
     config = require_config(config_path, "no cluster config: --config halo.toml")
     parse_duration(interval)
     nodes = [config.node(n) for n in names] if names else list(config.nodes)
-    code = node_code()
+    code = halo_node_code()
     units = plan_units(config, nodes, code, listen_on, port, interval)
     data: dict[str, Any] = {u.node: u.to_dict() for u in units}
     failed = False

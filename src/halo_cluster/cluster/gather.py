@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
-from halo_cluster.config import Config, NodeConfig
+from halo_cluster.config import Config, NodeConfig, halo_node_code
 from halo_cluster.facts.model import Inventory, inventory_from_dict
-from halo_cluster.nodecode import node_code, problem
+from halo_cluster.nodecode import problem
 from halo_cluster.noderunner import NodeRunner
 from halo_cluster.runner import Runner, SSHRunner
 
@@ -23,7 +23,7 @@ def ssh_runners(config: Config) -> dict[str, Runner]:
 
 
 def node_runner(node: NodeConfig, inner: Runner) -> NodeRunner:
-    code = None if node.halo else node_code()
+    code = None if node.halo else halo_node_code()
     return NodeRunner(inner, node.exec_prefix, node.python, code)
 
 

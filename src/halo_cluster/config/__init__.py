@@ -39,6 +39,7 @@ from halo_cluster.config.model import (
     default_engine,
     default_llama_cpp,
     find_config,
+    halo_node_code,
     results_dir,
     secret,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "default_engine",
     "default_llama_cpp",
     "find_config",
+    "halo_node_code",
     "load_config",
     "results_dir",
     "secret",

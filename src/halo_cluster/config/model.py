@@ -7,8 +7,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from halo_cluster.errors import UsageError
+
+if TYPE_CHECKING:
+    from halo_cluster.nodecode import NodeCode
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -68,9 +72,7 @@ class NodeConfig:
         halo's node code run by the node's Python (sent there when not cached)."""
         if self.halo:
             return [self.halo, *args]
-        from halo_cluster.nodecode import node_code
-
-        return node_code(cache_dir()).argv(self.python, args)
+        return halo_node_code().argv(self.python, args)
 
     @property
     def runs(self) -> str:
@@ -206,3 +208,10 @@ def cache_dir() -> Path:
     """This user's cache for halo (the built node code): $XDG_CACHE_HOME/halo (~/.cache/...)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "halo"
+
+
+def halo_node_code() -> NodeCode:
+    """This halo's node code, its build kept in ``cache_dir()`` (the one way to get it)."""
+    from halo_cluster.nodecode import node_code
+
+    return node_code(cache_dir())

@@ -15,7 +15,6 @@ from halo_cluster.nodecode import NodeCode
 UNIT_NAME = "halo-exporter.service"
 UNIT_DIR = "/etc/systemd/system"
 CODE_DIR = "/var/lib/halo"
-PROBE_PORT = 9878
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,7 @@ def install_script(unit: ExporterUnit, code: NodeCode) -> str:
     return (
         "set -eu\n"
         f"install -d -m 755 {CODE_DIR}\n"
-        f'tmp="$(mktemp {CODE_DIR}/.node-XXXXXX)"\n'
+        f"tmp={CODE_DIR}/.node-$$.part\n"  # in root's own 0755 directory
         "trap 'rm -f \"$tmp\"' EXIT\n"
         f"base64 -d > \"$tmp\" <<'HALO_CODE'\n{code.payload()}\nHALO_CODE\n"
         f'echo "{code.digest}  $tmp" | sha256sum -c --quiet -\n'
