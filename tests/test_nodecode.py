@@ -551,3 +551,34 @@ def test_the_controller_keeps_its_build_and_rebuilds_a_damaged_one(tmp_path: Pat
     assert nodecode.node_code(tmp_path).data == built.data
     assert kept.read_text() == f"{built.digest}\n{built.payload()}"
     nodecode.node_code.cache_clear()
+
+
+def test_a_damaged_copy_in_a_directory_it_cannot_change_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As root, permissions do not stop it: a read-only tmpfs holds the damaged copy."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    code = node_code()
+    cache = tmp_path / "halo"
+    cache.mkdir()
+    (cache / f"node-{code.digest}.pyz").write_bytes(b"damaged")
+    mounted = subprocess.run(
+        ["mount", "--bind", "-o", "ro", str(cache), str(cache)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount not permitted: {mounted.stderr.strip()}")
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(cache)], check=False)
+    try:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        done = LocalRunner().run(code.argv(sys.executable, ["node-info"]))
+        assert (done.returncode, done.stderr) == (
+            97,
+            f"halo-node: halo's node code {code.digest[:12]} is not cached here\n",
+        )
+        installed = NodeRunner(LocalRunner(), (), sys.executable, code).run(
+            code.argv(sys.executable, ["node-info"])
+        )
+        assert installed.returncode == 96 and "Read-only file system" in installed.stderr
+    finally:
+        subprocess.run(["umount", str(cache)], check=False)

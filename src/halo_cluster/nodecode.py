@@ -76,8 +76,11 @@ try:
 except OSError:
     b = None
 if b is None or hashlib.sha256(b).hexdigest() != h:
-    if b is not None:
-        os.unlink(p)
+    try:
+        if b is not None:
+            os.unlink(p)  # damaged: never imported, replaced when the code is sent
+    except OSError:
+        pass  # a directory it cannot change: the install that follows says why
     fail({missing}, "halo's node code " + h[:12] + " is not cached here")
 if len(sys.argv) == 2:
     sys.exit(0)
