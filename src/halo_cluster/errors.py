@@ -4,6 +4,7 @@
     ├── ParseError            file or tool output halo cannot understand (path + text)
     ├── UsageError            the user asked for something impossible
     │   ├── ConfigError       a bad halo.toml: file, field, line
+    │   ├── StateError        a cluster state file halo did not write, or of another version
     │   └── ListenError       the exporter cannot listen where it was told
     ├── TransportError        a requested transport the node cannot provide, or not the one used
     │   └── NoTransportEvidence   nothing in the evidence says which transport ran
@@ -12,6 +13,7 @@
     │   ├── NodeLost          a node stopped answering
     │   ├── DriverError       the bench driver on the head could not go on
     │   ├── LifecycleError    halo up / down / serve could not be done
+    │   ├── NodeCallError     a node-side command failed or answered what halo cannot read
     │   ├── SetupError        a setup step failed, or its verification did
     │   └── RayNodesError     the local Ray node table cannot be read, or nodes did not register
     ├── LabError              a lab operation could not be done
@@ -70,6 +72,10 @@ class ConfigError(UsageError):
     """A bad halo.toml: names the file, the field and (when it can) the line."""
 
 
+class StateError(UsageError):
+    """The cluster state file is not one this halo wrote (another schema, or garbage)."""
+
+
 class ListenError(UsageError):
     """The address cannot be listened on (busy port, unknown host, no permission)."""
 
@@ -102,6 +108,10 @@ class NodeLost(OperationError):
 
 class DriverError(OperationError):
     """The bench driver's run could not go on; the message says which node or step."""
+
+
+class NodeCallError(OperationError):
+    """A node-side command failed, or its answer is not what halo reads; names the node."""
 
 
 class LifecycleError(OperationError):

@@ -66,7 +66,7 @@ def prepare(
 ) -> BenchCluster:
     """Load the config, gather every node's facts and plan; a node that does not answer is a
     one-line error naming it."""
-    from halo_cluster.cluster.lifecycle import Lifecycle
+    from halo_cluster.cluster.plans import plan_nodes
 
     if config is None:
         path = find_config(config_path)
@@ -79,7 +79,7 @@ def prepare(
     lost = [r for r in reports if r.inventory is None]
     if lost:
         raise NodeLost("; ".join(f"{r.node.name} does not answer ({r.error})" for r in lost))
-    plans = Lifecycle(config, runners).plans(reports)
+    plans = plan_nodes(config, reports)
     return BenchCluster(config, runners, reports, plans)
 
 

@@ -88,7 +88,7 @@ def bench_serve(
     from halo_cluster.bench import results
     from halo_cluster.bench.endpoint import Endpoint, reach
     from halo_cluster.bench.serve_load import run
-    from halo_cluster.cluster.lifecycle import read_state
+    from halo_cluster.cluster.state import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
     from halo_cluster.errors import HaloError, UsageError
 
@@ -102,10 +102,11 @@ def bench_serve(
     key_env = api_key_env
     if config is not None:
         key_env = key_env or config.serve.api_key_env
-        state = read_state(config) or {}
-        nodes = state.get("nodes", {})
-        plans = {name: node.get("plan") for name, node in nodes.items() if isinstance(node, dict)}
-        proof = state.get("serve")  # what halo serve proved about the server measured here
+        state = read_state(config)
+        if state is not None:
+            plans = {name: plan.to_dict() for name, plan in state.plans().items()}
+            # what halo serve proved about the server measured here
+            proof = state.to_dict().get("serve")
     say = _progress(as_json)
     with contextlib.ExitStack() as stack:
         endpoint: Endpoint | None = None

@@ -12,14 +12,18 @@ from halo_cluster.cli.options import config_option, require_config
 from halo_cluster.cli.output import emit_json, styled, table
 
 
-def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
-    from halo_cluster.cluster.gather import ssh_runners
-    from halo_cluster.cluster.lifecycle import Lifecycle
+def cluster_handle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    """The cluster of ``--config``, reached over SSH; progress on stderr unless ``quiet``."""
+    from halo_cluster.cluster.handle import Cluster
 
     config = require_config(config_path)
-    return Lifecycle(
-        config, ssh_runners(config), None if quiet else lambda m: click.echo(f"  {m}", err=True)
-    )
+    return Cluster.over_ssh(config, None if quiet else lambda m: click.echo(f"  {m}", err=True))
+
+
+def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    from halo_cluster.cluster.lifecycle import Lifecycle
+
+    return Lifecycle(cluster_handle(config_path, quiet))
 
 
 @click.command()
@@ -46,9 +50,8 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
         )
         return 0
     for name, plan in result.plans.items():
-        click.echo(
-            f"{name}: {plan.transport} via {plan.hca or plan.socket_ifname} ({plan.address})"
-        )
+        via = plan.to_dict().get("hca") or plan.to_dict().get("socket_ifname")
+        click.echo(f"{name}: {plan.transport} via {via} ({plan.address})")
     started = ", ".join(result.started) or "nothing (already running)"
     took = time.monotonic() - start
     click.echo(f"Ray up on {len(result.nodes_alive)} node(s) in {took:.1f} s; started {started}")
@@ -61,9 +64,12 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
     "--json", "as_json", is_flag=True, help="Print {cluster, head, nodes: [...], up_s} as JSON."
 )
 def status(config_path: str | None, as_json: bool) -> int:
-    """Nodes alive per Ray, each node's transport, and how long the cluster has been up.
-    Exit 1 when a configured node is not in the cluster."""
-    data = _lifecycle(config_path, True).status()
+    """Nodes alive per Ray, each node's transport, how long the cluster has been up, and
+    the served model's health. Exit 1 when a configured node is not in the Ray cluster (on
+    a cluster served without Ray: when the server is not healthy)."""
+    from halo_cluster.cluster.status import cluster_status
+
+    data = cluster_status(cluster_handle(config_path, True))
     if as_json:
         emit_json(data)
     else:
@@ -88,6 +94,9 @@ def status(config_path: str | None, as_json: bool) -> int:
             _print_serve(data["serve"])
         if data["up_s"] is not None:
             click.echo(f"up {data['up_s']:.0f} s")
+    ray_used = data["up_s"] is not None or any(n["ray"] for n in data["nodes"])
+    if not ray_used and data["serve"] is not None:  # served without Ray: the server's health
+        return 0 if data["serve"]["healthy"] else 1
     return 0 if all(n["ray"] for n in data["nodes"]) else 1
 
 
@@ -97,12 +106,12 @@ def _print_serve(serve: dict[str, object]) -> None:
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
     executor = f", {serve['executor']} executor" if serve.get("executor") else ""
-    if serve.get("engine") == "llama.cpp":
+    if serve.get("executor") == "llama.cpp-rpc":
         executor = ", llama.cpp over RPC"
     click.echo(f"serve{model} at {serve['endpoint']}{executor}: {state}")
     ranks = serve.get("ranks") or []
     if isinstance(ranks, list) and ranks:
-        word = "rpc-server" if serve.get("engine") == "llama.cpp" else "rank"
+        word = "rpc-server" if serve.get("executor") == "llama.cpp-rpc" else "rank"
         shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
         click.echo(f"  {word}s: {shown}; transport proven: {serve.get('proven') or 'no'}")
 

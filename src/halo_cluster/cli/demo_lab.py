@@ -145,13 +145,15 @@ def _monitor(
 
 
 def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
-    """halo up (Ray), halo serve with the real engine (vLLM's CPU build, TP=2 across the
-    two nodes), its evidence, halo bench serve, then the fabric benchmarks, stop, down."""
+    """halo serve --engine llama.cpp without Ray, then halo up (Ray), halo serve with the
+    real engine (vLLM's CPU build, TP=2 across the two nodes), its evidence, halo bench
+    serve, the two engines side by side, then the fabric benchmarks, stop, down."""
     from halo_cluster.bench.serve_load import run as load
-    from halo_cluster.cluster.gather import ssh_runners
+    from halo_cluster.cluster.bringup import Serving
+    from halo_cluster.cluster.handle import Cluster
     from halo_cluster.cluster.lifecycle import Lifecycle
-    from halo_cluster.cluster.serve import Server
     from halo_cluster.config import load_config
+    from halo_cluster.engines.request import serve_request
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
 
@@ -161,7 +163,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         return {"skipped": "no engine environment"}
     config_path = Path(state.dir) / "halo.toml"
     config = load_config(config_path)
-    lifecycle = Lifecycle(config, ssh_runners(config))
+    cluster = Cluster.over_ssh(config, lambda m: say(f"  {m}", style="dim"))
+    lifecycle = Lifecycle(Cluster(config, cluster.clients))
+    server = Serving(cluster)
     model = Path(state.dir) / "model"
     head = state.nodes[0]
     formats = FORMATS if state.llama_cpp else ("safetensors",)
@@ -172,11 +176,13 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
             f"halo lab model: {made.parameters / 1e6:.1f} M-parameter Llama at {model} "
             f"({' and '.join(formats)}, the same weights)"
         )
+        if state.llama_cpp:  # no Ray: llama.cpp's plans come from the nodes' facts
+            llama = _llama(server, model / "model.gguf", head.mgmt_address, say)
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
-        server = Server(lifecycle, lambda m: say(f"  {m}", style="dim"))
-        served = server.start(str(model), 2, head.mgmt_address, None, False, False, 300)
+        request = serve_request(config, model=str(model), tp=2, host=head.mgmt_address, wait_s=300)
+        served = server.start(request)
         _evidence(served, say)
         bench = load(served.url, None, [1, 4], 8, 32, 32, None)
         for level in bench["levels"]:
@@ -187,7 +193,6 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
             )
         say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
         if state.llama_cpp:
-            llama = _llama(server, model / "model.gguf", head.mgmt_address, say)
             _side_by_side(served, bench, llama, say)
         lines: list[str] = []
         fabric = _fabric(state, config_path, lines.append)
@@ -197,7 +202,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         say(f"[yellow]halo up / serve failed:[/] {err}")
         return {"error": str(err)}
     finally:
-        Server(lifecycle).stop()
+        server.stop()
         lifecycle.down()
     say("halo down: done")
     return {
@@ -213,12 +218,16 @@ def _llama(server: Any, gguf: Path, host: str, say: Callable[..., None]) -> dict
     """The same model as GGUF, served by llama.cpp over RPC on the same nodes, benchmarked
     the same way, then stopped."""
     from halo_cluster.bench.serve_load import run as load
+    from halo_cluster.engines.request import serve_request
 
-    served = server.start(str(gguf), None, host, None, False, False, 120, engine="llama.cpp")
+    request = serve_request(
+        server.config, model=str(gguf), engine="llama.cpp", host=host, wait_s=120
+    )
+    served = server.start(request)
     engine = served.engine
     say(
-        f"halo serve --engine llama.cpp: ready in {served.ready_s:g} s at {served.url}; "
-        f"transport proven: {served.proven}"
+        f"halo serve --engine llama.cpp (before 'halo up': no Ray): ready in "
+        f"{served.ready_s:g} s at {served.url}; transport proven: {served.proven}"
     )
     for line in engine["rpc"]["evidence"]:
         say(f"  llama-server's own log: {line.split(' I ', 1)[-1]}")

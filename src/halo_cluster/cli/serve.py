@@ -9,14 +9,15 @@ import click
 
 from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import emit_json, plain
+from halo_cluster.engines import registry
+from halo_cluster.engines.vllm_argv import EXECUTORS
 
 
-def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
-    from halo_cluster.cli.cluster import _lifecycle
-    from halo_cluster.cluster.serve import Server
+def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    from halo_cluster.cli.cluster import cluster_handle
+    from halo_cluster.cluster.bringup import Serving
 
-    lifecycle = _lifecycle(config_path, quiet)
-    return Server(lifecycle, lifecycle.progress)
+    return Serving(cluster_handle(config_path, quiet))
 
 
 @click.command()
@@ -35,13 +36,14 @@ def _server(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-de
 @click.option("--insecure", is_flag=True, help="Allow 0.0.0.0 without an API key.")
 @click.option(
     "--executor",
-    type=click.Choice(["ray", "mp"]),
-    help="vLLM's distributed executor (default [serve] executor, ray): ray places ranks as Ray "
-    "actors; mp runs one vLLM process per node (--nnodes/--node-rank).",
+    type=click.Choice(EXECUTORS),
+    help="vLLM's distributed executor (default [serve.vllm] executor, ray): ray places ranks "
+    "as Ray actors (needs 'halo up'); mp runs one vLLM process per node (--nnodes/--node-rank), "
+    "no Ray.",
 )
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp"]),
+    type=click.Choice(registry.names()),
     help="The engine (default [serve] engine, vllm): vllm runs tensor parallel; llama.cpp "
     "splits a GGUF model's layers over ggml-rpc-server workers, llama-server on the head.",
 )
@@ -69,25 +71,40 @@ def serve(
     as_json: bool,
 ) -> int:
     """Start vLLM tensor-parallel (or llama.cpp over RPC, --engine) across the cluster,
-    each node with its own transport plan,
+    each node with its own transport plan (from 'halo up' for vLLM's ray executor; made
+    from the nodes' facts, gated by the doctor, for llama.cpp and --executor mp: no Ray),
     wait for /health, send a warm-up request, then prove where the traffic went with two
     witnesses: the engine's own log (NCCL/RCCL's, or vLLM's Gloo lines: backend, rendezvous
     address, each rank's node) and every node's interface/RDMA counters during a probe
     request (bytes per generated token). When they show another path than the plan asked
     for, the server is stopped and halo exits 1 with the evidence (unless --allow-fallback).
     Ctrl-C while waiting stops what was started."""
-    server = _server(config_path, as_json)
-    result = server.start(model, tp, host, port, allow_fallback, insecure, wait_s, executor, engine)
+    from halo_cluster.engines.request import serve_request
+
+    serving = _serving(config_path, as_json)
+    request = serve_request(
+        serving.config,
+        model=model,
+        engine=engine,
+        host=host,
+        port=port,
+        tp=tp,
+        executor=executor,
+        wait_s=wait_s,
+        allow_fallback=allow_fallback,
+        insecure=insecure,
+    )
+    result = serving.start(request)
     if as_json:
         emit_json(result.__dict__)
     else:
-        _render(result, server.head.name)
+        _render(result, serving.head.name)
     return 1 if result.stopped else 0
 
 
 def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
     engine = result.engine
-    if engine.get("engine") == "llama.cpp":
+    if result.executor == "llama.cpp-rpc":
         _render_llama(engine)
     if engine.get("backend"):
         click.echo(
@@ -155,7 +172,7 @@ def _per_token(value: float | None) -> str:
 @config_option()
 def stop(config_path: str | None) -> int:
     """Stop the vLLM server started by 'halo serve'."""
-    stopped = _server(config_path, True).stop()
+    stopped = _serving(config_path, True).stop()
     click.echo("server stopped" if stopped else "no server was running")
     return 0
 
@@ -167,7 +184,7 @@ def stop(config_path: str | None) -> int:
 @click.option("--node", help="The node whose log to show (default the head; mp executor only).")
 def logs(config_path: str | None, follow: bool, lines: int, node: str | None) -> int:
     """Show the server's log on the head (or on --node)."""
-    server = _server(config_path, True)
+    server = _serving(config_path, True)
     member = server.config.node(node) if node else server.head
     text = server.tail(lines, member)
     sys.stdout.write(plain(text))  # the log is the engine's text: its escapes are shown

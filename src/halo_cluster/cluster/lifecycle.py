@@ -1,25 +1,22 @@
-"""Ray lifecycle: ``halo up`` / ``status`` / ``down``.
+"""Ray's lifecycle: ``halo up`` / ``down``, and which nodes Ray has.
 
-Every node gets the transport plan computed from its own facts, in the environment of its
-``ray start`` (per node: HCA names and GID indexes differ). Remote work goes to ``bash -s``
-on stdin: names, values and secrets never become argv of the SSH command.
+Every node's ``ray start`` runs with the transport plan made from its own facts
+(``cluster.plans``: per node, HCA names and GID indexes differ). Remote work goes to
+``bash -s`` on stdin: names, values and secrets never become argv of the SSH command.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from halo_cluster.checks import Finding
-from halo_cluster.checks.cluster import cluster_checks
-from halo_cluster.checks.context import NodeContext
-from halo_cluster.checks.platform import node_checks
+from halo_cluster.client.fanout import each
+from halo_cluster.client.node import NodeClient
 from halo_cluster.cluster.auth import ray_env
-from halo_cluster.cluster.gather import NodeReport, gather
+from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.lifecycle_plan import (
-    ENGINE_RESOURCE,
     REGISTER_TIMEOUT_S,
     START_TIMEOUT_S,
     expected_resources,
@@ -30,111 +27,44 @@ from halo_cluster.cluster.lifecycle_plan import (
     registered,
     start_argv,
 )
-from halo_cluster.cluster.serve_plan import alive_script, local_host
-from halo_cluster.cluster.state import (
-    UpResult,
-    read_state,
-    state_path,
-    update_state,
-    write_state,
-)
-from halo_cluster.config import Config, NodeConfig, secret
+from halo_cluster.cluster.plans import make_plans
+from halo_cluster.cluster.state import NodeState, new_state, read_state, write_state
+from halo_cluster.config import NodeConfig
 from halo_cluster.errors import LifecycleError
-from halo_cluster.runner import Result, Runner, close_connections
-from halo_cluster.transport import TransportPlan, plan_transport
+from halo_cluster.runner import Result, close_connections
+from halo_cluster.transport import TransportPlan
 
-# Older imports of these names from this module keep working.
-__all__ = [
-    "ENGINE_RESOURCE",
-    "Lifecycle",
-    "LifecycleError",
-    "UpResult",
-    "Waiter",
-    "expected_resources",
-    "node_env",
-    "node_script",
-    "parse_nodes",
-    "ray_command",
-    "read_state",
-    "registered",
-    "run_script",
-    "start_argv",
-    "state_path",
-    "update_state",
-    "write_state",
-]
+
+@dataclass
+class UpResult:
+    started: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    plans: dict[str, TransportPlan] = field(default_factory=dict)
+    nodes_alive: list[str] = field(default_factory=list)
+    ranks: dict[str, int] = field(default_factory=dict)  # engine ranks each node offers
 
 
 def run_script(
-    runner: Runner,
-    node: NodeConfig,
-    env: Mapping[str, str],
-    argv: list[str],
-    timeout: float = START_TIMEOUT_S,
+    client: NodeClient, env: Mapping[str, str], argv: list[str], timeout: float = START_TIMEOUT_S
 ) -> Result:
-    return runner.run(
-        [*node.exec_prefix, "bash", "-s"], stdin=node_script(env, argv), timeout=timeout
-    )
+    return client.script(node_script(env, argv), timeout)
 
 
 class Lifecycle:
-    def __init__(
-        self,
-        config: Config,
-        runners: Mapping[str, Runner],
-        progress: Callable[[str], None] | None = None,
-    ) -> None:
-        self.config = config
-        self.runners = runners
-        self.progress = progress or (lambda _m: None)
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.config = cluster.config
+        self.progress = cluster.progress
         self.gpus_found: dict[str, int] = {}  # per node, from its inventory (set by up)
 
-    # -- facts ----------------------------------------------------------------------------
-    def _gather(self) -> list[NodeReport]:
-        self.progress("gathering facts and checking every node")
-        return gather(self.config, self.runners)
-
-    def blocking(self, reports: list[NodeReport]) -> list[tuple[str, Finding]]:
-        found = [
-            ("cluster", f)
-            for f in cluster_checks(reports, self.config.transport)
-            if f.severity == "fail"
-        ]
-        for report in reports:
-            if report.inventory is None:
-                continue
-            ctx = NodeContext(
-                report.inventory,
-                self.config.transport,
-                report.node.fabric_address,
-                gpus=report.node.gpus != 0,
-                ethtool=report.ethtool,
-            )
-            found += [(report.node.name, f) for f in node_checks(ctx) if f.severity == "fail"]
-        return found
-
-    def plans(self, reports: list[NodeReport]) -> dict[str, TransportPlan]:
-        plans = {}
-        for report in reports:
-            assert report.inventory is not None
-            peer = next(
-                (
-                    n.fabric_address
-                    for n in self.config.nodes
-                    if n.name != report.node.name and n.fabric_address
-                ),
-                None,
-            )
-            plans[report.node.name] = plan_transport(report.inventory, self.config.transport, peer)
-        return plans
+    def client(self, node: NodeConfig) -> NodeClient:
+        return self.cluster.client(node)
 
     def nodes_table(self) -> list[dict[str, Any]]:
         """Ray's node table as the head sees it (empty when the head is not running)."""
         head = self.config.head
-        result = run_script(
-            self.runners[head.name], head, ray_env(self.config), head.command("ray-nodes"), 60
-        )
-        return parse_nodes(result)
+        argv = self.client(head).command("ray-nodes")
+        return parse_nodes(run_script(self.client(head), ray_env(self.config), argv, 60))
 
     def alive(self) -> list[str]:
         """Addresses of the nodes Ray reports alive (empty when the head is not running)."""
@@ -142,53 +72,36 @@ class Lifecycle:
 
     # -- up -------------------------------------------------------------------------------
     def up(self, force: bool = False) -> UpResult:
-        reports = self._gather()
-        missing = [r for r in reports if r.inventory is None]
-        if missing:
-            raise LifecycleError(
-                "unreachable: " + "; ".join(f"{r.node.name} ({r.error})" for r in missing)
-            )
-        blocking = self.blocking(reports)
-        if blocking and not force:
-            shown = "; ".join(f"{node}: {f.check} {f.summary}" for node, f in blocking[:6])
-            raise LifecycleError(
-                f"{len(blocking)} blocking finding(s) (see 'halo doctor'; --force starts anyway): "
-                f"{shown}"
-            )
-        contexts = {
-            r.node.name: NodeContext(r.inventory, self.config.transport)
-            for r in reports
-            if r.inventory
-        }
-        result = UpResult(plans=self.plans(reports))
-        self.gpus_found = {r.node.name: len(r.inventory.gpus) for r in reports if r.inventory}
+        made = make_plans(self.cluster, force)
+        result = UpResult(plans=made.plans)
+        self.gpus_found = made.gpus_found()
         raylets = self.raylets()
         running = {n.address for n in self.config.nodes if raylets[n.name]}
         # no raylet anywhere: nothing to ask Ray
         alive = running & set(self.alive()) if running else set()
         head = self.config.head
-        head_address = head.address
         waiter: Waiter | None = None
         for node in self.config.nodes:  # one after another: simultaneous joins race in Ray
-            address = node.address
             if waiter is None and node is not head:
                 # the head runs: its registration check starts now and overlaps the workers'
                 waiter = Waiter(self)
-            if address in alive:
+            if node.address in alive:
                 result.already.append(node.name)
                 continue
-            self.progress(f"starting Ray on {node.name} ({address})")
+            self.progress(f"starting Ray on {node.name} ({node.address})")
             env = {
-                **node_env(node, result.plans[node.name], contexts[node.name]),
+                **node_env(
+                    node, made.plans[node.name], made.context(node.name, self.config.transport)
+                ),
                 **ray_env(self.config, create=True),
             }
             argv = start_argv(
                 self.config,
                 node,
-                None if node is head else head_address,
+                None if node is head else head.address,
                 self.gpus_found.get(node.name, 0),
             )
-            started = run_script(self.runners[node.name], node, env, argv)
+            started = run_script(self.client(node), env, argv)
             if not started.ok:
                 if waiter is not None:
                     waiter.cancel()
@@ -204,8 +117,21 @@ class Lifecycle:
             self.rollback(result.started)
             raise
         result.ranks = {name: int(amount) for name, _kind, amount in self.wanted().values()}
-        write_state(self.config, result)
+        self._record(result)
         return result
+
+    def _record(self, result: UpResult) -> None:
+        """Every node's plan and ranks, and when Ray started (kept when it already ran)."""
+        previous = read_state(self.config)
+        state = new_state(self.config)
+        state.nodes = {
+            name: NodeState(plan, result.ranks.get(name, 1)) for name, plan in result.plans.items()
+        }
+        state.ray_started_at = (previous.ray_started_at if previous else None) or time.time()
+        if result.started:
+            state.ray_started_at = time.time()
+        state.serve = previous.serve if previous else None
+        write_state(self.config, state)
 
     def wanted(self) -> dict[str, tuple[str, str, float]]:
         """address -> (node name, resource, amount) that registration must show."""
@@ -240,111 +166,19 @@ class Lifecycle:
 
     def stop_node(self, node: NodeConfig) -> Result:
         stop = [ray_command(self.config, node), "stop", "--force"]
-        return run_script(self.runners[node.name], node, {}, stop, timeout=60)
+        return run_script(self.client(node), {}, stop, timeout=60)
 
     # -- status / down --------------------------------------------------------------------
     def raylets(self) -> dict[str, bool | None]:
         """Per node: is its raylet running (None: the node did not answer)? Ray itself notices
         a dead node only after its heartbeats time out; asking the node is immediate."""
-        from concurrent.futures import ThreadPoolExecutor
 
         def check(node: NodeConfig) -> bool | None:
-            result = self.runners[node.name].run(
-                [*node.exec_prefix, "pgrep", "-f", "raylet"], timeout=15
-            )
+            result = self.client(node).run(["pgrep", "-f", "raylet"], timeout=15)
             return True if result.ok else False if result.returncode == 1 else None
 
-        with ThreadPoolExecutor(max_workers=len(self.config.nodes)) as pool:
-            return dict(
-                zip(
-                    [n.name for n in self.config.nodes],
-                    pool.map(check, self.config.nodes),
-                    strict=True,
-                )
-            )
-
-    def status(self) -> dict[str, Any]:
-        alive = set(self.alive())
-        raylets = self.raylets()
-        state = read_state(self.config) or {}
-        nodes = []
-        for node in self.config.nodes:
-            address = node.address
-            plan = state.get("nodes", {}).get(node.name, {}).get("plan", {})
-            nodes.append(
-                {
-                    "name": node.name,
-                    "address": address,
-                    "ray": address in alive and bool(raylets[node.name]),
-                    "reachable": raylets[node.name] is not None,
-                    "transport": plan.get("transport"),
-                    "hca": plan.get("hca"),
-                }
-            )
-        started = state.get("started_at")
-        return {
-            "serve": self.serve_health(state.get("serve") or {}, nodes),
-            "cluster": self.config.name,
-            "head": self.config.head.name,
-            "nodes": nodes,
-            "up_s": round(time.time() - started, 1) if started and alive else None,
-        }
-
-    def serve_health(
-        self, served: dict[str, Any], nodes: list[dict[str, Any]]
-    ) -> dict[str, Any] | None:
-        """The server's health, asked on the head, and the nodes its ranks run on: a lost
-        node (unreachable, or its Ray gone) makes it unhealthy whatever /health says.
-        None when no server was started and none is configured."""
-        serve, head = self.config.serve, self.config.head
-        if not served and not serve.model:
-            return None
-        host = served.get("host") or serve.host
-        port = served.get("port") or serve.port
-        local = local_host(host)
-        argv = head.command("serve-health", "--host", local, "--port", str(port))
-        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
-        result = run_script(self.runners[head.name], head, env, argv, timeout=15)
-        members = set(served.get("nodes") or [])
-        if served.get("engine") == "llama.cpp":  # Ray plays no part: each worker's rpc-server
-            lost = self._dead_servers([n for n in nodes if n["name"] in members], head.name)
-        else:
-            lost = [
-                n["name"]
-                for n in nodes
-                if n["name"] in members and not (n["reachable"] and n["ray"])
-            ]
-        detail = result.stdout.strip() if result.ok else result.error_text()
-        if lost:
-            detail = f"lost {', '.join(lost)}" + ("" if result.ok else f"; {detail}")
-        return {
-            "endpoint": f"http://{local}:{port}",
-            "healthy": result.ok and not lost,
-            "detail": detail,
-            "model": served.get("model") or serve.model,
-            "executor": served.get("executor"),
-            "engine": served.get("engine") or "vllm",
-            "ranks": served.get("ranks", []),
-            "proven": served.get("proven"),
-            "lost": lost,
-        }
-
-    def _dead_servers(self, members: list[dict[str, Any]], head: str) -> list[str]:
-        """The members (head excluded) that are unreachable or whose served program (the
-        pid file 'halo serve' wrote) is gone."""
-        script = alive_script(self.config.name)
-
-        def dead(member: dict[str, Any]) -> bool:
-            if not member["reachable"]:
-                return True
-            node = self.config.node(member["name"])
-            runner = self.runners[node.name]
-            return not runner.run([*node.exec_prefix, "bash", "-s"], stdin=script, timeout=8).ok
-
-        workers = [m for m in members if m["name"] != head]
-        with ThreadPoolExecutor(max_workers=max(1, len(workers))) as pool:
-            flags = list(pool.map(dead, workers))
-        return [m["name"] for m, gone in zip(workers, flags, strict=True) if gone]
+        nodes = list(self.config.nodes)
+        return dict(zip([n.name for n in nodes], each(nodes, check), strict=True))
 
     def down(self) -> dict[str, str]:
         """Stop Ray on every node (workers first); unreachable nodes are reported, not fatal."""
@@ -353,6 +187,10 @@ class Lifecycle:
             self.progress(f"stopping Ray on {node.name}")
             result = self.stop_node(node)
             outcome[node.name] = "stopped" if result.ok else f"failed: {result.error_text()}"
+        state = read_state(self.config)
+        if state is not None and state.ray_started_at is not None:
+            state.ray_started_at = None
+            write_state(self.config, state)
         # the shared SSH connections halo kept open to the nodes end with the cluster
         close_connections([n.ssh for n in self.config.nodes], self.config.ssh_config)
         return outcome
@@ -373,12 +211,12 @@ class Waiter:
         self.thread.start()
 
     def _run(self) -> None:
-        head = self.lifecycle.config.head
+        client = self.lifecycle.client(self.lifecycle.config.head)
         wanted = ",".join(self.lifecycle.wanted())  # the addresses
-        argv = head.command("ray-nodes", "--wait", wanted, "--timeout", f"{REGISTER_TIMEOUT_S:g}")
+        timeout = f"{REGISTER_TIMEOUT_S:g}"
+        argv = client.command("ray-nodes", "--wait", wanted, "--timeout", timeout)
         env = ray_env(self.lifecycle.config, create=True)
-        runner = self.lifecycle.runners[head.name]
-        self.answer = run_script(runner, head, env, argv, REGISTER_TIMEOUT_S + 15)
+        self.answer = run_script(client, env, argv, REGISTER_TIMEOUT_S + 15)
 
     def result(self) -> list[str]:
         self.thread.join(REGISTER_TIMEOUT_S + 20)
@@ -389,7 +227,5 @@ class Waiter:
 
     def cancel(self) -> None:
         """A start failed: end the remote wait now rather than at its timeout."""
-        head = self.lifecycle.config.head
-        self.lifecycle.runners[head.name].run(
-            [*head.exec_prefix, "pkill", "-f", "ray-nodes --wait"], timeout=15
-        )
+        client = self.lifecycle.client(self.lifecycle.config.head)
+        client.run(["pkill", "-f", "ray-nodes --wait"], timeout=15)

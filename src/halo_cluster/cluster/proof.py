@@ -1,24 +1,19 @@
-"""The two witnesses of where a running server's traffic went, gathered from the nodes:
-
-1. the engine's own words — NCCL/RCCL's debug log (``nccl_log``) or vLLM's Gloo start-up
-   lines (``engine_log``), checked against each node's plan;
-2. the counters — each node's fabric and management interfaces (and RDMA port) read
-   before and after one probe request, as bytes per generated token (``traffic``).
-"""
+"""The counters witness of where a running server's traffic went, the same for every
+engine: each node's fabric and management interfaces (and RDMA port) read before and after
+one probe request, as bytes per generated token (``traffic``). The other witness, the
+engine's own words, is each engine's (``Engine.witness``)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from halo_cluster.cluster.lifecycle import run_script
+from halo_cluster.client.fanout import each
+from halo_cluster.client.node import NodeClient
+from halo_cluster.cluster.lifecycle_plan import node_script
 from halo_cluster.config import NodeConfig
-from halo_cluster.engine_log import EngineVerdict, check_ranks, parse_engine_logs
 from halo_cluster.facts.model import PathCounters
-from halo_cluster.nccl_log import LogVerdict, parse_logs
-from halo_cluster.runner import Runner
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 
@@ -76,16 +71,18 @@ def _int(value: Any) -> int | None:
 
 
 def read_counters(
-    runners: Mapping[str, Runner], nodes: list[NodeConfig], plans: Mapping[str, TransportPlan]
+    clients: Mapping[str, NodeClient],
+    nodes: list[NodeConfig],
+    plans: Mapping[str, TransportPlan],
 ) -> dict[str, dict[str, PathCounters]]:
-    """Every node's path counters, read in parallel."""
+    """Every node's path counters, read in parallel ({} for a node that did not answer)."""
 
     def one(node: NodeConfig) -> dict[str, PathCounters]:
-        result = run_script(runners[node.name], node, {}, counters_argv(node, plans[node.name]), 30)
+        argv = counters_argv(node, plans[node.name])
+        result = clients[node.name].script(node_script({}, argv), 30)
         return parse_counters(result.stdout) if result.ok else {}
 
-    with ThreadPoolExecutor(max_workers=max(1, len(nodes))) as pool:
-        return dict(zip([n.name for n in nodes], pool.map(one, nodes), strict=True))
+    return dict(zip([n.name for n in nodes], each(nodes, one), strict=True))
 
 
 def traffic_witness(
@@ -100,15 +97,3 @@ def traffic_witness(
         "nodes": nodes,
         "problems": check_paths(nodes, rdma_planned),
     }
-
-
-def engine_witness(
-    logs: list[tuple[str, str | None, str]],
-    head_address: str | None,
-    addresses: Mapping[str, str],
-) -> tuple[EngineVerdict, LogVerdict, list[str]]:
-    """(vLLM's verdict, NCCL's verdict, problems with where the ranks met and ran)."""
-    engine = parse_engine_logs((name, node, text.splitlines()) for name, node, text in logs)
-    nccl = parse_logs([(name, text.splitlines()) for name, _node, text in logs])
-    problems = check_ranks(engine, head_address, addresses, head_address)
-    return engine, nccl, problems

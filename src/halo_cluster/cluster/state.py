@@ -1,73 +1,145 @@
-"""The cluster's state file (``<config dir>/.halo/<cluster>.state.json``): every node's
-transport plan and engine ranks from ``halo up``, and what ``halo serve`` started and
-proved. Written atomically; no secrets (plans and proofs hold none)."""
+"""The cluster's state file (``<config dir>/.halo/<cluster>.state.json``, schema
+``halo.state/1``): every node's transport plan and engine ranks (from ``halo up``, or from
+the last ``halo serve`` where Ray plays no part), when Ray was started, and what the last
+``halo serve`` started and proved. Read once per command, written atomically; no secrets
+(plans and proofs hold none). A file of another schema, or garbage, is one line."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.config import Config
+from halo_cluster.errors import StateError
 from halo_cluster.transport import TransportPlan
+
+SCHEMA = "halo.state/1"
 
 
 @dataclass
-class UpResult:
-    started: list[str] = field(default_factory=list)
-    already: list[str] = field(default_factory=list)
-    plans: dict[str, TransportPlan] = field(default_factory=dict)
-    nodes_alive: list[str] = field(default_factory=list)
-    ranks: dict[str, int] = field(default_factory=dict)  # engine ranks each node offers
+class NodeState:
+    plan: TransportPlan
+    ranks: int = 1  # engine ranks the node offers (GPUs, or one on a CPU-only node)
+
+
+@dataclass
+class ServedState:
+    """What the last ``halo serve`` started (``nodes``, set at launch) and proved."""
+
+    nodes: list[str]
+    engine: str = "vllm"
+    model: str | None = None
+    executor: str | None = None
+    tp: int | None = None
+    host: str | None = None
+    port: int | None = None
+    url: str | None = None
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    proven: str | None = None
+    backend: str | None = None
+    init_method: str | None = None
+    bytes_per_token: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    started_at: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServedState:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{"nodes": [], **known})
+
+
+@dataclass
+class ClusterState:
+    cluster: str
+    head: str
+    head_address: str
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    ray_started_at: float | None = None  # when 'halo up' started Ray; None: not by halo
+    serve: ServedState | None = None
+
+    def plans(self) -> dict[str, TransportPlan]:
+        return {name: entry.plan for name, entry in self.nodes.items()}
+
+    def capacity(self) -> dict[str, int]:
+        return {name: entry.ranks for name, entry in self.nodes.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "cluster": self.cluster,
+            "head": self.head,
+            "head_address": self.head_address,
+            "started_at": self.ray_started_at,
+            "nodes": {
+                name: {"plan": e.plan.to_dict(), "ranks": e.ranks} for name, e in self.nodes.items()
+            },
+            **({"serve": asdict(self.serve)} if self.serve is not None else {}),
+        }
+
+
+def new_state(config: Config) -> ClusterState:
+    return ClusterState(config.name, config.head.name, config.head.address)
 
 
 def state_path(config: Config) -> Path:
     return config.path.parent / ".halo" / f"{config.name}.state.json"
 
 
-def write_state(config: Config, result: UpResult) -> None:
-    """Atomically: plans per node, head address, start time (no secrets: plans hold none)."""
+def read_state(config: Config) -> ClusterState | None:
+    """The state file (None when there is none); another schema or garbage: StateError."""
+    path = state_path(config)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise StateError(f"cannot read {path}: {err.strerror or err}") from None
+    try:
+        return _parse(json.loads(text))
+    except ValueError as err:
+        raise StateError(
+            f"{path}: not a {SCHEMA} state file halo can read ({err}): "
+            "remove it, then run 'halo up' (or 'halo serve') again"
+        ) from None
+
+
+def _parse(data: Any) -> ClusterState:
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"its schema is {data.get('schema')!r}")
+    try:
+        nodes = {
+            str(name): NodeState(TransportPlan.from_dict(e["plan"]), int(e.get("ranks", 1)))
+            for name, e in data.get("nodes", {}).items()
+        }
+        served = data.get("serve")
+        return ClusterState(
+            str(data["cluster"]),
+            str(data["head"]),
+            str(data.get("head_address") or ""),
+            nodes,
+            _number(data.get("started_at")),
+            ServedState.from_dict(served) if isinstance(served, dict) else None,
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"missing or wrong field {err}") from None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def write_state(config: Config, state: ClusterState) -> None:
     path = state_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    previous = read_state(config) or {}
-    data = {
-        "schema": "halo.state/1",
-        "cluster": config.name,
-        "head": config.head.name,
-        "head_address": config.head.address,
-        "started_at": previous.get("started_at") if not result.started else time.time(),
-        "nodes": {
-            name: {"plan": plan.to_dict(), "ranks": result.ranks.get(name, 1)}
-            for name, plan in result.plans.items()
-        },
-    }
-    if data["started_at"] is None:
-        data["started_at"] = time.time()
-    _write_json(path, data)
+    atomic_write(path, json.dumps(state.to_dict(), indent=2), prefix=".state.")
 
 
-def update_state(config: Config, key: str, value: Any) -> None:
-    """Set one top-level entry of the state file (atomically); no state: nothing to do."""
-    data = read_state(config)
-    if data is None:
-        return
-    if value is None:
-        data.pop(key, None)
-    else:
-        data[key] = value
-    _write_json(state_path(config), data)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write(path, json.dumps(data, indent=2), prefix=".state.")
-
-
-def read_state(config: Config) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(state_path(config).read_text(encoding="utf-8"))
-        return data
-    except (OSError, ValueError):
-        return None
+def served_now(result_nodes: list[str]) -> ServedState:
+    """The serve record written at launch: which nodes to stop should halo be cut short."""
+    return ServedState(nodes=result_nodes, started_at=time.time())

@@ -26,8 +26,7 @@ for settings (``XDG_CONFIG_HOME``).
 from halo_cluster.config.load import MAX_CONFIG_BYTES, load_config
 from halo_cluster.config.model import (
     CLUSTER_KEYS,
-    ENGINES,
-    EXECUTORS,
+    MOVED_SERVE_KEYS,
     NODE_KEYS,
     RAY_KEYS,
     SERVE_KEYS,
@@ -47,9 +46,8 @@ from halo_cluster.errors import ConfigError
 
 __all__ = [
     "CLUSTER_KEYS",
-    "ENGINES",
-    "EXECUTORS",
     "MAX_CONFIG_BYTES",
+    "MOVED_SERVE_KEYS",
     "NODE_KEYS",
     "RAY_KEYS",
     "SERVE_KEYS",

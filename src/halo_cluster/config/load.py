@@ -15,8 +15,7 @@ from halo_cluster.config.model import (
     _ENV_NAME,
     _NAME,
     CLUSTER_KEYS,
-    ENGINES,
-    EXECUTORS,
+    MOVED_SERVE_KEYS,
     NODE_KEYS,
     RAY_KEYS,
     SERVE_KEYS,
@@ -25,6 +24,8 @@ from halo_cluster.config.model import (
     RayConfig,
     ServeConfig,
 )
+from halo_cluster.config.section import Section
+from halo_cluster.engines import registry
 from halo_cluster.errors import ConfigError
 from halo_cluster.transport import WANTED
 
@@ -171,33 +172,19 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
 def _serve(where: _Locator, raw: Any) -> ServeConfig:
     if not isinstance(raw, dict):
         raise where.error("serve", "[serve] must be a table")
-    _unknown(where, raw, SERVE_KEYS, "serve")
+    sections = _engine_sections(where, raw)
+    _moved(where, raw)
+    _unknown(where, {k: v for k, v in raw.items() if k not in sections}, SERVE_KEYS, "serve")
     ints = {}
-    for key in (
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "max_model_len",
-        "port",
-        "max_num_seqs",
-        "rpc_port",
-        "threads",
-    ):
+    for key in ("max_model_len", "port", "max_num_seqs"):
         value = raw.get(key)
         if value is not None and (
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             raise where.error(key, f"serve.{key} must be a whole number >= 1")
         ints[key] = value
-    utilization = raw.get("gpu_memory_utilization")
-    if utilization is not None and (
-        not isinstance(utilization, (int, float)) or not 0 < utilization <= 1
-    ):
-        raise where.error(
-            "gpu_memory_utilization", "serve.gpu_memory_utilization must be in (0, 1]"
-        )
-    eager = raw.get("enforce_eager")
-    if eager is not None and not isinstance(eager, bool):
-        raise where.error("enforce_eager", "serve.enforce_eager must be true or false")
+    if ints["port"] is not None and ints["port"] > 65535:
+        raise where.error("port", "serve.port must be a port number (1-65535)")
     extra = raw.get("extra_args", [])
     if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
         raise where.error("extra_args", "serve.extra_args must be a list of strings")
@@ -206,35 +193,46 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         raise where.error(
             "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
         )
-    executor = _string(where, raw, "executor", "serve", default="ray")
-    if executor not in EXECUTORS:
-        raise where.error("executor", 'serve.executor must be "ray" or "mp"')
-    engine = _string(where, raw, "engine", "serve", default="vllm")
-    if engine not in ENGINES:
-        raise where.error("engine", 'serve.engine must be "vllm" or "llama.cpp"')
-    for key in ("port", "rpc_port"):
-        number = ints[key]
-        if number is not None and number > 65535:
-            raise where.error(key, f"serve.{key} must be a port number (1-65535)")
+    engine = _string(where, raw, "engine", "serve", default=registry.DEFAULT)
+    if engine not in registry.names():
+        known = " or ".join(f'"{n}"' for n in registry.names())
+        raise where.error("engine", f"serve.engine must be {known}")
     return ServeConfig(
         model=_string(where, raw, "model", "serve", default="") or None,
-        tensor_parallel_size=ints["tensor_parallel_size"],
-        pipeline_parallel_size=ints["pipeline_parallel_size"] or 1,
-        max_model_len=ints["max_model_len"],
-        gpu_memory_utilization=float(utilization) if utilization is not None else None,
-        enforce_eager=eager,
         host=_string(where, raw, "host", "serve", default="127.0.0.1"),
         port=ints["port"] or 8000,
         api_key_env=key_env,
-        command=_string(where, raw, "command", "serve", default="vllm"),
-        extra_args=tuple(extra),
-        executor=executor,
-        max_num_seqs=ints["max_num_seqs"],
         engine=engine,
-        llama_cpp=_string(where, raw, "llama_cpp", "serve", default=""),
-        rpc_port=ints["rpc_port"] or 50052,
-        threads=ints["threads"],
+        max_model_len=ints["max_model_len"],
+        max_num_seqs=ints["max_num_seqs"],
+        extra_args=tuple(extra),
+        sections=sections,
     )
+
+
+def _engine_sections(where: _Locator, raw: dict[str, Any]) -> dict[str, Section]:
+    """The engines' own tables under [serve] (``[serve.vllm]``, ``[serve.llama_cpp]``),
+    kept as written: each engine reads its own keys."""
+    sections = {}
+    for key, value in raw.items():
+        if not isinstance(value, dict):
+            continue
+        if registry.by_section(key) is None:
+            known = ", ".join(f"[serve.{registry.section_name(n)}]" for n in registry.names())
+            raise where.error(key, f"unknown table [serve.{key}] (engines: {known})")
+        sections[key] = Section(where.path, key, value, tuple(where.lines))
+    return sections
+
+
+def _moved(where: _Locator, raw: dict[str, Any]) -> None:
+    """A key that moved to an engine's table: one line saying where it lives now."""
+    for key, (table, new) in MOVED_SERVE_KEYS.items():
+        if key in raw and not isinstance(raw[key], dict):
+            raise where.error(
+                key,
+                f"serve.{key} moved: write it as '{new} = ...' under [serve.{table}] "
+                f"(each engine's options have their own table)",
+            )
 
 
 def _env(where: _Locator, raw: Any, label: str, index: int) -> tuple[tuple[str, str], ...]:

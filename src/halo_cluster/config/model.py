@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
 
 if TYPE_CHECKING:
@@ -29,27 +31,29 @@ NODE_KEYS = {
     "env",
 }
 RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
+# what every engine shares; each engine's own keys live in its [serve.<engine>] table
 SERVE_KEYS = {
     "model",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "max_model_len",
-    "gpu_memory_utilization",
-    "enforce_eager",
     "host",
     "port",
     "api_key_env",
-    "command",
-    "extra_args",
-    "executor",
-    "max_num_seqs",
     "engine",
-    "llama_cpp",
-    "rpc_port",
-    "threads",
+    "max_model_len",
+    "max_num_seqs",
+    "extra_args",
 }
-EXECUTORS = ("ray", "mp")
-ENGINES = ("vllm", "llama.cpp")
+# keys that [serve] held before engines had their own tables: where each lives now
+MOVED_SERVE_KEYS = {
+    "tensor_parallel_size": ("vllm", "tensor_parallel_size"),
+    "pipeline_parallel_size": ("vllm", "pipeline_parallel_size"),
+    "gpu_memory_utilization": ("vllm", "gpu_memory_utilization"),
+    "enforce_eager": ("vllm", "enforce_eager"),
+    "command": ("vllm", "command"),
+    "executor": ("vllm", "executor"),
+    "llama_cpp": ("llama_cpp", "build"),
+    "rpc_port": ("llama_cpp", "rpc_port"),
+    "threads": ("llama_cpp", "threads"),
+}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -107,27 +111,21 @@ class RayConfig:
 
 @dataclass(frozen=True)
 class ServeConfig:
+    """``[serve]``: what every engine shares. An engine's own options are in its table
+    (``sections["vllm"]``, ``sections["llama_cpp"]``), read by the engine itself."""
+
     model: str | None = None
-    tensor_parallel_size: int | None = None  # default: one rank per node
-    pipeline_parallel_size: int = 1
-    max_model_len: int | None = None
-    gpu_memory_utilization: float | None = None  # default 0.90 on unified-memory APUs
-    enforce_eager: bool | None = None  # default true on APUs (graph capture can deadlock)
     host: str = "127.0.0.1"
     port: int = 8000
     api_key_env: str | None = None  # the NAME of the environment variable holding the key
-    command: str = "vllm"
-    extra_args: tuple[str, ...] = ()
-    # "ray": one vLLM driver on the head, ranks as Ray actors; "mp": vLLM's own multi-node
-    # executor, one process per node (--nnodes/--node-rank, --headless on the others)
-    executor: str = "ray"
+    engine: str = "vllm"  # a name of engines.registry
+    max_model_len: int | None = None
     max_num_seqs: int | None = None
-    # "vllm" (tensor parallel over Ray or vLLM's mp executor) or "llama.cpp" (layers split
-    # over ggml-rpc-server workers, llama-server on the head)
-    engine: str = "vllm"
-    llama_cpp: str = ""  # the llama.cpp build (its bin/ holds the programs); "": from PATH
-    rpc_port: int = 50052  # ggml-rpc-server's port on every worker
-    threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
+    extra_args: tuple[str, ...] = ()  # appended to the engine's own command line
+    sections: Mapping[str, Section] = field(default_factory=dict)
+
+    def section(self, name: str) -> Section | None:
+        return self.sections.get(name)
 
 
 @dataclass(frozen=True)

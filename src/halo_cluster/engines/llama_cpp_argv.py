@@ -18,8 +18,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from halo_cluster.cluster.serve_plan import tcp_probe
 from halo_cluster.config import NodeConfig, ServeConfig
+from halo_cluster.config.section import Section
+from halo_cluster.engines.process import tcp_probe
 
 RPC_SERVER = "ggml-rpc-server"
 LLAMA_SERVER = "llama-server"
@@ -30,9 +31,33 @@ NO_AUTH_NOTE = (
 )
 
 
-def binary(serve: ServeConfig, name: str) -> str:
-    """A llama.cpp program: from [serve] llama_cpp's bin/ when set, else from PATH."""
-    return f"{serve.llama_cpp.rstrip('/')}/bin/{name}" if serve.llama_cpp else name
+OPTION_KEYS = ("build", "rpc_port", "threads")
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions:
+    """``[serve.llama_cpp]``."""
+
+    build: str = ""  # the llama.cpp build (its bin/ holds the programs); "": from PATH
+    rpc_port: int = DEFAULT_RPC_PORT  # ggml-rpc-server's port on every worker
+    threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
+
+    @classmethod
+    def from_section(cls, section: Section | None) -> LlamaCppOptions:
+        if section is None:
+            return cls()
+        section.only(OPTION_KEYS)
+        return cls(
+            build=section.text("build", ""),
+            rpc_port=section.number("rpc_port", DEFAULT_RPC_PORT, maximum=65535)
+            or DEFAULT_RPC_PORT,
+            threads=section.number("threads", None),
+        )
+
+
+def binary(options: LlamaCppOptions, name: str) -> str:
+    """A llama.cpp program: from [serve.llama_cpp] build's bin/ when set, else from PATH."""
+    return f"{options.build.rstrip('/')}/bin/{name}" if options.build else name
 
 
 def offload_layers(layers: int, workers: int) -> int:
@@ -55,21 +80,21 @@ def rpc_env(transport: str) -> dict[str, str]:
     return {} if transport == "rdma" else {"GGML_RPC_NO_RDMA": "1"}
 
 
-def rpc_server_argv(serve: ServeConfig, address: str) -> list[str]:
+def rpc_server_argv(options: LlamaCppOptions, address: str) -> list[str]:
     """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address)."""
     if address in ("0.0.0.0", "::", ""):
         raise ValueError("rpc-server must bind a fabric address, not every interface")
-    argv = [binary(serve, RPC_SERVER), "-H", address, "-p", str(serve.rpc_port)]
-    if serve.threads:
-        argv += ["-t", str(serve.threads)]
+    argv = [binary(options, RPC_SERVER), "-H", address, "-p", str(options.rpc_port)]
+    if options.threads:
+        argv += ["-t", str(options.threads)]
     return argv
 
 
 def llama_server_argv(
-    serve: ServeConfig, model: str, endpoints: list[str], layers: int
+    serve: ServeConfig, options: LlamaCppOptions, model: str, endpoints: list[str], layers: int
 ) -> list[str]:
     """``llama-server`` on the head: the model, every worker's endpoint, the offload."""
-    argv = [binary(serve, LLAMA_SERVER), "--model", model, "--host", serve.host]
+    argv = [binary(options, LLAMA_SERVER), "--model", model, "--host", serve.host]
     # verbosity 4: the lines that name each RPC device and the layers offloaded
     argv += ["--port", str(serve.port), "--no-ui", "--log-verbosity", "4"]
     if endpoints:
@@ -82,14 +107,15 @@ def llama_server_argv(
     argv += ["--parallel", str(slots)]
     if serve.max_model_len:  # the context is shared by the slots: each gets max_model_len
         argv += ["--ctx-size", str(serve.max_model_len * slots)]
-    if serve.threads:
-        argv += ["--threads", str(serve.threads)]
+    if options.threads:
+        argv += ["--threads", str(options.threads)]
     return [*argv, *serve.extra_args]
 
 
 # exit codes of the preflight script, and what each means
 PREFLIGHT = {
-    10: "{program} is not installed there: build it ('make llama-cpp') or set [serve] llama_cpp",
+    10: "{program} is not installed there: build it ('make llama-cpp') or set "
+    "[serve.llama_cpp] build",
     11: "the model {model} is not there: put the GGUF file at the same path on the head",
     12: "port {port} is already in use there: stop what listens on it, or pick another port",
     13: "{model} is not a GGUF file (its first bytes are not 'GGUF')",
@@ -137,15 +163,6 @@ def build_has_rdma(preflight_stdout: str) -> bool:
     """Whether the node's build has llama.cpp's RDMA transport, as its preflight said."""
     found = RDMA_BUILD.search(preflight_stdout)
     return bool(found and found.group(1) == "yes")
-
-
-def reach_script(address: str, port: int, seconds: int) -> str:
-    """Exit 0 once ``address:port`` accepts a TCP connection (within ``seconds``), else 1."""
-    return (
-        f"for i in $(seq {int(seconds) * 5}); do\n"
-        f"  if {tcp_probe(address, port)}; then exit 0; fi\n"
-        "  sleep 0.2\ndone\nexit 1\n"
-    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,276 @@
+"""``halo serve`` for every engine: one bring-up.
+
+1. the plans: from ``halo up`` when the engine runs on Ray, else from the nodes' facts and
+   the doctor's gate (``cluster.plans``), so llama.cpp and vLLM's mp executor need no Ray;
+2. the engine's ``prepare`` (its checks on every node; nothing started yet);
+3. the engine's ``launch``, then /health on the head, a warm-up request;
+4. the two witnesses: the engine's own words (``Engine.witness``) and every node's
+   counters around one probe request (bytes per generated token on each path).
+
+Anything that ends this early (an error, Ctrl-C) stops what was started on every node.
+When the witnesses show another path than the plans asked for, the server is stopped
+(unless ``allow_fallback``). The state file is read once and written twice: at launch
+(which nodes run something) and with the proof.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.cluster import proof
+from halo_cluster.cluster.auth import ray_env
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.plans import make_plans
+from halo_cluster.cluster.serve_result import ServeResult
+from halo_cluster.cluster.state import (
+    ClusterState,
+    NodeState,
+    ServedState,
+    new_state,
+    read_state,
+    served_now,
+    write_state,
+)
+from halo_cluster.config import NodeConfig, ServeConfig, secret
+from halo_cluster.engines import process, registry
+from halo_cluster.engines.protocol import Engine, Prepared, ServeContext, ServeRequest, Witness
+from halo_cluster.errors import LifecycleError, UsageError
+
+HEALTH_TIMEOUT_S = 900.0
+WARMUP_TOKENS = 4
+PROBE_TOKENS = 64
+
+
+class Serving:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.config = cluster.config
+        self.head = cluster.head
+        self.progress = cluster.progress
+        self._state: ClusterState | None = None
+        self._loaded = False
+
+    @property
+    def state(self) -> ClusterState | None:
+        """The state file, read once for this command."""
+        if not self._loaded:
+            self._state, self._loaded = read_state(self.config), True
+        return self._state
+
+    def _save(self, state: ClusterState) -> None:
+        self._state, self._loaded = state, True
+        write_state(self.config, state)
+
+    # -- start ----------------------------------------------------------------------------
+    def start(self, request: ServeRequest) -> ServeResult:
+        engine = registry.engine(request.engine)
+        api_key = self._check_key(request.serve, request.insecure)
+        ctx = self._context(engine, request, api_key)
+        self.stop()
+        prepared = engine.prepare(ctx)
+        started = time.monotonic()
+        try:
+            self._record_launch(ctx, prepared)
+            engine.launch(ctx, prepared)
+            self._wait_healthy(request, prepared.members)
+            ready_s = time.monotonic() - started
+            self.progress("warming up (one short request)")
+            warm = self._complete(request.serve, WARMUP_TOKENS)
+            witness = engine.witness(ctx, prepared)
+            traffic = self.probe_traffic(request.serve, ctx, prepared.witnesses, prepared.rdma)
+        except BaseException:
+            self.progress("stopping the server on every node")
+            self.stop()
+            raise
+        result = self._result(request, prepared, witness, traffic)
+        result.ready_s, result.warmup_s = round(ready_s, 1), warm.get("seconds")
+        self._record_proof(request, prepared, witness, result)
+        if result.problems and not request.allow_fallback:
+            self.stop()
+            result.stopped = True
+        return result
+
+    def _context(self, engine: Engine, request: ServeRequest, api_key: str | None) -> ServeContext:
+        """The plans and ranks: Ray's (from 'halo up') when the engine runs on Ray, else
+        made now from the nodes' facts, gated by the doctor."""
+        state = self.state
+        if engine.uses_ray(request.options):
+            if state is None or self.head.name not in state.nodes:
+                raise LifecycleError(
+                    "the cluster is not up (no state): run 'halo up' first "
+                    "(or serve without Ray: --executor mp, or --engine llama.cpp)"
+                )
+            plans, capacity = state.plans(), state.capacity()
+            env = ray_env(self.config)
+        else:
+            made = make_plans(self.cluster)
+            plans, capacity, env = made.plans, made.capacity, {}
+            fresh = state or new_state(self.config)
+            if fresh.ray_started_at is None:  # Ray's plans stay what Ray was started with
+                fresh.nodes = {n: NodeState(p, capacity.get(n, 1)) for n, p in plans.items()}
+            self._state = fresh
+        return ServeContext(
+            self.config,
+            self.cluster.clients,
+            plans,
+            capacity,
+            request,
+            api_key,
+            env,
+            self.progress,
+        )
+
+    def _check_key(self, serve: ServeConfig, insecure: bool) -> str | None:
+        api_key = secret(serve.api_key_env)
+        if serve.api_key_env and not api_key:
+            raise UsageError(
+                f"[serve] api_key_env names {serve.api_key_env}, which is not set here"
+            )
+        if serve.host == "0.0.0.0" and not api_key and not insecure:
+            raise UsageError(
+                "refusing to serve on 0.0.0.0 without an API key: set [serve] api_key_env, "
+                "bind a private address, or pass --insecure"
+            )
+        return api_key
+
+    def _record_launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+        state = self._state or new_state(self.config)
+        served = served_now([m.name for m in prepared.members])
+        served.engine, served.model = ctx.request.engine, ctx.request.model
+        state.serve = served
+        self._save(state)
+
+    # -- health and requests --------------------------------------------------------------
+    def _wait_healthy(self, request: ServeRequest, members: list[NodeConfig]) -> None:
+        serve = request.serve
+        args = ("serve-health", "--host", process.local_host(serve.host), "--port", str(serve.port))
+        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
+        head = self.cluster.client(self.head)
+        started = time.monotonic()
+        deadline = started + request.wait_s
+        while True:
+            if head.call(*args, env=env, timeout=30).ok:
+                return
+            dead = [
+                n for n in members if not process.alive(self.cluster.client(n), self.config.name)
+            ]
+            if dead:
+                line = process.fatal_line(self.cluster.client(dead[0]), self.config.name)
+                raise LifecycleError(
+                    f"the server exited while starting on {', '.join(n.name for n in dead)}: {line}"
+                )
+            if time.monotonic() > deadline:
+                raise LifecycleError(
+                    f"the server did not become healthy within {request.wait_s:g} s; stopped it"
+                )
+            waited = time.monotonic() - started
+            if int(waited) // 10 != int(waited - 1.5) // 10:  # a line every 10 s
+                self.progress(f"waiting for /health ({waited:.0f} s)")
+            time.sleep(1.0)
+
+    def _complete(self, serve: ServeConfig, tokens: int) -> dict[str, Any]:
+        import json
+
+        args = ("serve-probe", "--host", process.local_host(serve.host), "--port", str(serve.port))
+        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
+        result = self.cluster.client(self.head).call(
+            *args, "--tokens", str(tokens), env=env, timeout=300
+        )
+        if not result.ok:
+            raise LifecycleError(f"a request to the server failed: {result.error_text()}")
+        try:
+            data: dict[str, Any] = json.loads(result.stdout)
+        except ValueError:
+            raise LifecycleError(f"serve-probe answered {result.stdout[:200]!r}") from None
+        return data
+
+    def probe_traffic(
+        self, serve: ServeConfig, ctx: ServeContext, nodes: list[NodeConfig], rdma: bool
+    ) -> dict[str, Any]:
+        """The counters witness: every node's paths read around one probe request."""
+        self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
+        before = proof.read_counters(self.cluster.clients, nodes, ctx.plans)
+        probe = self._complete(serve, PROBE_TOKENS)
+        after = proof.read_counters(self.cluster.clients, nodes, ctx.plans)
+        traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
+        traffic["seconds"] = probe["seconds"]
+        return traffic
+
+    # -- the result -----------------------------------------------------------------------
+    def _result(
+        self,
+        request: ServeRequest,
+        prepared: Prepared,
+        witness: Witness,
+        traffic: dict[str, Any],
+    ) -> ServeResult:
+        problems = [*witness.problems, *traffic["problems"]]
+        url, log = self.where(request.serve)
+        return ServeResult(
+            url=url,
+            log=log,
+            executor=prepared.executor,
+            model=request.model,
+            tp=prepared.tp,
+            expected=witness.expected,
+            verdict=witness.verdict,
+            engine=witness.engine,
+            traffic=traffic,
+            ranks=witness.ranks,
+            proven=None if problems else witness.transport,
+            problems=problems,
+        )
+
+    def _record_proof(
+        self, request: ServeRequest, prepared: Prepared, witness: Witness, result: ServeResult
+    ) -> None:
+        state = self._state or new_state(self.config)
+        summary = witness.summary
+        state.serve = ServedState(
+            nodes=list(summary.get("nodes") or [m.name for m in prepared.members]),
+            engine=request.engine,
+            model=result.model,
+            executor=result.executor,
+            tp=result.tp,
+            host=request.serve.host,
+            port=request.serve.port,
+            url=result.url,
+            ranks=result.ranks,
+            proven=result.proven,
+            backend=summary.get("backend"),
+            init_method=summary.get("init_method"),
+            bytes_per_token={
+                node: {path: v.get("bytes_per_token") for path, v in paths.items()}
+                for node, paths in result.traffic.get("nodes", {}).items()
+            },
+            problems=result.problems,
+            started_at=time.time(),
+        )
+        self._save(state)
+
+    # -- a running server -----------------------------------------------------------------
+    def where(self, serve: ServeConfig) -> tuple[str, str]:
+        """(the API's URL, the server's log file on the head, expanded there)."""
+        host = serve.host if serve.host != "0.0.0.0" else self.head.host
+        log = process.log_path(self.cluster.client(self.head), self.config.name)
+        return f"http://{host}:{serve.port}", log
+
+    def tail(self, lines: int = 200, node: NodeConfig | None = None) -> str:
+        return process.tail(self.cluster.client(node or self.head), self.config.name, lines)
+
+    def log_from(self, offset: int, node: NodeConfig | None = None) -> str:
+        return process.log_from(self.cluster.client(node or self.head), self.config.name, offset)
+
+    def stop(self) -> bool:
+        """Stop the server on every node; True when one was running."""
+        name = self.config.name
+        stopped = each(
+            list(self.config.nodes), lambda n: process.stop(self.cluster.client(n), name)
+        )
+        state = self.state
+        if state is not None and state.serve is not None:  # no server: status shows none
+            state.serve = None
+            self._save(state)
+        return any(stopped)

@@ -1,0 +1,95 @@
+"""``halo status``: which nodes answer and run Ray, each node's transport, and the served
+model's health. The server is asked on the head (/health); a member it lost makes it
+unhealthy whatever /health says: for an engine on Ray a member whose Ray is gone, for the
+others a member whose served process (the pid file 'halo serve' wrote) is gone."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.lifecycle import Lifecycle, run_script
+from halo_cluster.cluster.state import ClusterState, ServedState, read_state
+from halo_cluster.config import secret
+from halo_cluster.engines import process, registry
+
+
+def cluster_status(cluster: Cluster) -> dict[str, Any]:
+    config = cluster.config
+    ray = Lifecycle(cluster)
+    state = read_state(config)
+    raylets = ray.raylets()
+    alive = set(ray.alive()) if any(raylets.values()) else set()
+    plans = state.plans() if state else {}
+    nodes = []
+    for node in config.nodes:
+        plan = plans.get(node.name)
+        nodes.append(
+            {
+                "name": node.name,
+                "address": node.address,
+                "ray": node.address in alive and bool(raylets[node.name]),
+                "reachable": raylets[node.name] is not None,
+                "transport": plan.transport if plan else None,
+                "hca": plan.to_dict().get("hca") if plan else None,
+            }
+        )
+    started = state.ray_started_at if state else None
+    return {
+        "serve": serve_health(cluster, state, nodes),
+        "cluster": config.name,
+        "head": config.head.name,
+        "nodes": nodes,
+        "up_s": round(time.time() - started, 1) if started and alive else None,
+    }
+
+
+def serve_health(
+    cluster: Cluster, state: ClusterState | None, nodes: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The server's health and the members it lost; None when no server was started and
+    none is configured."""
+    config, head = cluster.config, cluster.head
+    served = state.serve if state else None
+    if served is None and not config.serve.model:
+        return None
+    served = served or ServedState(nodes=[])
+    host = served.host or config.serve.host
+    port = served.port or config.serve.port
+    local = process.local_host(host)
+    env = {"HALO_SERVE_KEY": secret(config.serve.api_key_env) or ""}
+    argv = cluster.client(head).command("serve-health", "--host", local, "--port", str(port))
+    result = run_script(cluster.client(head), env, argv, timeout=15)
+    lost = _lost(cluster, served, nodes)
+    detail = result.stdout.strip() if result.ok else result.error_text()
+    if lost:
+        detail = f"lost {', '.join(lost)}" + ("" if result.ok else f"; {detail}")
+    return {
+        "endpoint": f"http://{local}:{port}",
+        "healthy": result.ok and not lost,
+        "detail": detail,
+        "model": served.model or config.serve.model,
+        "executor": served.executor,
+        "engine": served.engine,
+        "ranks": served.ranks,
+        "proven": served.proven,
+        "lost": lost,
+    }
+
+
+def _lost(cluster: Cluster, served: ServedState, nodes: list[dict[str, Any]]) -> list[str]:
+    members = set(served.nodes)
+    if registry.engine(served.engine).watches_ray(served.executor):
+        return [
+            n["name"] for n in nodes if n["name"] in members and not (n["reachable"] and n["ray"])
+        ]
+    workers = [n for n in nodes if n["name"] in members and n["name"] != cluster.head.name]
+
+    def gone(member: dict[str, Any]) -> bool:
+        if not member["reachable"]:
+            return True
+        return not process.alive(cluster.client(member["name"]), cluster.config.name, timeout=8)
+
+    return [m["name"] for m, dead in zip(workers, each(workers, gone), strict=True) if dead]

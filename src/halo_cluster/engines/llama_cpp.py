@@ -1,0 +1,273 @@
+"""llama.cpp over RPC: a GGUF model's layers spread over ``ggml-rpc-server`` workers on the
+fabric, ``llama-server`` on the head. No Ray: the plans come from the nodes' facts.
+
+Every node that takes part runs one program in the background, with its log and pid file
+where ``halo logs``, ``halo status`` and ``halo stop`` find them: the workers
+``ggml-rpc-server``, the head ``llama-server``. The engine's own witness: llama-server's
+lines (which endpoints, the layers offloaded) and rpc-server's (its endpoint, its transport,
+the connections it accepted). The API key reaches llama-server through its environment
+(``LLAMA_API_KEY``), never argv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.config import NodeConfig
+from halo_cluster.config.section import Section
+from halo_cluster.engines import llama_cpp_argv as argv
+from halo_cluster.engines import process
+from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
+from halo_cluster.engines.protocol import Prepared, ServeContext, Witness
+from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.llama_log import check_rpc, parse_llama_logs
+from halo_cluster.nccl_log import parse_logs
+
+RPC_READY_S = 30
+NO_NCCL = parse_logs([]).to_dict()  # llama.cpp has no NCCL: its verdict is empty
+
+
+def model_layers(model: str) -> int | None:
+    """The model's block count from its GGUF header and tensor table, when the file is here
+    (None when it is not, or the gguf package is missing: the head is asked). A corrupt or
+    truncated file is a UsageError naming it."""
+    import importlib.util
+
+    path = Path(model)
+    if not path.is_file() or importlib.util.find_spec("gguf") is None:
+        return None
+    from halo_cluster.plan.gguf_file import read_gguf
+
+    return read_gguf(path).spec.layers
+
+
+class LlamaCpp:
+    name = "llama.cpp"
+
+    def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
+        if flags.get("tp") is not None or flags.get("executor") is not None:
+            raise UsageError(
+                "--tp and --executor are vLLM's: llama.cpp splits the layers over every node"
+            )
+        return LlamaCppOptions.from_section(section)
+
+    def uses_ray(self, options: Any) -> bool:
+        return False
+
+    def watches_ray(self, executor: str | None) -> bool:
+        return False
+
+    # -- prepare --------------------------------------------------------------------------
+    def prepare(self, ctx: ServeContext) -> Prepared:
+        model = ctx.request.model
+        if not model.startswith("/"):
+            raise UsageError(
+                f"{model}: give the GGUF file's absolute path (it is read on {ctx.head.name})"
+            )
+        if len(ctx.config.nodes) < 2:
+            raise UsageError(
+                "llama.cpp over RPC needs at least one worker node besides the head: add a "
+                "[[node]], or run llama-server on its own"
+            )
+        workers = self._workers(ctx)
+        layers, rdma_builds = self._preflight(ctx, workers)
+        workers = [self._with_transport(ctx, w, rdma_builds) for w in workers]
+        rdma = bool(workers) and all(w.transport == "rdma" for w in workers)
+        members = [ctx.head, *[w.node for w in workers]]
+        return Prepared(members, rdma, "llama.cpp-rpc", None, (workers, layers))
+
+    def _workers(self, ctx: ServeContext) -> list[Worker]:
+        """Every node but the head, each on its configured fabric address (TCP until the
+        builds are known: ``_with_transport``). rpc-server has no authentication: a node
+        without a fabric address of its own, or whose plan uses another, is refused."""
+        workers = []
+        for node in ctx.config.nodes[1:]:
+            plan = ctx.plans[node.name]
+            address = node.fabric_address or ""
+            if address in ("", "0.0.0.0", "::"):
+                raise UsageError(
+                    f"{node.name}: rpc-server has no authentication and listens only on a "
+                    "node's fabric address: set its fabric_address in halo.toml"
+                )
+            if plan.address and plan.address != address:
+                raise UsageError(
+                    f"{node.name}: its plan uses {plan.address}, not its fabric_address "
+                    f"{address}: check the node's addresses ('halo doctor')"
+                )
+            workers.append(Worker(node, address, "tcp"))
+        return workers
+
+    def _with_transport(self, ctx: ServeContext, worker: Worker, rdma: dict[str, bool]) -> Worker:
+        """RDMA when the head's and the worker's plans are RDMA and both builds have it."""
+        both = rdma.get(ctx.head.name, False) and rdma.get(worker.node.name, False)
+        planned = ctx.plans[ctx.head.name].is_rdma and ctx.plans[worker.node.name].is_rdma
+        return Worker(worker.node, worker.address, argv.rpc_transport(planned, both))
+
+    def _preflight(self, ctx: ServeContext, workers: list[Worker]) -> tuple[int, dict[str, bool]]:
+        """Programs on every node, the same build everywhere, the GGUF file on the head, the
+        ports free; returns the model's layer count and which nodes' builds have RDMA."""
+        ctx.progress("checking llama.cpp, the model and the ports on every node")
+        options: LlamaCppOptions = ctx.request.options
+        serve, model = ctx.request.serve, ctx.request.model
+        rpc = argv.binary(options, argv.RPC_SERVER)
+        head_program = argv.binary(options, argv.LLAMA_SERVER)
+        by_name = {w.node.name: w for w in workers}
+
+        def check(node: NodeConfig) -> tuple[NodeConfig, Any]:
+            if node is ctx.head:
+                port = (process.local_host(serve.host), serve.port)
+                script = argv.preflight_script(head_program, model, port)
+            else:
+                port = (by_name[node.name].address, options.rpc_port)
+                script = argv.preflight_script(rpc, None, port)
+            return node, ctx.client(node).script(script, 30)
+
+        builds: dict[str, str | None] = {}
+        rdma: dict[str, bool] = {}
+        for node, result in each([ctx.head, *[w.node for w in workers]], check):
+            if not result.ok:
+                reason = argv.PREFLIGHT.get(result.returncode)
+                if reason is None:
+                    raise LifecycleError(f"{node.name}: cannot check it: {result.error_text()}")
+                program = head_program if node is ctx.head else rpc
+                port = serve.port if node is ctx.head else options.rpc_port
+                raise UsageError(
+                    f"{node.name}: " + reason.format(program=program, model=model, port=port)
+                )
+            builds[node.name] = argv.build_identity(result.stdout)
+            rdma[node.name] = argv.build_has_rdma(result.stdout)
+        self._same_build(ctx, workers, builds)
+        return self._layers(ctx, model), rdma
+
+    def _same_build(
+        self, ctx: ServeContext, workers: list[Worker], builds: dict[str, str | None]
+    ) -> None:
+        reference = builds.get(ctx.head.name)
+        for worker in workers:
+            found = builds.get(worker.node.name)
+            if reference and found and found != reference:
+                raise UsageError(
+                    f"{worker.node.name}: its llama.cpp build differs from {ctx.head.name}'s "
+                    f"(rpc-server sha256 {found[:12]} vs {reference[:12]}): the RPC protocol "
+                    "must match; install the same build on every node"
+                )
+
+    def _layers(self, ctx: ServeContext, model: str) -> int:
+        try:
+            found = model_layers(model)
+        except UsageError as err:
+            raise UsageError(f"{ctx.head.name}: {err}") from None
+        if found is not None:
+            return found
+        # not readable here: ask the head, where llama-server will read it
+        result = ctx.client(ctx.head).call("gguf-layers", model, env={})
+        if result.ok and result.stdout.strip().isdigit():
+            return int(result.stdout.strip())
+        said = result.error_text().removeprefix("halo: error: ").strip()
+        raise UsageError(f"{ctx.head.name}: {said or f'cannot read {model}'}")
+
+    # -- launch ---------------------------------------------------------------------------
+    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+        """rpc-server on every worker, then llama-server on the head with all of them."""
+        workers, layers = prepared.detail
+        options: LlamaCppOptions = ctx.request.options
+        self._start_workers(ctx, workers)
+        endpoints = [w.endpoint(options.rpc_port) for w in workers]
+        model = ctx.request.model
+        command = argv.llama_server_argv(ctx.request.serve, options, model, endpoints, layers)
+        env = {**dict(ctx.head.env), **({"LLAMA_API_KEY": ctx.api_key} if ctx.api_key else {})}
+        offload = argv.offload_layers(layers, len(workers))
+        ctx.progress(
+            f"starting llama-server {model} on {ctx.head.name} "
+            f"({offload}/{layers + 1} layers on {len(workers)} worker(s))"
+        )
+        result = process.start(ctx.client(ctx.head), env, command, ctx.config.name)
+        if not result.ok:
+            raise LifecycleError(
+                f"could not start llama-server on {ctx.head.name}: {result.error_text()}"
+            )
+
+    def _start_workers(self, ctx: ServeContext, workers: list[Worker]) -> None:
+        options: LlamaCppOptions = ctx.request.options
+        if workers:
+            ctx.progress(argv.NO_AUTH_NOTE)
+
+        def start(worker: Worker) -> None:
+            node, client = worker.node, ctx.client(worker.node)
+            command = argv.rpc_server_argv(options, worker.address)
+            env = {**dict(node.env), **argv.rpc_env(worker.transport)}
+            endpoint = worker.endpoint(options.rpc_port)
+            ctx.progress(
+                f"starting rpc-server on {node.name} at {endpoint} ({worker.transport.upper()})"
+            )
+            result = process.start(client, env, command, ctx.config.name)
+            if not result.ok:
+                raise LifecycleError(
+                    f"could not start rpc-server on {node.name}: {result.error_text()}"
+                )
+            # reached from the head, over the fabric: the path llama-server will take
+            reach = process.reach_script(worker.address, options.rpc_port, RPC_READY_S)
+            if not ctx.client(ctx.head).script(reach, RPC_READY_S + 10).ok:
+                alive = process.alive(client, ctx.config.name)
+                line = (
+                    "it does not answer" if alive else process.fatal_line(client, ctx.config.name)
+                )
+                raise LifecycleError(
+                    f"{node.name}: rpc-server is not reachable at {endpoint} "
+                    f"from {ctx.head.name}: {line}"
+                )
+
+        each(workers, start)
+
+    # -- witness --------------------------------------------------------------------------
+    def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
+        workers, layers = prepared.detail
+        options: LlamaCppOptions = ctx.request.options
+        cluster = ctx.config.name
+        head_text = process.log_text(ctx.client(ctx.head), cluster)
+        worker_logs = [
+            (f"{w.node.name}:serve.log", process.log_text(ctx.client(w.node), cluster))
+            for w in workers
+        ]
+        verdict = parse_llama_logs(
+            head_text.splitlines(), [(s, t.splitlines()) for s, t in worker_logs]
+        )
+        expected = {
+            f"{w.node.name}:serve.log": (w.endpoint(options.rpc_port), w.transport) for w in workers
+        }
+        offload = argv.offload_layers(layers, len(workers))
+        problems = check_rpc(verdict, expected, offload)
+        transports = {w.transport for w in workers}
+        transport = "/".join(sorted(transports)) if transports else None
+        path = "rdma" if prepared.rdma else "socket"
+        ranks = [
+            {"rank": i, "node": w.node.name, "address": w.endpoint(options.rpc_port)}
+            for i, w in enumerate(workers)
+        ]
+        engine: dict[str, Any] = {
+            "engine": self.name,
+            "rpc": verdict.to_dict(),
+            "transport": transport,
+            "offloaded_layers": offload,
+            "security": argv.NO_AUTH_NOTE,
+            "head_layers": None if verdict.layers is None else verdict.layers - offload,
+        }
+        return Witness(
+            expected=path,
+            verdict=NO_NCCL,
+            engine=engine,
+            ranks=ranks,
+            problems=problems,
+            transport=path,
+            summary={
+                "backend": f"rpc-{transport or 'none'}",
+                "init_method": None,
+                "nodes": [m.name for m in prepared.members],
+            },
+        )
+
+
+ENGINE = LlamaCpp()

@@ -1,0 +1,139 @@
+"""The engine's processes on a node, whatever the engine: started detached with a log and a
+pid file in halo's state directory there (``halo logs``, ``status`` and ``stop`` find them),
+asked whether they still run, read, and stopped. The scripts are pure text for ``bash -s``;
+the functions taking a ``NodeClient`` run them."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from halo_cluster.client.node import NodeClient
+from halo_cluster.runner import Result, exports
+
+STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
+
+
+def local_host(host: str) -> str:
+    """Where a server bound to ``host`` is reached from its own node."""
+    return "127.0.0.1" if host == "0.0.0.0" else host
+
+
+def log_paths(cluster: str) -> tuple[str, str]:
+    """(log, pid file) on a node, as shell words (the state dir expands there)."""
+    name = shlex.quote(cluster)  # validated, but quoted all the same
+    return f"{STATE_DIR}/serve-{name}.log", f"{STATE_DIR}/serve-{name}.pid"
+
+
+def alive_script(cluster: str) -> str:
+    """Exit 0 when the program 'halo serve' started on a node (its pid file) still runs."""
+    _log, pid = log_paths(cluster)
+    return f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
+
+
+def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
+    """Start ``argv`` detached in its own process group, its output in the log, its pid
+    in the pid file; the working directory is HOME (a node's caches and state live there)."""
+    log, pid = log_paths(cluster)
+    return (
+        f"set -e\n{exports(env)}mkdir -p {STATE_DIR}\ncd\n"
+        f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
+        f"echo $! > {pid}\n"
+    )
+
+
+def tcp_probe(host: str, port: int) -> str:
+    """A shell condition, true when ``host:port`` accepts a TCP connection within 2 s. The
+    host and port reach the inner bash as arguments, never as code."""
+    return (
+        f"timeout 2 bash -c 'exec 3<>\"/dev/tcp/$1/$2\"' _ {shlex.quote(host)} "
+        f"{shlex.quote(str(port))} 2>/dev/null"
+    )
+
+
+def reach_script(address: str, port: int, seconds: int) -> str:
+    """Exit 0 once ``address:port`` accepts a TCP connection (within ``seconds``), else 1."""
+    return (
+        f"for i in $(seq {int(seconds) * 5}); do\n"
+        f"  if {tcp_probe(address, port)}; then exit 0; fi\n"
+        "  sleep 0.2\ndone\nexit 1\n"
+    )
+
+
+def stop_script(cluster: str) -> str:
+    """Stop the server's process group (TERM, then KILL after 5 s), then remove the
+    shared-memory segments it left: those made since it started that no process still
+    has open or mapped. Exit 3 when nothing was running."""
+    _log, pid = log_paths(cluster)
+    return (
+        f"pidfile={pid}\n"
+        'p="$(cat "$pidfile" 2>/dev/null)" || exit 3\n'
+        'ran=3; if kill -0 "$p" 2>/dev/null; then ran=0; fi\n'
+        'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
+        'for i in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
+        'kill -KILL -- "-$p" 2>/dev/null || true\n'
+        # Ray's worker processes that ran the ranks end with their driver: wait for them.
+        # Ray also leaves an idle worker it started for the server's job: end those that
+        # were started after the server (never older ones, which are not the server's).
+        'for i in $(seq 50); do pgrep -f "RayWorkerProc|RayWorkerWrapper" >/dev/null || break; '
+        "sleep 0.1; done\n"
+        'since=$(( $(date +%s) - $(stat -c %Y "$pidfile") + 1 ))\n'
+        "for q in $(pgrep -f '^ray::IDLE'); do\n"
+        '  age=$(ps -o etimes= -p "$q" 2>/dev/null | tr -d " ")\n'
+        '  if [ -n "$age" ] && [ "$age" -le "$since" ]; then kill -TERM "$q" 2>/dev/null; fi\n'
+        "done\n"
+        "for f in /dev/shm/*; do\n"
+        '  [ -f "$f" ] && [ "$f" -nt "$pidfile" ] || continue\n'
+        '  if ! grep -qsF "$f" /proc/[0-9]*/maps && ! ls -l /proc/[0-9]*/fd 2>/dev/null | '
+        'grep -qF "$f"; then rm -f "$f"; fi\n'
+        "done\n"
+        'rm -f "$pidfile"\n'
+        "exit $ran\n"
+    )
+
+
+def start(client: NodeClient, env: Mapping[str, str], argv: list[str], cluster: str) -> Result:
+    return client.script(background_script(env, argv, cluster))
+
+
+def alive(client: NodeClient, cluster: str, timeout: float = 60.0) -> bool:
+    return client.script(alive_script(cluster), timeout).ok
+
+
+def log_text(client: NodeClient, cluster: str) -> str:
+    log, _pid = log_paths(cluster)
+    return client.script(f"cat {log} 2>/dev/null\n", timeout=120).stdout
+
+
+def tail(client: NodeClient, cluster: str, lines: int) -> str:
+    log, _pid = log_paths(cluster)
+    return client.script(f"tail -n {int(lines)} {log}\n").stdout
+
+
+def log_from(client: NodeClient, cluster: str, offset: int) -> str:
+    log, _pid = log_paths(cluster)
+    return client.script(f"tail -c +{int(offset) + 1} {log} 2>/dev/null\n").stdout
+
+
+def log_path(client: NodeClient, cluster: str) -> str:
+    """The log file's path on the node, expanded there."""
+    log, _pid = log_paths(cluster)
+    return client.script(f"echo {log}\n").stdout.strip() or log
+
+
+def stop(client: NodeClient, cluster: str) -> bool:
+    """Stop what 'halo serve' started on this node; True when something was running."""
+    return client.script(stop_script(cluster), 60).ok
+
+
+def fatal_line(client: NodeClient, cluster: str) -> str:
+    """The line of the log that says why the engine stopped (else its last lines)."""
+    from halo_cluster.engine_log import clean
+
+    lines = [clean(line).strip() for line in log_text(client, cluster).splitlines()]
+    lines = [line for line in lines if line]
+    for line in reversed(lines):
+        said = "Error" in line or "refuses" in line or line.startswith("Failed to")
+        if said and not line.startswith("File "):
+            return line[-400:]
+    return " | ".join(lines[-3:])[-400:] or "its log is empty"

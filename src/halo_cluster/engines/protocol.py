@@ -1,0 +1,113 @@
+"""The seam between halo's bring-up and an engine.
+
+An engine is an object with the methods of ``Engine``; its module exposes it as ``ENGINE``
+and ``engines.registry`` names the module. ``cluster.bringup`` drives every engine the same
+way: ``options`` (config table + flags -> one typed value), ``prepare`` (checks on every node,
+nothing started), ``launch`` (start its processes), then /health, a warm-up request,
+``witness`` (the engine's own words: its logs -> a verdict), and the counters witness, which
+is the same for every engine. Any failure after ``launch`` stops every node.
+
+The values an engine gets (``ServeRequest``, ``ServeContext``) and gives (``Prepared``,
+``Witness``) are defined here, so an engine never reaches into the bring-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from halo_cluster.client.node import NodeClient
+from halo_cluster.config import Config, NodeConfig, ServeConfig
+from halo_cluster.config.section import Section
+from halo_cluster.transport import TransportPlan
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """One ``halo serve``: the shared [serve] options with the flags applied, the model,
+    and the engine's own options (the value its ``options`` returned)."""
+
+    engine: str
+    model: str
+    serve: ServeConfig
+    options: Any
+    wait_s: float = 900.0
+    allow_fallback: bool = False
+    insecure: bool = False
+
+
+@dataclass(frozen=True)
+class ServeContext:
+    """What an engine may use during one start: the cluster, every node's client and plan,
+    the engine ranks each node offers, the request, the API key (never logged)."""
+
+    config: Config
+    clients: Mapping[str, NodeClient]
+    plans: Mapping[str, TransportPlan]
+    capacity: Mapping[str, int]
+    request: ServeRequest
+    api_key: str | None = field(default=None, repr=False)
+    ray_env: Mapping[str, str] = field(default_factory=dict, repr=False)  # Ray's token, if any
+    progress: Callable[[str], None] = lambda _m: None
+
+    @property
+    def head(self) -> NodeConfig:
+        return self.config.head
+
+    def client(self, node: NodeConfig) -> NodeClient:
+        return self.clients[node.name]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` decided: the nodes that run a process of the engine (``members``,
+    the head first), the nodes whose counters witness (``counted``: where the ranks run;
+    default the members), whether the data path is RDMA, and the engine's own value."""
+
+    members: list[NodeConfig]
+    rdma: bool
+    executor: str
+    tp: int | None = None
+    detail: Any = None
+    counted: list[NodeConfig] | None = None
+
+    @property
+    def witnesses(self) -> list[NodeConfig]:
+        return self.counted if self.counted is not None else self.members
+
+
+@dataclass(frozen=True)
+class Witness:
+    """The engine's own words about where its traffic went."""
+
+    expected: str  # "rdma" or "socket": what the plans asked for
+    verdict: dict[str, Any]  # NCCL/RCCL's log (empty verdict when the engine has none)
+    engine: dict[str, Any]  # the engine's lines: backend, rendezvous, RPC endpoints...
+    ranks: list[dict[str, Any]]
+    problems: list[str]
+    transport: str  # what the engine's log shows when there are no problems
+    summary: dict[str, Any] = field(default_factory=dict)  # kept in the state file
+
+
+class Engine(Protocol):
+    name: str
+
+    def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
+        """The engine's typed options from its [serve.<engine>] table and the command-line
+        flags (``tp``, ``executor``); a flag the engine does not take is a UsageError."""
+
+    def uses_ray(self, options: Any) -> bool:
+        """Whether this start needs Ray running (its plans then come from ``halo up``)."""
+
+    def prepare(self, ctx: ServeContext) -> Prepared:
+        """Check every node that takes part (in parallel); start nothing."""
+
+    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+        """Start the engine's processes on its members (each with its own plan)."""
+
+    def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
+        """Read the engine's logs into a verdict checked against the plans."""
+
+    def watches_ray(self, executor: str | None) -> bool:
+        """Whether a served member is lost when its Ray is (else: when its process is)."""

@@ -1,0 +1,50 @@
+"""One ``halo serve`` as a typed value: the config's [serve] with the command line's flags
+applied, and the chosen engine's own options read from its table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from halo_cluster.config import Config
+from halo_cluster.engines import registry
+from halo_cluster.engines.protocol import ServeRequest
+from halo_cluster.errors import UsageError
+
+
+def serve_request(
+    config: Config,
+    *,
+    model: str | None = None,
+    engine: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    tp: int | None = None,
+    executor: str | None = None,
+    wait_s: float = 900.0,
+    allow_fallback: bool = False,
+    insecure: bool = False,
+) -> ServeRequest:
+    """The request, every option checked: an engine's table that does not parse, or a flag
+    the engine does not take, is one line before anything runs."""
+    serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
+    name = engine or serve.engine
+    chosen = registry.engine(name)
+    for section_name, section in serve.sections.items():  # every table, not only this one's
+        other = registry.by_section(section_name)
+        if other is not None and other != name:
+            registry.engine(other).options(section, {})
+    options = chosen.options(
+        serve.section(registry.section_name(name)), {"tp": tp, "executor": executor}
+    )
+    chosen_model = model or serve.model
+    if not chosen_model:
+        raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
+    return ServeRequest(
+        engine=name,
+        model=chosen_model,
+        serve=replace(serve, engine=name),
+        options=options,
+        wait_s=wait_s,
+        allow_fallback=allow_fallback,
+        insecure=insecure,
+    )

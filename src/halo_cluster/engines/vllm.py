@@ -1,0 +1,183 @@
+"""vLLM, tensor-parallel across the cluster.
+
+Executors:
+- ``ray``: one ``vllm serve`` on the head, its ranks Ray actors placed on the nodes (GPUs,
+  or the engine resource ``halo up`` declares on CPU-only nodes); needs ``halo up``.
+- ``mp``: vLLM's own multi-node executor, one process per node, each started with its own
+  node's plan (``--nnodes/--node-rank``; the others ``--headless``); no Ray.
+
+The engine's own witness: NCCL/RCCL's debug log, or on CPU vLLM's Gloo lines (backend,
+rendezvous address, each rank's node), checked against the plans. Secrets (the API key,
+HF_TOKEN) reach vLLM through the environment of the script fed to ``bash -s`` — vLLM reads
+``VLLM_API_KEY`` as its ``--api-key`` — never through argv, logs, state or JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.config import NodeConfig, secret
+from halo_cluster.config.section import Section
+from halo_cluster.engine_log import check_ranks, parse_engine_logs, rank_nodes
+from halo_cluster.engines import process
+from halo_cluster.engines.protocol import Prepared, ServeContext, Witness
+from halo_cluster.engines.vllm_argv import (
+    PREFLIGHT,
+    Placement,
+    VllmOptions,
+    is_local_model,
+    placement,
+    preflight_script,
+    serve_argv,
+)
+from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.nccl_log import parse_logs
+
+MP_MASTER_PORT = 29517
+
+
+class Vllm:
+    name = "vllm"
+
+    def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
+        options = VllmOptions.from_section(section)
+        if flags.get("executor"):
+            options = replace(options, executor=str(flags["executor"]))
+        if flags.get("tp"):
+            options = replace(options, tensor_parallel_size=int(flags["tp"]))
+        return options
+
+    def uses_ray(self, options: Any) -> bool:
+        return bool(options.executor == "ray")
+
+    def watches_ray(self, executor: str | None) -> bool:
+        return executor != "mp"
+
+    # -- prepare --------------------------------------------------------------------------
+    def prepare(self, ctx: ServeContext) -> Prepared:
+        options: VllmOptions = ctx.request.options
+        tp = options.tensor_parallel_size or len(ctx.config.nodes)
+        world = tp * options.pipeline_parallel_size
+        places = placement(ctx.config.nodes, ctx.capacity, world, f"--tp {tp}")
+        self._preflight(ctx, places)
+        members = [ctx.head] if options.executor == "ray" else [p.node for p in places]
+        rdma = ctx.plans[ctx.head.name].is_rdma
+        return Prepared(members, rdma, options.executor, tp, places, [p.node for p in places])
+
+    def _preflight(self, ctx: ServeContext, places: list[Placement]) -> None:
+        """Every node that takes ranks has the engine and the model; the head's port is free."""
+        ctx.progress("checking the engine, the model and the port on every node")
+        serve, options, model = ctx.request.serve, ctx.request.options, ctx.request.model
+        local_model = model if is_local_model(model) else None
+        head_port = (process.local_host(serve.host), serve.port)
+
+        def check(node: NodeConfig) -> tuple[NodeConfig, Any]:
+            port = head_port if node is ctx.head else None
+            script = preflight_script(options.command, local_model, port)
+            return node, ctx.client(node).script(script, 30)
+
+        nodes = [p.node for p in places]
+        if ctx.head not in nodes:
+            nodes.insert(0, ctx.head)
+        for node, result in each(nodes, check):
+            if result.ok:
+                continue
+            reason = PREFLIGHT.get(result.returncode)
+            if reason is None:
+                raise LifecycleError(f"{node.name}: cannot check it: {result.error_text()}")
+            raise UsageError(
+                f"{node.name}: "
+                + reason.format(command=options.command, model=model, port=serve.port)
+            )
+
+    # -- launch ---------------------------------------------------------------------------
+    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+        options: VllmOptions = ctx.request.options
+        head_plan = ctx.plans[ctx.head.name]
+        master = head_plan.address or ctx.head.host
+        for index, node in enumerate(prepared.members):
+            mp = None
+            if options.executor == "mp":
+                mp = (index, len(prepared.members), master, MP_MASTER_PORT)
+            argv = serve_argv(
+                ctx.request.serve, options, ctx.request.model, prepared.tp or 1, _apu(head_plan), mp
+            )
+            ctx.progress(
+                f"starting vllm serve {ctx.request.model} (TP={prepared.tp}, "
+                f"{options.executor}) on {node.name}"
+            )
+            started = process.start(ctx.client(node), self._env(ctx, node), argv, ctx.config.name)
+            if not started.ok:
+                raise LifecycleError(
+                    f"could not start the server on {node.name}: {started.error_text()}"
+                )
+
+    def _env(self, ctx: ServeContext, node: NodeConfig) -> dict[str, str]:
+        env = {
+            **ctx.plans[node.name].env,
+            **dict(node.env),
+            "NCCL_DEBUG": "INFO",
+            "NCCL_DEBUG_SUBSYS": "INIT,NET",
+            # every rank's start-up line must reach the log (Ray folds lines that differ
+            # only in numbers, such as "rank=1")
+            "RAY_DEDUP_LOGS": "0",
+            **ctx.ray_env,
+        }
+        for name, value in (("VLLM_API_KEY", ctx.api_key), ("HF_TOKEN", secret("HF_TOKEN"))):
+            if value:
+                env[name] = value
+        return env
+
+    # -- witness --------------------------------------------------------------------------
+    def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
+        places: list[Placement] = prepared.detail
+        head_plan = ctx.plans[ctx.head.name]
+        expected = "rdma" if prepared.rdma else "socket"
+        addresses = {p.node.name: ctx.plans[p.node.name].address or p.node.host for p in places}
+        logs = [
+            (
+                f"{n.name}:serve.log",
+                ctx.plans[n.name].address,
+                process.log_text(ctx.client(n), ctx.config.name).splitlines(),
+            )
+            for n in prepared.members
+        ]
+        engine = parse_engine_logs(logs)
+        nccl = parse_logs([(name, lines) for name, _node, lines in logs])
+        problems = []
+        if engine.ranks or nccl.transport == "unknown":  # NCCL's log alone also witnesses
+            problems += check_ranks(engine, head_plan.address, addresses, head_plan.address)
+        if engine.backend == "gloo" and expected != "socket":
+            problems.append("the ranks used Gloo (TCP sockets) although RDMA was planned")
+        if nccl.transport != "unknown" and not nccl.meets(expected):
+            problems.append(f"NCCL's log shows {nccl.transport}, the plan asked for {expected}")
+        where = rank_nodes(engine, addresses, ctx.head.name)
+        ranks = [
+            {"rank": r.rank, "node": where.get(r.rank), "address": r.address or head_plan.address}
+            for r in engine.ranks
+        ]
+        engine_dict = engine.to_dict()
+        return Witness(
+            expected=expected,
+            verdict=nccl.to_dict(),
+            engine=engine_dict,
+            ranks=ranks,
+            problems=problems,
+            transport=nccl.transport if nccl.transport != "unknown" else "socket",
+            summary={
+                "backend": engine_dict.get("backend"),
+                "init_method": f"tcp://{engine_dict.get('init_address')}:"
+                f"{engine_dict.get('init_port')}",
+                "nodes": sorted({str(r["node"]) for r in ranks} | {ctx.head.name}),
+            },
+        )
+
+
+def _apu(plan: Any) -> bool:  # MERGE: plan.apu once the typed fabric path lands
+    return bool(getattr(plan, "apu", "APU" in plan.reasons.get("NCCL_NET_GDR_LEVEL", "")))
+
+
+ENGINE = Vllm()
