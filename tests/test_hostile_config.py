@@ -12,16 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.cluster import llama_plan
-from halo_cluster.cluster.lifecycle import node_script
-from halo_cluster.cluster.serve_plan import (
-    background_script,
-    preflight_script,
-    serve_argv,
-    stop_script,
-    tcp_probe,
-)
+from halo_cluster.cluster.lifecycle_plan import node_script
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
+from halo_cluster.engines import llama_cpp_argv as llama_plan
+from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions
+from halo_cluster.engines.process import background_script, reach_script, stop_script, tcp_probe
+from halo_cluster.engines.request import serve_request
+from halo_cluster.engines.vllm_argv import VllmOptions, preflight_script, serve_argv
 from halo_cluster.errors import UsageError
 from halo_cluster.runner import RAY_TOKEN_ENV
 
@@ -48,14 +45,42 @@ def write(tmp_path: Path, content: str | bytes, name: str = "halo.toml") -> Path
         ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "not valid TOML"),
         ('[ray]\nauth = "maybe"\n' + NODE, 'ray.auth must be "token" or "none"'),
         ('[serve]\nengine = "tgi"\n' + NODE, 'serve.engine must be "vllm" or "llama.cpp"'),
-        ("[serve]\nrpc_port = 70000\n" + NODE, "serve.rpc_port must be a port number"),
-        ("[serve]\nthreads = 0\n" + NODE, "serve.threads must be a whole number >= 1"),
-        ("[serve]\nllama_cpp = 3\n" + NODE, "serve.llama_cpp must be a string"),
+        ("[serve]\nrpc_port = 70000\n" + NODE,
+         "halo.toml:2: serve.rpc_port moved: write it as 'rpc_port = ...' under [serve.llama_cpp]"),
+        ("[serve]\nllama_cpp = 3\n" + NODE,
+         "halo.toml:2: serve.llama_cpp moved: write it as 'build = ...' under [serve.llama_cpp]"),
+        ("[serve]\nexecutor = 'mp'\n" + NODE,
+         "halo.toml:2: serve.executor moved: write it as 'executor = ...' under [serve.vllm]"),
+        ("[serve.tgi]\nport = 1\n" + NODE, "unknown table [serve.tgi] (engines: [serve.vllm], [serve.llama_cpp])"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line(tmp_path: Path, content: str | bytes, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, content))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[serve.llama_cpp]\nrpc_port = 70000\n" + NODE,
+         "halo.toml:2: serve.llama_cpp.rpc_port must be at most 65535"),
+        ("[serve.llama_cpp]\n\nthreads = 0\n" + NODE,
+         "halo.toml:3: serve.llama_cpp.threads must be a whole number >= 1"),
+        ("[serve.llama_cpp]\nbuild = 3\n" + NODE, "halo.toml:2: serve.llama_cpp.build must be a string"),
+        ("[serve.vllm]\nexecutor = 'tcp'\n" + NODE, 'halo.toml:2: serve.vllm.executor must be "ray" or "mp"'),
+        ("[serve.vllm]\nrpc_port = 1\n" + NODE, "halo.toml:2: unknown key serve.vllm.rpc_port (known: "),
+        ("[serve.vllm]\ngpu_memory_utilization = 1.5\n" + NODE, "serve.vllm.gpu_memory_utilization must be in (0, 1]"),
+    ],
+)  # fmt: skip
+def test_a_bad_engine_table_is_one_line_before_anything_runs(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    """Each engine reads its own table; every table is checked when a serve is asked for,
+    whichever engine serves (here vLLM, the default)."""
+    config = load_config(write(tmp_path, content + '\n[serve]\nmodel = "/m"\n'))
+    with pytest.raises(ConfigError) as err:
+        serve_request(config)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -103,24 +128,26 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
     """Every script halo feeds to bash -s, built with hostile values in the fields that reach
     it (model, command, host, extra args, node env, API key, Ray token), run for real with
     every external command stubbed: the canary file is never made."""
-    serve = ServeConfig(model=a, host=b, command=f"/opt/vllm {c}", extra_args=(d, a), executor="mp")
+    serve = ServeConfig(model=a, host=b, extra_args=(d, a))
+    vllm = VllmOptions(command=f"/opt/vllm {c}", executor="mp")
     env = {"HF_HOME": a, "VLLM_API_KEY": b, RAY_TOKEN_ENV: c, "X": d}
-    argv = serve_argv(serve, a, 2, True, (1, 2, b, 29517))
-    lserve = ServeConfig(llama_cpp=c, extra_args=(d,), host=b, threads=2)
+    argv = serve_argv(serve, vllm, a, 2, True, (1, 2, b, 29517))
+    lserve = ServeConfig(extra_args=(d,), host=b)
+    llama = LlamaCppOptions(build=c, threads=2)
     bind = b if b not in ("0.0.0.0", "::", "") else "10.0.0.1"  # refused, tested elsewhere
     scripts = [
         node_script(env, argv),
         background_script(env, argv, "lab-x"),
-        preflight_script(serve.command, a, (b, 8000)),
+        preflight_script(vllm.command, a, (b, 8000)),
         stop_script("lab-x"),
         llama_plan.preflight_script(f"/opt/{c}", a, (b, 50052)),
-        llama_plan.reach_script(b, 50052, 1),
+        reach_script(b, 50052, 1),
         # the probes themselves, past the checks that stop a script before them here
         f"if {tcp_probe(b, 8000)}; then exit 12; fi\n",
         preflight_script("true", None, (b, 8000)),
         llama_plan.preflight_script("true", None, (b, 50052)),
-        background_script(env, llama_plan.llama_server_argv(lserve, a, [b, d], 4), "lab-x"),
-        background_script(env, llama_plan.rpc_server_argv(lserve, bind), "lab-x"),
+        background_script(env, llama_plan.llama_server_argv(lserve, llama, a, [b, d], 4), "lab-x"),
+        background_script(env, llama_plan.rpc_server_argv(llama, bind), "lab-x"),
     ]
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)

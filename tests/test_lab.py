@@ -181,19 +181,19 @@ def test_nodes_are_hosts(workdir: Path, tmp_path: Path) -> None:
     (engine / "bin" / "y").write_text("")  # the host's own view stays writable
     toml = (lab / "halo.toml").read_text()
     assert f'[ray]\ncommand = "{engine / "bin" / "ray"}"' in toml
-    assert f'[serve]\ncommand = "{engine / "bin" / "vllm"}"' in toml
+    assert f'[serve.vllm]\ncommand = "{engine / "bin" / "vllm"}"' in toml
     assert 'VLLM_CPU_OMP_THREADS_BIND = "0"' in toml and 'VLLM_CPU_OMP_THREADS_BIND = "1"' in toml
     none = halo("lab", "up", "--name", "tn", "--no-engine", "--no-llama-cpp", cwd=workdir)
     assert "engine: none" in none.stdout and "llama.cpp: none" in none.stdout
     assert "[serve]" not in (workdir / ".halo-lab" / "tn" / "halo.toml").read_text()
-    # a llama.cpp build alone: its own [serve] table, read-only on the nodes
+    # a llama.cpp build alone: its own [serve.llama_cpp] table, read-only on the nodes
     build = tmp_path / "llama"
     (build / "bin").mkdir(parents=True)
     (build / "bin" / "llama-server").write_text("")
     only = halo("lab", "up", "--name", "tl", "--no-engine", "--llama-cpp", str(build), cwd=workdir)
     assert f"llama.cpp: {build}" in only.stdout
     text = (workdir / ".halo-lab" / "tl" / "halo.toml").read_text()
-    assert "[serve]\n# llama.cpp" in text and f'llama_cpp = "{build}"\nthreads = 1\n' in text
+    assert f'[serve.llama_cpp]\nbuild = "{build}"\nthreads = 1\n' in text
     assert "command =" not in text
     readonly = lab_exec(workdir, "tl", "node1", "touch", str(build / "bin" / "z"))
     assert readonly.returncode != 0 and "Read-only file system" in readonly.stderr

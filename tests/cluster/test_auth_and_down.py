@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.client.node import clients_from
 from halo_cluster.cluster import auth, lifecycle
+from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import Config, NodeConfig, RayConfig
 from halo_cluster.monitor.exposition import _escape, _unescape
 from halo_cluster.runner import FakeRunner, Result
@@ -43,7 +45,10 @@ def test_down_closes_the_shared_connections(
     config = Config(tmp_path / "halo.toml", "c", "auto", NODES, ssh_config=tmp_path / "sc")
     ok = Result((), 0, "", "")
     runners = {n.name: FakeRunner().on(["bash", "-s"], ok) for n in NODES}
-    assert lifecycle.Lifecycle(config, runners).down() == {"b": "stopped", "a": "stopped"}
+    assert lifecycle.Lifecycle(Cluster(config, clients_from(config, runners))).down() == {
+        "b": "stopped",
+        "a": "stopped",
+    }
     assert closed == [(["root@a", "b.lan"], tmp_path / "sc")]
 
 

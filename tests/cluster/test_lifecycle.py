@@ -14,7 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, node_script, read_state
+from halo_cluster.client.node import clients_from
+from halo_cluster.cluster.handle import Cluster as Handle
+from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError
+from halo_cluster.cluster.lifecycle_plan import node_script
+from halo_cluster.cluster.state import read_state
+from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
@@ -107,10 +112,13 @@ class Cluster:
         runner.run = run  # type: ignore[method-assign]
         return runner
 
+    def handle(self) -> Handle:
+        return Handle(self.config, clients_from(self.config, self.runners))
+
 
 def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    result = Lifecycle(cluster.config, cluster.runners).up()
+    result = Lifecycle(cluster.handle()).up()
     assert result.started == ["strix1", "strix2"] and result.nodes_alive == ["strix1", "strix2"]
     (head_node, head), (worker_node, worker) = cluster.scripts
     assert (head_node, worker_node) == ("strix1", "strix2")
@@ -130,7 +138,7 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert "export RAY_memory_monitor_refresh_ms=0" in head  # unified memory APU
     assert "export HF_HOME=/models" in worker and "HF_HOME" not in head
     state = read_state(cluster.config)
-    assert state and state["nodes"]["strix2"]["plan"]["address"] == "192.168.100.2"
+    assert state and state.nodes["strix2"].plan.address == "192.168.100.2"
     # Ray's token authentication: a 0600 token next to the state, on the nodes only
     # through the scripts (a 0600 file there), never in argv or the state file
     token_file = tmp_path / ".halo" / "strix.ray-token"
@@ -140,7 +148,7 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
         assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in script
         assert f'(umask 077 && mkdir -p "$_halo_state" && printf %s {token} >' in script
         assert token not in script.splitlines()[-1]  # the exec line: argv
-    assert token not in json.dumps(state)
+    assert token not in json.dumps(state.to_dict())
 
 
 def test_a_node_registered_without_its_gpu_is_named(tmp_path: Path) -> None:
@@ -149,7 +157,7 @@ def test_a_node_registered_without_its_gpu_is_named(tmp_path: Path) -> None:
     cluster.config = replace(cluster.config, nodes=(cluster.config.nodes[0], strix2))
     cluster.alive = ["192.168.100.1", "192.168.100.2"]
     cluster.gpus = {"192.168.100.1": 1, "192.168.100.2": 1}
-    lifecycle = Lifecycle(cluster.config, cluster.runners)
+    lifecycle = Lifecycle(cluster.handle())
     lifecycle.gpus_found = {"strix1": 1, "strix2": 1}
     with pytest.raises(LifecycleError, match=r"strix2 \(registered with 1 GPU, needs 2\)"):
         lifecycle.wait_registered(timeout_s=0.3)
@@ -159,16 +167,16 @@ def test_a_node_registered_without_its_gpu_is_named(tmp_path: Path) -> None:
 
 def test_up_on_a_running_cluster_changes_nothing(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    Lifecycle(cluster.config, cluster.runners).up()
+    Lifecycle(cluster.handle()).up()
     cluster.scripts.clear()
-    again = Lifecycle(cluster.config, cluster.runners).up()
+    again = Lifecycle(cluster.handle()).up()
     assert again.started == [] and again.already == ["strix1", "strix2"] and cluster.scripts == []
 
 
 def test_partial_cluster_starts_only_what_is_missing(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
     cluster.alive = ["192.168.100.1"]
-    result = Lifecycle(cluster.config, cluster.runners).up()
+    result = Lifecycle(cluster.handle()).up()
     assert result.started == ["strix2"] and result.already == ["strix1"]
 
 
@@ -178,7 +186,7 @@ def test_failed_worker_rolls_back_the_head(tmp_path: Path) -> None:
         LifecycleError,
         match="ray start on strix2 failed: ConnectionError: GCS unreachable; stopped again: strix1",
     ):
-        Lifecycle(cluster.config, cluster.runners).up()
+        Lifecycle(cluster.handle()).up()
     assert cluster.alive == []
     assert [name for name, script in cluster.scripts] == ["strix1", "strix2", "strix1"]
 
@@ -191,16 +199,16 @@ def test_blocking_findings_stop_up_unless_forced(tmp_path: Path) -> None:
         Result((), 0, json.dumps(bad.to_dict()), ""),
     )
     with pytest.raises(LifecycleError, match=r"strix2: limits\.memlock"):
-        Lifecycle(cluster.config, cluster.runners).up()
+        Lifecycle(cluster.handle()).up()
     assert cluster.scripts == []
-    assert Lifecycle(cluster.config, cluster.runners).up(force=True).started == ["strix1", "strix2"]
+    assert Lifecycle(cluster.handle()).up(force=True).started == ["strix1", "strix2"]
 
 
 def test_status_and_down_with_an_unreachable_node(tmp_path: Path) -> None:
     cluster = Cluster(tmp_path)
-    lifecycle = Lifecycle(cluster.config, cluster.runners)
+    lifecycle = Lifecycle(cluster.handle())
     lifecycle.up()
-    status = lifecycle.status()
+    status = cluster_status(cluster.handle())
     assert [(n["name"], n["ray"], n["transport"]) for n in status["nodes"]] == [
         ("strix1", True, "roce"),
         ("strix2", True, "roce"),

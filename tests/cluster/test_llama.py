@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from halo_cluster.cluster.llama_plan import (
+from halo_cluster.config import ServeConfig
+from halo_cluster.engines.llama_cpp_argv import (
+    LlamaCppOptions,
     build_has_rdma,
     build_identity,
     llama_server_argv,
@@ -23,7 +25,6 @@ from halo_cluster.cluster.llama_plan import (
     rpc_server_argv,
     rpc_transport,
 )
-from halo_cluster.config import ServeConfig
 from halo_cluster.llama_log import (
     LlamaVerdict,
     RpcWorkerLog,
@@ -40,25 +41,26 @@ ENDPOINT = "198.19.1.12:50052"
 
 
 def test_rpc_server_binds_the_fabric_address_never_every_interface() -> None:
-    serve = ServeConfig(llama_cpp="/opt/llama/", rpc_port=50099, threads=1)
-    assert rpc_server_argv(serve, "198.19.1.12") == [
+    options = LlamaCppOptions(build="/opt/llama/", rpc_port=50099, threads=1)
+    assert rpc_server_argv(options, "198.19.1.12") == [
         "/opt/llama/bin/ggml-rpc-server", "-H", "198.19.1.12", "-p", "50099", "-t", "1",
     ]  # fmt: skip
-    assert rpc_server_argv(ServeConfig(), "10.0.0.2") == [
+    assert rpc_server_argv(LlamaCppOptions(), "10.0.0.2") == [
         "ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052",
     ]  # fmt: skip
     for everywhere in ("0.0.0.0", "::", ""):
         with pytest.raises(ValueError, match="fabric address"):
-            rpc_server_argv(serve, everywhere)
+            rpc_server_argv(options, everywhere)
 
 
 def test_llama_server_command_line_splits_layers_over_the_workers() -> None:
     serve = ServeConfig(
-        llama_cpp="/l", host="127.0.0.1", port=8000, max_model_len=1024, max_num_seqs=8,
-        threads=1, extra_args=("--flash-attn", "off"),
+        host="127.0.0.1", port=8000, max_model_len=1024, max_num_seqs=8,
+        extra_args=("--flash-attn", "off"),
     )  # fmt: skip
+    options = LlamaCppOptions(build="/l", threads=1)
     endpoints = ["198.19.1.12:50052", "198.19.1.13:50052"]
-    assert llama_server_argv(serve, "/m/model.gguf", endpoints, layers=4) == [
+    assert llama_server_argv(serve, options, "/m/model.gguf", endpoints, layers=4) == [
         "/l/bin/llama-server", "--model", "/m/model.gguf", "--host", "127.0.0.1",
         "--port", "8000", "--no-ui", "--log-verbosity", "4",
         "--rpc", "198.19.1.12:50052,198.19.1.13:50052",
@@ -66,7 +68,7 @@ def test_llama_server_command_line_splits_layers_over_the_workers() -> None:
         "--parallel", "8", "--ctx-size", "8192", "--threads", "1",
         "--flash-attn", "off",
     ]  # fmt: skip
-    alone = llama_server_argv(ServeConfig(), "/m.gguf", [], layers=4)
+    alone = llama_server_argv(ServeConfig(), LlamaCppOptions(), "/m.gguf", [], layers=4)
     assert alone[alone.index("--n-gpu-layers") + 1] == "0" and "--rpc" not in alone
 
 

@@ -10,15 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.cluster.bringup import Serving
+from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import ServeConfig
+from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
 from halo_cluster.runner import Result
-from tests.cluster.test_serve import NODES, Node, cluster
+from tests.cluster.test_serve import NODES, Node, cluster, serve
 from tests.conftest import OUTPUTS
 
 LOGS = OUTPUTS / "llama.cpp"
 GGUF = "/m/model.gguf"
-SERVE = ServeConfig(engine="llama.cpp", llama_cpp="/l", api_key_env="HALO_TEST_KEY")
+SERVE = ServeConfig(
+    engine="llama.cpp",
+    api_key_env="HALO_TEST_KEY",
+    sections={"llama_cpp": Section(Path("halo.toml"), "llama_cpp", {"build": "/l"})},
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +52,11 @@ def two_nodes(per_token: tuple[int, int]) -> dict[str, Node]:
 
 
 def test_layers_over_rpc_proven_by_the_logs_and_the_counters(tmp_path: Path) -> None:
+    """On a cluster where 'halo up' never ran (no state, no Ray): the plans come from the
+    nodes' facts."""
     nodes = two_nodes((12_000, 30))
-    srv = cluster(tmp_path, nodes, SERVE)
-    result = srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    srv = cluster(tmp_path, nodes, SERVE, up=False)
+    result = serve(srv, model=GGUF, wait_s=5)
     assert (result.proven, result.problems, result.stopped) == ("socket", [], False)
     assert result.ranks == [{"rank": 0, "node": "node2", "address": "198.19.1.12:50052"}]
     assert (result.engine["transport"], result.engine["offloaded_layers"]) == ("tcp", 2)
@@ -69,7 +78,7 @@ def test_layers_over_rpc_proven_by_the_logs_and_the_counters(tmp_path: Path) -> 
 def test_traffic_on_management_stops_the_server(tmp_path: Path) -> None:
     nodes = two_nodes((100, 24_000))
     srv = cluster(tmp_path, nodes, SERVE)
-    result = srv.start(GGUF, None, None, None, False, False, wait_s=5)
+    result = serve(srv, model=GGUF, wait_s=5)
     assert result.stopped and result.proven is None
     assert not nodes["node1"].running and not nodes["node2"].running
     assert any("fabric interface carried only" in p for p in result.problems)
@@ -88,7 +97,7 @@ def test_refusals_start_nothing(
     nodes = {name: node for name, node in two_nodes((1, 1)).items() if name in members}
     srv = cluster(tmp_path, nodes, SERVE)
     with pytest.raises(UsageError, match=message):
-        srv.start(model, None, None, None, False, False, wait_s=5)
+        serve(srv, model=model, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
 
 
@@ -98,10 +107,13 @@ def test_a_worker_without_its_own_fabric_address_is_refused(tmp_path: Path) -> N
     nodes = two_nodes((1, 1))
     srv = cluster(tmp_path, nodes, SERVE)
     bare = dataclasses.replace(NODES[1], fabric_address=None)
-    srv.config = dataclasses.replace(srv.config, nodes=(NODES[0], bare))
-    srv.lifecycle.config = srv.config
+    config = dataclasses.replace(srv.config, nodes=(NODES[0], bare))
+    clients = {
+        n: dataclasses.replace(c, node=config.node(n)) for n, c in srv.cluster.clients.items()
+    }
+    srv = Serving(Cluster(config, clients))
     with pytest.raises(UsageError, match="node2: rpc-server has no authentication"):
-        srv.start(GGUF, None, None, None, False, False, wait_s=5)
+        serve(srv, model=GGUF, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
 
 
@@ -123,11 +135,11 @@ def test_a_worker_with_another_build_is_refused(tmp_path: Path) -> None:
     preflight(nodes["node2"], "b")
     srv = cluster(tmp_path, nodes, SERVE)
     with pytest.raises(UsageError, match=r"node2: its llama\.cpp build differs from node1's"):
-        srv.start(GGUF, None, None, None, False, False, wait_s=5)
+        serve(srv, model=GGUF, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
 
 
 def test_vllm_options_are_refused_with_llama_cpp(tmp_path: Path) -> None:
     srv = cluster(tmp_path, two_nodes((1, 1)), SERVE)
     with pytest.raises(UsageError, match="--tp and --executor are vLLM's"):
-        srv.start(GGUF, 2, None, None, False, False, wait_s=5)
+        serve(srv, model=GGUF, tp=2, wait_s=5)

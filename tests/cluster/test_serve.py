@@ -11,12 +11,24 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, UpResult, write_state
-from halo_cluster.cluster.serve import Server
-from halo_cluster.cluster.serve_plan import Placement, placement, preflight_script, serve_argv
+from halo_cluster.client.node import clients_from
+from halo_cluster.cluster.bringup import Serving
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.serve_result import ServeResult
+from halo_cluster.cluster.state import NodeState, new_state, write_state
 from halo_cluster.config import Config, NodeConfig, ServeConfig
-from halo_cluster.errors import UsageError
+from halo_cluster.config.section import Section
+from halo_cluster.engines.request import serve_request
+from halo_cluster.engines.vllm_argv import (
+    Placement,
+    VllmOptions,
+    placement,
+    preflight_script,
+    serve_argv,
+)
+from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import Result
 from halo_cluster.transport import TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
@@ -28,7 +40,8 @@ def test_vllm_command_line_for_an_apu() -> None:
     serve = ServeConfig(
         model="m", host="192.168.1.51", port=8000, extra_args=("--max-num-seqs", "8")
     )
-    assert serve_argv(serve, "meta-llama/Llama-3.3-70B-Instruct", 2, unified_memory=True) == [
+    model = "meta-llama/Llama-3.3-70B-Instruct"
+    assert serve_argv(serve, VllmOptions(), model, 2, unified_memory=True) == [
         "vllm",
         "serve",
         "meta-llama/Llama-3.3-70B-Instruct",
@@ -48,13 +61,15 @@ def test_vllm_command_line_for_an_apu() -> None:
         "--max-num-seqs",
         "8",
     ]
-    assert "--enforce-eager" not in serve_argv(ServeConfig(), "m", 2, unified_memory=False)
+    plain = serve_argv(ServeConfig(), VllmOptions(), "m", 2, unified_memory=False)
+    assert "--enforce-eager" not in plain
 
 
 def test_mp_executor_command_lines_head_and_headless_worker() -> None:
-    serve = ServeConfig(command="/e/bin/vllm", max_model_len=1024, max_num_seqs=8, executor="mp")
-    head = serve_argv(serve, "/m", 2, False, (0, 2, "198.19.1.11", 29517))
-    worker = serve_argv(serve, "/m", 2, False, (1, 2, "198.19.1.11", 29517))
+    serve = ServeConfig(max_model_len=1024, max_num_seqs=8)
+    options = VllmOptions(command="/e/bin/vllm", executor="mp")
+    head = serve_argv(serve, options, "/m", 2, False, (0, 2, "198.19.1.11", 29517))
+    worker = serve_argv(serve, options, "/m", 2, False, (1, 2, "198.19.1.11", 29517))
     common = [
         "/e/bin/vllm",
         "serve",
@@ -97,9 +112,9 @@ def test_mp_executor_command_lines_head_and_headless_worker() -> None:
 
 
 NODES = (
-    NodeConfig("node1", "node1", "198.19.1.11", halo="/h/halo", mgmt_address="198.18.1.11"),
-    NodeConfig("node2", "node2", "198.19.1.12", halo="/h/halo", mgmt_address="198.18.1.12"),
-    NodeConfig("node3", "node3", "198.19.1.13", halo="/h/halo", mgmt_address="198.18.1.13"),
+    NodeConfig("node1", "node1", "198.19.1.11", halo="/h/halo", mgmt_address="198.18.1.11", gpus=0),
+    NodeConfig("node2", "node2", "198.19.1.12", halo="/h/halo", mgmt_address="198.18.1.12", gpus=0),
+    NodeConfig("node3", "node3", "198.19.1.13", halo="/h/halo", mgmt_address="198.18.1.13", gpus=0),
 )
 
 
@@ -158,6 +173,12 @@ class Node:
         script = stdin or ""
         self.scripts.append(script)
         args = tuple(argv)
+        if "inventory" in args:  # the facts the plans are made from where Ray plays no part
+            name = next(n for n, node in CLUSTER.items() if node is self)
+            inventory = lab_inventory(next(n for n in NODES if n.name == name))
+            return Result(args, 0, json.dumps(inventory.to_dict()), "")
+        if args[:1] in (("ping",), ("ethtool",)):
+            return Result(args, 0, "driver: veth\n" if args[0] == "ethtool" else "", "")
         if "command -v" in script:
             return Result(args, self.fail.get("preflight", 0), "", "")
         if "setsid" in script:
@@ -190,6 +211,22 @@ class Node:
 CLUSTER: dict[str, Node] = {}
 
 
+def lab_inventory(node: NodeConfig) -> Inventory:
+    """A lab node's facts: CPU only, no RDMA, the fabric interface on the node's address."""
+    from dataclasses import replace
+
+    inv = collect_inventory(str(ROOTS / "strix-e810"))
+    net = tuple(
+        replace(i, ipv4=(f"{node.fabric_address}/24",), mtu=9000)
+        if i.name == "enp194s0np0"
+        else replace(i, ipv4=(f"{node.mgmt_address}/24",))
+        if i.name == "eno1"
+        else i
+        for i in inv.net
+    )
+    return replace(inv, hostname=node.name, net=net, rdma=(), gpus=())
+
+
 def lab_plan(address: str) -> TransportPlan:
     return TransportPlan(
         "ethernet",
@@ -207,22 +244,38 @@ def cluster(
     nodes: dict[str, Node],
     serve: ServeConfig,
     plans: dict[str, TransportPlan] | None = None,
-) -> Server:
+    up: bool = True,
+) -> Serving:
     CLUSTER.clear()
     CLUSTER.update(nodes)
     members = tuple(n for n in NODES if n.name in nodes)
     config = Config(tmp_path / "halo.toml", "lab", "ethernet", members, serve=serve)
     plans = plans or {n.name: lab_plan(n.fabric_address or "") for n in members}
-    result = UpResult(started=list(nodes), plans=plans, ranks={n: 1 for n in nodes})
-    write_state(config, result)
-    return Server(Lifecycle(config, nodes))  # type: ignore[arg-type]
+    if up:
+        state = new_state(config)  # as 'halo up' leaves it: Ray runs with these plans
+        state.nodes = {name: NodeState(plan, 1) for name, plan in plans.items()}
+        state.ray_started_at = 1.0
+        write_state(config, state)
+    return Serving(Cluster(config, clients_from(config, nodes)))  # type: ignore[arg-type]
+
+
+def vllm_table(**keys: Any) -> dict[str, Section]:
+    """A [serve.vllm] table as halo.toml would give it."""
+    return {"vllm": Section(Path("halo.toml"), "vllm", keys)}
+
+
+def serve(srv: Serving, **asked: Any) -> ServeResult:
+    """``halo serve`` with these flags (``tp``, ``executor``, ``engine``, ...)."""
+    return srv.start(serve_request(srv.config, **asked))
 
 
 def test_gloo_across_two_nodes_is_proven_by_both_witnesses(tmp_path: Path) -> None:
     log = (VLLM / "ray-tp2-head.log").read_text()
     nodes = {"node1": Node(log, (24_000, 40, None)), "node2": Node("", (24_000, 20, None))}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", command="/e/bin/vllm"))
-    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    srv = cluster(
+        tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(command="/e/bin/vllm"))
+    )
+    result = serve(srv, tp=2, wait_s=5)
     assert (result.proven, result.problems, result.stopped) == ("socket", [], False)
     assert result.ranks == [
         {"rank": 0, "node": "node1", "address": "198.19.1.11"},
@@ -253,7 +306,7 @@ def test_traffic_on_the_management_network_is_refused(tmp_path: Path) -> None:
     log = (VLLM / "ray-tp2-head.log").read_text()
     nodes = {"node1": Node(log, (100, 24_000, None)), "node2": Node("", (100, 24_000, None))}
     srv = cluster(tmp_path, nodes, ServeConfig(model="/m"))
-    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    result = serve(srv, tp=2, wait_s=5)
     assert result.stopped and result.proven is None and not nodes["node1"].running
     assert result.problems == [
         "node1: the fabric interface carried only 200 B/token: the tensor-parallel traffic "
@@ -266,8 +319,8 @@ def test_traffic_on_the_management_network_is_refused(tmp_path: Path) -> None:
 def test_mp_executor_starts_every_node_with_its_own_plan(tmp_path: Path) -> None:
     logs = [(VLLM / f"mp-tp2-node{i}.log").read_text() for i in (1, 2)]
     nodes = {"node1": Node(logs[0], (24_000, 40, None)), "node2": Node(logs[1], (24_000, 9, None))}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", executor="mp"))
-    result = srv.start(None, 2, None, None, False, False, wait_s=5)
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(executor="mp")))
+    result = serve(srv, tp=2, wait_s=5)
     assert (result.proven, result.executor) == ("socket", "mp")
     assert [r["node"] for r in result.ranks] == ["node1", "node2"]
     for name, rank in (("node1", "0"), ("node2", "1")):
@@ -280,17 +333,19 @@ def test_mp_executor_starts_every_node_with_its_own_plan(tmp_path: Path) -> None
 
 def test_preflight_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
     nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None), preflight=10)}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", command="/e/bin/vllm"))
+    srv = cluster(
+        tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(command="/e/bin/vllm"))
+    )
     with pytest.raises(UsageError) as err:
-        srv.start(None, 2, None, None, False, False, wait_s=5)
+        serve(srv, tp=2, wait_s=5)
     assert str(err.value) == (
         "node2: the engine command /e/bin/vllm is not installed there: build the engine "
-        "environment ('make engine') or set [serve] command"
+        "environment ('make engine') or set [serve.vllm] command"
     )
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
     nodes = {"node1": Node("", (0, 0, None), preflight=12), "node2": Node("", (0, 0, None))}
     with pytest.raises(UsageError, match="node1: port 8000 is already in use there"):
-        cluster(tmp_path, nodes, ServeConfig(model="/m")).start(None, 2, None, None, False, False)
+        serve(cluster(tmp_path, nodes, ServeConfig(model="/m")), tp=2)
 
 
 def test_a_server_that_dies_while_starting_is_named_with_its_fatal_line(tmp_path: Path) -> None:
@@ -310,7 +365,7 @@ def test_a_server_that_dies_while_starting_is_named_with_its_fatal_line(tmp_path
 
     nodes = {"node1": Dies(log, (0, 0, None)), "node2": Node("", (0, 0, None))}
     with pytest.raises(LifecycleError) as err:
-        cluster(tmp_path, nodes, ServeConfig(model="/m")).start(None, 2, None, None, False, False)
+        serve(cluster(tmp_path, nodes, ServeConfig(model="/m")), tp=2)
     assert str(err.value).startswith(
         "the server exited while starting on node1: halo_vllm_cpu_ray.UnsupportedVllm: "
         "halo-vllm-cpu-ray was written for vLLM 0.32.0 and refuses vLLM 0.33.0"
@@ -335,7 +390,7 @@ def test_rdma_planned_but_socket_logged_is_refused(
         ServeConfig(model="m", api_key_env="HALO_KEY"),
         {"node1": strix_plan()},
     )
-    result = srv.start(None, 1, None, None, allow_fallback=False, insecure=False, wait_s=5)
+    result = serve(srv, tp=1, wait_s=5)
     assert result.stopped and result.expected == "rdma" and result.verdict["transport"] == "socket"
     assert not nodes["node1"].running
     start = next(s for s in nodes["node1"].scripts if "setsid" in s)
@@ -351,14 +406,14 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
     good = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
     nodes = {"node1": Node(good, (10, 10, 30_000))}
     srv = cluster(tmp_path, nodes, ServeConfig(model="m"), {"node1": strix_plan()})
-    result = srv.start(None, 1, None, None, allow_fallback=False, insecure=False, wait_s=5)
+    result = serve(srv, tp=1, wait_s=5)
     assert not result.stopped and nodes["node1"].running and result.verdict["transport"] == "roce"
     counted = next(s for s in nodes["node1"].scripts if " counters" in s)
     assert "--rdma rocep194s0:1" in counted
     bad = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
     nodes = {"node1": Node(bad, (30_000, 10, 0))}
     srv = cluster(tmp_path / "b", nodes, ServeConfig(model="m"), {"node1": strix_plan()})
-    kept = srv.start(None, 1, None, None, allow_fallback=True, insecure=False, wait_s=5)
+    kept = serve(srv, tp=1, allow_fallback=True, wait_s=5)
     assert not kept.stopped and nodes["node1"].running and kept.problems
 
 
@@ -366,7 +421,7 @@ def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:
     nodes = {"node1": Node("", (0, 0, None))}
     srv = cluster(tmp_path, nodes, ServeConfig(model="m", host="0.0.0.0"))
     with pytest.raises(UsageError, match=r"refusing to serve on 0\.0\.0\.0 without an API key"):
-        srv.start(None, None, None, None, allow_fallback=False, insecure=False, wait_s=5)
+        serve(srv, wait_s=5)
     assert nodes["node1"].scripts == []
     with pytest.raises(UsageError, match="no model"):
-        cluster(tmp_path / "c", nodes, ServeConfig()).start(None, None, None, None, False, False)
+        serve(cluster(tmp_path / "c", nodes, ServeConfig()))

@@ -192,8 +192,9 @@ def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path) -> None:
         forged = f"python3 {EXAMPLES / 'standin_vllm.py'}"
         with config.open("a") as handle:
             handle.write(
-                f'\n[serve]\nmodel = "standin-8b"\ncommand = "{forged}"\n'
+                f'\n[serve]\nmodel = "standin-8b"\n'
                 'extra_args = ["--standin-transport", "roce"]\n'
+                f'\n[serve.vllm]\ncommand = "{forged}"\n'
             )
         assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
         refused = halo("serve", "--config", str(config), "--json", "--wait", "60", cwd=tmp_path)

@@ -144,9 +144,7 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         # the build only on node1 (in its private /tmp), then a different build on node2
         build = os.path.realpath(_build())  # the lab's halo.toml names the real directory
         _node(tmp_path, lab, "node1", f"cp -r {build} /tmp/llama")
-        config.write_text(
-            config.read_text().replace(f'llama_cpp = "{build}"', 'llama_cpp = "/tmp/llama"')
-        )
+        config.write_text(config.read_text().replace(f'build = "{build}"', 'build = "/tmp/llama"'))
         missing = _serve(tmp_path, config, gguf)
         assert (
             missing.returncode == 2

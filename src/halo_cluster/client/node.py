@@ -31,7 +31,10 @@ class NodeClient:
         timeout: float = 30.0,
         on_line: LineSink | None = None,
     ) -> Result:
-        return self.runner.run([*self.node.exec_prefix, *argv], stdin, timeout, on_line)
+        full = [*self.node.exec_prefix, *argv]
+        if on_line is None:  # runners made for tests may not take it
+            return self.runner.run(full, stdin=stdin, timeout=timeout)
+        return self.runner.run(full, stdin, timeout, on_line)
 
     def script(self, text: str, timeout: float = 60.0, on_line: LineSink | None = None) -> Result:
         return self.run(["bash", "-s"], text, timeout, on_line)

@@ -2,7 +2,8 @@
 
 1. the plans: from ``halo up`` when the engine runs on Ray, else from the nodes' facts and
    the doctor's gate (``cluster.plans``), so llama.cpp and vLLM's mp executor need no Ray;
-2. the engine's ``prepare`` (its checks on every node; nothing started yet);
+2. the engine's ``check`` (refusals that need no node, before the plans) and ``prepare``
+   (its checks on every node; nothing started yet);
 3. the engine's ``launch``, then /health on the head, a warm-up request;
 4. the two witnesses: the engine's own words (``Engine.witness``) and every node's
    counters around one probe request (bytes per generated token on each path).
@@ -67,6 +68,7 @@ class Serving:
     def start(self, request: ServeRequest) -> ServeResult:
         engine = registry.engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
+        engine.check(self.config, request)
         ctx = self._context(engine, request, api_key)
         self.stop()
         prepared = engine.prepare(ctx)

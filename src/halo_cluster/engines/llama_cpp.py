@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.config import NodeConfig
+from halo_cluster.config import Config, NodeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines import llama_cpp_argv as argv
 from halo_cluster.engines import process
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
-from halo_cluster.engines.protocol import Prepared, ServeContext, Witness
+from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
 from halo_cluster.nccl_log import parse_logs
@@ -54,6 +54,26 @@ class LlamaCpp:
             )
         return LlamaCppOptions.from_section(section)
 
+    def check(self, config: Config, request: ServeRequest) -> None:
+        """An absolute GGUF path (read on the head), a worker at least, and every worker on
+        an address of its own: rpc-server has no authentication and never listens on all."""
+        if not request.model.startswith("/"):
+            raise UsageError(
+                f"{request.model}: give the GGUF file's absolute path "
+                f"(it is read on {config.head.name})"
+            )
+        if len(config.nodes) < 2:
+            raise UsageError(
+                "llama.cpp over RPC needs at least one worker node besides the head: add a "
+                "[[node]], or run llama-server on its own"
+            )
+        for node in config.nodes[1:]:
+            if (node.fabric_address or "") in ("", "0.0.0.0", "::"):
+                raise UsageError(
+                    f"{node.name}: rpc-server has no authentication and listens only on a "
+                    "node's fabric address: set its fabric_address in halo.toml"
+                )
+
     def uses_ray(self, options: Any) -> bool:
         return False
 
@@ -62,16 +82,6 @@ class LlamaCpp:
 
     # -- prepare --------------------------------------------------------------------------
     def prepare(self, ctx: ServeContext) -> Prepared:
-        model = ctx.request.model
-        if not model.startswith("/"):
-            raise UsageError(
-                f"{model}: give the GGUF file's absolute path (it is read on {ctx.head.name})"
-            )
-        if len(ctx.config.nodes) < 2:
-            raise UsageError(
-                "llama.cpp over RPC needs at least one worker node besides the head: add a "
-                "[[node]], or run llama-server on its own"
-            )
         workers = self._workers(ctx)
         layers, rdma_builds = self._preflight(ctx, workers)
         workers = [self._with_transport(ctx, w, rdma_builds) for w in workers]
@@ -81,17 +91,12 @@ class LlamaCpp:
 
     def _workers(self, ctx: ServeContext) -> list[Worker]:
         """Every node but the head, each on its configured fabric address (TCP until the
-        builds are known: ``_with_transport``). rpc-server has no authentication: a node
-        without a fabric address of its own, or whose plan uses another, is refused."""
+        builds are known: ``_with_transport``); a node whose plan uses another address is
+        refused (``check`` refused those without one)."""
         workers = []
         for node in ctx.config.nodes[1:]:
             plan = ctx.plans[node.name]
             address = node.fabric_address or ""
-            if address in ("", "0.0.0.0", "::"):
-                raise UsageError(
-                    f"{node.name}: rpc-server has no authentication and listens only on a "
-                    "node's fabric address: set its fabric_address in halo.toml"
-                )
             if plan.address and plan.address != address:
                 raise UsageError(
                     f"{node.name}: its plan uses {plan.address}, not its fabric_address "

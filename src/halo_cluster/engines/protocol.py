@@ -2,7 +2,8 @@
 
 An engine is an object with the methods of ``Engine``; its module exposes it as ``ENGINE``
 and ``engines.registry`` names the module. ``cluster.bringup`` drives every engine the same
-way: ``options`` (config table + flags -> one typed value), ``prepare`` (checks on every node,
+way: ``options`` (config table + flags -> one typed value), ``check`` (refusals that need
+no node), ``prepare`` (checks on every node,
 nothing started), ``launch`` (start its processes), then /health, a warm-up request,
 ``witness`` (the engine's own words: its logs -> a verdict), and the counters witness, which
 is the same for every engine. Any failure after ``launch`` stops every node.
@@ -96,6 +97,10 @@ class Engine(Protocol):
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
         """The engine's typed options from its [serve.<engine>] table and the command-line
         flags (``tp``, ``executor``); a flag the engine does not take is a UsageError."""
+
+    def check(self, config: Config, request: ServeRequest) -> None:
+        """Refuse what no node needs to be asked about (a relative path, a missing address);
+        runs before the plans are made."""
 
     def uses_ray(self, options: Any) -> bool:
         """Whether this start needs Ray running (its plans then come from ``halo up``)."""

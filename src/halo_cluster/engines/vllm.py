@@ -19,11 +19,11 @@ from dataclasses import replace
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.config import NodeConfig, secret
+from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
 from halo_cluster.engine_log import check_ranks, parse_engine_logs, rank_nodes
 from halo_cluster.engines import process
-from halo_cluster.engines.protocol import Prepared, ServeContext, Witness
+from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.engines.vllm_argv import (
     PREFLIGHT,
     Placement,
@@ -49,6 +49,9 @@ class Vllm:
         if flags.get("tp"):
             options = replace(options, tensor_parallel_size=int(flags["tp"]))
         return options
+
+    def check(self, config: Config, request: ServeRequest) -> None:
+        return None  # every refusal needs the nodes' capacity or the nodes themselves
 
     def uses_ray(self, options: Any) -> bool:
         return bool(options.executor == "ray")

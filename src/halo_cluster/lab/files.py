@@ -71,22 +71,23 @@ def _ssh_config(d: Path, state: LabState) -> str:
 
 def _halo_toml(state: LabState) -> str:
     engine = ""
+    if state.engine or state.llama_cpp:
+        engine = "\n[serve]\n"
     if state.engine:
         bin_dir = Path(state.engine) / "bin"
         engine = (
             "\n# the engine environment (vLLM CPU, Ray, halo's adapter), read-only on every node\n"
-            f'[ray]\ncommand = "{bin_dir / "ray"}"\n\n'
-            f'[serve]\ncommand = "{bin_dir / "vllm"}"\n'
-            # a small model on a small machine: short context, few sequences, no graph
-            # compilation (ready in about half the time)
-            "max_model_len = 1024\nmax_num_seqs = 8\nenforce_eager = true\n"
+            f'[ray]\ncommand = "{bin_dir / "ray"}"\n{engine}'
+            # a small model on a small machine: short context, few sequences
+            "max_model_len = 1024\nmax_num_seqs = 8\n\n"
+            # no graph compilation (ready in about half the time)
+            f'[serve.vllm]\ncommand = "{bin_dir / "vllm"}"\nenforce_eager = true\n'
         )
     if state.llama_cpp:
         engine += (
-            ("" if state.engine else "\n[serve]\n")
-            + "# llama.cpp (halo serve --engine llama.cpp): ggml-rpc-server and llama-server,\n"
+            "\n# llama.cpp (halo serve --engine llama.cpp): ggml-rpc-server and llama-server,\n"
             + "# read-only on every node; one thread each (the nodes share this machine's cores)\n"
-            + f'llama_cpp = "{state.llama_cpp}"\nthreads = 1\n'
+            + f'[serve.llama_cpp]\nbuild = "{state.llama_cpp}"\nthreads = 1\n'
         )
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
