@@ -18,7 +18,7 @@ from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.runner import Result
-from halo_cluster.transport import TransportPlan, plan_transport
+from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
 
 VLLM = OUTPUTS / "vllm"
@@ -193,10 +193,8 @@ CLUSTER: dict[str, Node] = {}
 def lab_plan(address: str) -> TransportPlan:
     return TransportPlan(
         "ethernet",
-        None,
-        None,
-        "enp194s0np0",
-        address,
+        (Rail(netdev="enp194s0np0", address=address),),
+        False,
         {"GLOO_SOCKET_IFNAME": "enp194s0np0", "VLLM_HOST_IP": address},
         {},
     )
@@ -354,7 +352,10 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
     result = srv.start(None, 1, None, None, allow_fallback=False, insecure=False, wait_s=5)
     assert not result.stopped and nodes["node1"].running and result.verdict["transport"] == "roce"
     counted = next(s for s in nodes["node1"].scripts if " counters" in s)
-    assert "--rdma rocep194s0:1" in counted
+    assert counted == (
+        "set -e\nexec /h/halo counters --fabric 192.168.100.1 --rdma rocep194s0:1"
+        " --mgmt 198.18.1.11\n"
+    )
     bad = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
     nodes = {"node1": Node(bad, (30_000, 10, 0))}
     srv = cluster(tmp_path / "b", nodes, ServeConfig(model="m"), {"node1": strix_plan()})

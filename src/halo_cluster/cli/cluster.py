@@ -45,10 +45,10 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
             }
         )
         return 0
+    from halo_cluster.transport.render import rail_label
+
     for name, plan in result.plans.items():
-        click.echo(
-            f"{name}: {plan.transport} via {plan.hca or plan.socket_ifname} ({plan.address})"
-        )
+        click.echo(f"{name}: {plan.transport} via {rail_label(plan)} ({plan.address})")
     started = ", ".join(result.started) or "nothing (already running)"
     took = time.monotonic() - start
     click.echo(f"Ray up on {len(result.nodes_alive)} node(s) in {took:.1f} s; started {started}")

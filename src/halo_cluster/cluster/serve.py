@@ -226,7 +226,7 @@ class Server:
 
     def _launch(self, launch: Launch, api_key: str | None) -> None:
         serve, plans = launch.serve, launch.plans
-        unified = "APU" in plans[self.head.name].reasons.get("NCCL_NET_GDR_LEVEL", "")
+        unified = plans[self.head.name].apu
         nodes = [self.head] if serve.executor == "ray" else [p.node for p in launch.places]
         update_state(self.config, "serve", {"nodes": [n.name for n in nodes]})
         master = plans[self.head.name].address or self.head.host
