@@ -129,9 +129,7 @@ def rdma_prober(root: str, targets: Sequence[Target], every_s: float, say: Say) 
         say("halo: warning: no RDMA probe: this node has no usable RDMA port")
         return None
     peers = [RdmaTarget(t.peer, t.address) for t in targets if t.path == "fabric"]
-    return RdmaProber(
-        LocalRunner(), rdma.device, rdma.gid_index, peers, every_s, ib_port=rdma.port
-    )
+    return RdmaProber(LocalRunner(), rdma.device, rdma.gid_index, peers, every_s, ib_port=rdma.port)
 
 
 def stderr(message: str) -> None:

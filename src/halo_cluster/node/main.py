@@ -58,12 +58,13 @@ def _counters(args: argparse.Namespace) -> int:
 
 
 def rdma_arg(text: str) -> tuple[str, int]:
-    """``--rdma DEV:PORT`` -> (DEV, PORT): the port is after the last colon and counts from 1;
-    anything else is a usage error (never a guessed port)."""
+    """``--rdma DEV:PORT`` -> (DEV, PORT): the port is after the last colon, 1 to 255 (a u8
+    in the verbs API); anything else is a usage error, never a guessed port."""
     device, colon, number = text.rpartition(":")
-    if not (colon and device and number.isascii() and number.isdigit() and int(number) > 0):
-        raise _usage(f"counters --rdma {text!r}: use DEVICE:PORT (a port number from 1)")
-    return device, int(number)
+    port = int(number) if number.isascii() and number.isdigit() and len(number) <= 3 else 0
+    if not (colon and device and 1 <= port <= 255):
+        raise _usage(f"counters --rdma {text!r}: use DEVICE:PORT (PORT from 1 to 255)")
+    return device, port
 
 
 def _serve_key() -> str | None:

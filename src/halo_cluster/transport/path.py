@@ -140,9 +140,7 @@ class TransportPlan:
         apu = data.get("apu")
         return cls(
             transport=str(data["transport"]),
-            rails=(
-                tuple(Rail.from_dict(r) for r in rails) if rails else (legacy_rail(data),)
-            ),
+            rails=tuple(Rail.from_dict(r) for r in rails) if rails else (legacy_rail(data),),
             # before ``apu`` existed, serve read the APU from NCCL_NET_GDR_LEVEL's reason
             apu=apu if isinstance(apu, bool) else "APU" in reasons.get("NCCL_NET_GDR_LEVEL", ""),
             env=dict(data.get("env", {})),
@@ -158,9 +156,9 @@ def legacy_rail(data: Mapping[str, Any]) -> Rail:
     hca = _text(data, "hca")
     if hca is not None:
         device, colon, number = hca.rpartition(":")
-        if not (colon and device and number.isascii() and number.isdigit() and int(number) > 0):
+        port = int(number) if number.isascii() and number.isdigit() and len(number) <= 3 else 0
+        if not (colon and device and 1 <= port <= 255):
             raise ParseError("transport plan: hca is not DEVICE:PORT", hca)
-        port = int(number)
     return Rail(
         device=device,
         port=port,
