@@ -155,14 +155,19 @@ def test_env_json_keys_exactly() -> None:
     assert list(data) == [
         "transport",
         "hca",
+        "device",
+        "port",
         "gid_index",
         "socket_ifname",
         "address",
+        "apu",
+        "rails",
         "env",
         "reasons",
         "warnings",
     ]
     assert data["hca"] == "mlx5_10:1" and data["gid_index"] == 3
+    assert (data["device"], data["port"], data["apu"]) == ("mlx5_10", 1, False)
 
 
 def test_env_impossible_transport_is_one_line_error() -> None:

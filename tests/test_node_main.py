@@ -106,17 +106,6 @@ COUNTERS = [
     ),
     (
         "strix-e810",
-        ["--rdma", "rocep194s0"],  # no port: port 1
-        (None, None, ("rocep194s0", 1)),
-        {
-            "paths": {
-                "rdma": {"name": "rocep194s0/1", "rx_bytes": 871234561024, "tx_bytes": 918273647168}
-            },
-            "warnings": [],
-        },
-    ),
-    (
-        "strix-e810",
         ["--fabric", "10.9.9.9", "--rdma", "mlx5_9:1"],
         ("10.9.9.9", None, ("mlx5_9", 1)),
         {

@@ -11,8 +11,8 @@ from halo_cluster.cli.transport import render_env
 from halo_cluster.errors import TransportError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
-from halo_cluster.transport import TransportPlan, plan_transport
-from tests.conftest import ROOTS
+from halo_cluster.transport import Rail, TransportPlan, plan_transport
+from tests.conftest import ROOTS, SCENARIOS
 
 
 def inv(scenario: str) -> Inventory:
@@ -24,9 +24,21 @@ def test_strix_e810_auto_is_roce_gid_1_with_apu_gdr_off() -> None:
     assert plan.to_dict() == {
         "transport": "roce",
         "hca": "rocep194s0:1",
+        "device": "rocep194s0",
+        "port": 1,
         "gid_index": 1,
         "socket_ifname": "enp194s0np0",
         "address": "192.168.100.1",
+        "apu": True,
+        "rails": [
+            {
+                "device": "rocep194s0",
+                "port": 1,
+                "gid_index": 1,
+                "netdev": "enp194s0np0",
+                "address": "192.168.100.1",
+            }
+        ],
         "env": {
             "NCCL_SOCKET_IFNAME": "=enp194s0np0",
             "GLOO_SOCKET_IFNAME": "enp194s0np0",
@@ -47,23 +59,23 @@ def test_strix_e810_auto_is_roce_gid_1_with_apu_gdr_off() -> None:
 def test_connectx_prefix_trap_and_index_3() -> None:
     node = inv("connectx-roce")
     plan = plan_transport(node, "auto", "10.200.1.20")
-    assert (plan.hca, plan.gid_index, plan.socket_ifname) == ("mlx5_10:1", 3, "ens5f0np0")
+    assert plan.rail == Rail("mlx5_10", 1, 3, "ens5f0np0", "10.200.1.10")
     assert plan.env["NCCL_IB_HCA"] == "=mlx5_10:1"
     assert "NCCL_NET_GDR_LEVEL" not in plan.env
     plan = plan_transport(node, "roce", "192.168.50.11")
-    assert (plan.hca, plan.gid_index, plan.address) == ("mlx5_0:1", 3, "192.168.50.10")
+    assert plan.rail == Rail("mlx5_0", 1, 3, "ens1f0np0", "192.168.50.10")
     assert plan.env["NCCL_IB_HCA"] == "=mlx5_0:1"
 
 
 def test_several_active_ports_without_peer_warn_and_pick_by_name() -> None:
     plan = plan_transport(inv("connectx-roce"))
-    assert plan.hca == "mlx5_0:1"
+    assert (plan.device, plan.port) == ("mlx5_0", 1)
     assert any("mlx5_10/1" in w and "--peer" in w for w in plan.warnings)
 
 
 def test_down_port_is_skipped_in_auto_and_named_when_requested() -> None:
     node = inv("port-down")
-    assert plan_transport(node).hca == "irdma1:1"
+    assert (plan_transport(node).device, plan_transport(node).port) == ("irdma1", 1)
     with pytest.raises(
         TransportError, match=r"no usable port \(irdma1/1\) reaches peer 10.22.115.1"
     ):
@@ -75,11 +87,9 @@ def test_down_port_is_skipped_in_auto_and_named_when_requested() -> None:
 
 def test_infiniband() -> None:
     plan = plan_transport(inv("infiniband"), "infiniband")
-    assert (plan.transport, plan.hca, plan.gid_index, plan.socket_ifname) == (
+    assert (plan.transport, plan.rail) == (
         "infiniband",
-        "mlx5_0:1",
-        0,
-        "ib0",
+        Rail("mlx5_0", 1, 0, "ib0", "10.10.0.1"),
     )
     with pytest.raises(TransportError, match="no RDMA port with Ethernet"):
         plan_transport(inv("infiniband"), "roce")
@@ -91,7 +101,7 @@ def test_rxe_is_never_auto_but_allowed_when_asked() -> None:
     assert auto.transport == "ethernet" and auto.env["NCCL_IB_DISABLE"] == "1"
     assert any("rxe0/1 is software RDMA" in w for w in auto.warnings)
     asked = plan_transport(node, "roce")
-    assert (asked.transport, asked.hca, asked.gid_index) == ("roce", "rxe0:1", 1)
+    assert (asked.transport, asked.device, asked.port, asked.gid_index) == ("roce", "rxe0", 1, 1)
     assert any("software RDMA" in w for w in asked.warnings)
     assert asked.env["NCCL_NET_GDR_LEVEL"] == "0"
 
@@ -99,14 +109,13 @@ def test_rxe_is_never_auto_but_allowed_when_asked() -> None:
 def test_thunderbolt() -> None:
     node = inv("thunderbolt")
     plan = plan_transport(node, "auto", "10.0.1.2")
-    assert (plan.transport, plan.socket_ifname, plan.address, plan.hca) == (
+    assert (plan.transport, plan.rails, plan.apu) == (
         "thunderbolt",
-        "thunderbolt0",
-        "10.0.1.1",
-        None,
+        (Rail(netdev="thunderbolt0", address="10.0.1.1"),),
+        True,  # a Strix Halo over TCP is an APU all the same
     )
-    assert plan_transport(node, "thunderbolt").socket_ifname == "thunderbolt0"
-    assert plan_transport(node, "ethernet", "192.168.1.40").socket_ifname == "wlan0"
+    assert plan_transport(node, "thunderbolt").netdev == "thunderbolt0"
+    assert plan_transport(node, "ethernet", "192.168.1.40").netdev == "wlan0"
     with pytest.raises(TransportError, match="no Thunderbolt network interface"):
         plan_transport(inv("no-rdma"), "thunderbolt")
 
@@ -119,7 +128,7 @@ def test_misconfigured_mtu_is_a_warning() -> None:
 
 def test_no_rdma_node_and_peer_off_net() -> None:
     plan = plan_transport(inv("no-rdma"), "auto", "10.9.9.9")
-    assert (plan.transport, plan.socket_ifname) == ("ethernet", "eno1")
+    assert (plan.transport, plan.netdev, plan.apu) == ("ethernet", "eno1", False)
     assert any("routed" in w for w in plan.warnings)
     with pytest.raises(TransportError, match="no RDMA port with InfiniBand"):
         plan_transport(inv("no-rdma"), "infiniband")
@@ -132,7 +141,7 @@ def test_bad_arguments() -> None:
         plan_transport(inv("no-rdma"), "auto", "node2")
 
 
-@pytest.mark.parametrize("scenario", sorted(p.name for p in ROOTS.iterdir()))
+@pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("wanted", ["auto", "infiniband", "roce", "ethernet", "thunderbolt"])
 def test_every_root_and_transport_plans_or_explains(scenario: str, wanted: str) -> None:
     try:
@@ -159,7 +168,11 @@ HOSTILE = {
 
 def test_shell_output_round_trips_through_bash(tmp_path: Path) -> None:
     plan = TransportPlan(
-        "ethernet", None, None, "eth0", None, HOSTILE, {k: "why\n$(touch pwned4)" for k in HOSTILE}
+        "ethernet",
+        (Rail(netdev="eth0"),),
+        False,
+        HOSTILE,
+        {k: "why\n$(touch pwned4)" for k in HOSTILE},
     )
     script = render_env(plan, "shell", explain=True)
     result = subprocess.run(
@@ -175,7 +188,7 @@ def test_shell_output_round_trips_through_bash(tmp_path: Path) -> None:
 
 def test_dotenv_output_round_trips_through_bash_source(tmp_path: Path) -> None:
     safe = {k: v for k, v in HOSTILE.items() if "\n" not in v}
-    plan = TransportPlan("ethernet", None, None, "eth0", None, safe, {})
+    plan = TransportPlan("ethernet", (Rail(netdev="eth0"),), False, safe, {})
     (tmp_path / "halo.env").write_text(render_env(plan, "dotenv", explain=False))
     result = subprocess.run(
         ["bash", "-c", "set -a; . ./halo.env; env -0"],
@@ -188,10 +201,14 @@ def test_dotenv_output_round_trips_through_bash_source(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["halo.env"]
 
 
-@pytest.mark.parametrize("scenario", ["strix-e810", "infiniband", "no-rdma", "thunderbolt"])
-def test_a_plan_survives_the_state_file(scenario: str) -> None:
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("wanted", ["auto", "infiniband", "roce", "ethernet", "thunderbolt"])
+def test_a_plan_survives_the_state_file(scenario: str, wanted: str) -> None:
     import json
 
-    plan = plan_transport(inv(scenario), "auto", None)
+    try:
+        plan = plan_transport(inv(scenario), wanted, None)
+    except TransportError:
+        return
     again = TransportPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again == plan

@@ -37,17 +37,17 @@ def perftest_argv(
     gid_index: int | None,
     server: str | None,
     *,
+    ib_port: int | None,
     size: int,
     iterations: int,
     port: int,
     report_gbits: bool = True,
 ) -> list[str]:
-    """``ib_write_lat`` / ``ib_write_bw``; server side when ``server`` is None. ``device`` may
-    carry its port as NCCL writes it (``rocep194s0:1`` -> ``-d rocep194s0 -i 1``)."""
-    name, _, ib_port = device.partition(":")
-    argv = [tool, "-d", name, "-F", "-s", str(size), "-n", str(iterations), "-p", str(port)]
-    if ib_port:
-        argv += ["-i", ib_port]
+    """``ib_write_lat`` / ``ib_write_bw`` on ``-d device -i ib_port -x gid_index``; server side
+    when ``server`` is None. ``port`` is the TCP port the two sides meet on."""
+    argv = [tool, "-d", device, "-F", "-s", str(size), "-n", str(iterations), "-p", str(port)]
+    if ib_port is not None:
+        argv += ["-i", str(ib_port)]
     if gid_index is not None:
         argv += ["-x", str(gid_index)]
     if report_gbits and tool.endswith("_bw"):

@@ -177,6 +177,16 @@ Result = Union[NetResult, CollectiveResult, TpResult, ServeResult]  # evaluated:
 
 
 # -- the validator ---------------------------------------------------------------------------
+def stamp_hca(node: Mapping[str, Any]) -> str | None:
+    """A result's node stamp's RDMA port as people read it, ``device:port``, from the typed
+    ``device`` and ``port``; results written before those carry only the string ``hca``."""
+    device, port = node.get("device"), node.get("port")
+    if isinstance(device, str) and isinstance(port, int):
+        return f"{device}:{port}"
+    hca = node.get("hca")
+    return hca if isinstance(hca, str) else None
+
+
 def result_kind(data: object, where: object) -> Kind:
     """The kind of a loaded result; UsageError (one line, naming ``where``) when it is not a
     halo benchmark result of a schema and version this halo reads."""

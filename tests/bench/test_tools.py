@@ -76,7 +76,14 @@ def test_iperf3_error_is_named() -> None:
 
 def test_argv_builders() -> None:
     assert t.perftest_argv(
-        "ib_write_bw", "rocep194s0", 1, "198.19.0.12", size=65536, iterations=5000, port=18515
+        "ib_write_bw",
+        "rocep194s0",
+        1,
+        "198.19.0.12",
+        ib_port=2,
+        size=65536,
+        iterations=5000,
+        port=18515,
     ) == [
         "ib_write_bw",
         "-d",
@@ -88,6 +95,8 @@ def test_argv_builders() -> None:
         "5000",
         "-p",
         "18515",
+        "-i",
+        "2",
         "-x",
         "1",
         "--report_gbits",

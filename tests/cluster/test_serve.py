@@ -30,7 +30,7 @@ from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import Result
-from halo_cluster.transport import TransportPlan, plan_transport
+from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
 
 VLLM = OUTPUTS / "vllm"
@@ -230,10 +230,8 @@ def lab_inventory(node: NodeConfig) -> Inventory:
 def lab_plan(address: str) -> TransportPlan:
     return TransportPlan(
         "ethernet",
-        None,
-        None,
-        "enp194s0np0",
-        address,
+        (Rail(netdev="enp194s0np0", address=address),),
+        False,
         {"GLOO_SOCKET_IFNAME": "enp194s0np0", "VLLM_HOST_IP": address},
         {},
     )
@@ -409,7 +407,10 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
     result = serve(srv, tp=1, wait_s=5)
     assert not result.stopped and nodes["node1"].running and result.verdict["transport"] == "roce"
     counted = next(s for s in nodes["node1"].scripts if " counters" in s)
-    assert "--rdma rocep194s0:1" in counted
+    assert counted == (
+        "set -e\nexec /h/halo counters --fabric 192.168.100.1 --rdma rocep194s0:1"
+        " --mgmt 198.18.1.11\n"
+    )
     bad = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
     nodes = {"node1": Node(bad, (30_000, 10, 0))}
     srv = cluster(tmp_path / "b", nodes, ServeConfig(model="m"), {"node1": strix_plan()})

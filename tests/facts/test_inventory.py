@@ -17,6 +17,7 @@ from tests.conftest import EXPECTED, ROOTS, SCENARIOS
 REQUIRED = {
     "strix-e810",
     "connectx-roce",
+    "connectx3-port2",
     "infiniband",
     "rxe-virtio",
     "thunderbolt",

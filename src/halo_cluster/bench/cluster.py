@@ -37,7 +37,8 @@ class BenchCluster:
         return {name: plan.to_dict() for name, plan in self.plans.items()}
 
     def stamp(self) -> dict[str, Any]:
-        """Per node: host name, the plan (transport, HCA, GID, interface, MTU, addresses)
+        """Per node: host name, the plan (transport, RDMA device and port, GID, interface, MTU,
+        addresses)
         and versions — what a result needs to be read a year later."""
         nodes: dict[str, Any] = {}
         for report in self.reports:
@@ -47,9 +48,11 @@ class BenchCluster:
             nodes[node.name] = {
                 "hostname": inv.hostname if inv else None,
                 "transport": plan.transport if plan else None,
-                "hca": plan.hca if plan else None,
+                "hca": plan.rail.hca if plan else None,
+                "device": plan.device if plan else None,
+                "port": plan.port if plan else None,
                 "gid_index": plan.gid_index if plan else None,
-                "socket_ifname": plan.socket_ifname if plan else None,
+                "socket_ifname": plan.netdev if plan else None,
                 "mtu": iface.mtu if iface else None,
                 "fabric_address": node.fabric_address,
                 "mgmt_address": node.mgmt_address or node.host,

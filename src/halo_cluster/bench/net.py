@@ -2,7 +2,7 @@
 fabric TCP, fabric RDMA), with the peer tools started on both ends over SSH.
 
 Tools: RDMA — perftest ``ib_write_lat`` / ``ib_write_bw`` with each node's own plan (device,
-GID index); TCP latency — ``sockperf ping-pong``, else ``qperf tcp_lat``; TCP bandwidth —
+port, GID index); TCP latency — ``sockperf ping-pong``, else ``qperf tcp_lat``; TCP bandwidth —
 ``iperf3 -J``, else ``qperf tcp_bw``; where none is installed on both ends, halo's built-in
 probe (labelled ``builtin`` in every output). Latency is one way, as the tools report it.
 """
@@ -27,6 +27,7 @@ from halo_cluster.facts.model import Inventory
 from halo_cluster.runner import TIMED_OUT, Runner
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
+from halo_cluster.transport.render import PerftestDevice, perftest_device
 
 SCHEMA = SCHEMAS["net"]
 PATHS = ("mgmt", "fabric", "rdma")
@@ -140,7 +141,7 @@ class NetBench:
     def _rdma_leg(self, a: NodeConfig, b: NodeConfig) -> tuple[Leg | None, str]:
         for node in (a, b):
             plan = self.plans.get(node.name)
-            if plan is None or not plan.is_rdma or not plan.hca:
+            if plan is None or perftest_device(plan) is None:
                 transport = plan.transport if plan else "unknown"
                 return None, f"{node.name}'s plan is {transport}, not RDMA"
         if not (a.fabric_address and b.fabric_address):
@@ -291,26 +292,33 @@ class NetBench:
         missing = [n.name for n in (leg.node, leg.peer) if tool not in self.tools_on(n)]
         if missing:
             raise ParseError(f"{tool} (perftest) is not installed on {', '.join(missing)}")
-        local, remote = self.plans[leg.node.name], self.plans[leg.peer.name]
-        assert local.hca and remote.hca
+        local = perftest_device(self.plans[leg.node.name])
+        remote = perftest_device(self.plans[leg.peer.name])
+        assert local is not None and remote is not None  # _rdma_leg made the leg
         latency = tool.endswith("_lat")
         size = RDMA_LAT_SIZE if latency else RDMA_BW_SIZE
         iterations = RDMA_LAT_ITERS if latency else RDMA_BW_ITERS
-        local_hca, remote_hca = local.hca, remote.hca
         as_json = PERFTEST_JSON in self.tools_on(leg.node)
 
         def commands(port: int) -> tuple[list[str], list[str]]:
-            def argv(hca: str, gid: int | None, server: str | None) -> list[str]:
+            def argv(rdma: PerftestDevice, server: str | None) -> list[str]:
                 return tools.perftest_argv(
-                    tool, hca, gid, server, size=size, iterations=iterations, port=port
+                    tool,
+                    rdma.device,
+                    rdma.gid_index,
+                    server,
+                    ib_port=rdma.port,
+                    size=size,
+                    iterations=iterations,
+                    port=port,
                 )
 
-            client = argv(local_hca, local.gid_index, leg.target)
+            client = argv(local, leg.target)
             if as_json:
                 # a fixed script; the report path and perftest's argv are its arguments
                 report = f"/tmp/halo-perftest-{self.jobs.run_id}-{port}.json"
                 client = ["sh", "-c", PERFTEST_JSON_SCRIPT, "sh", report, *client]
-            return argv(remote_hca, remote.gid_index, None), client
+            return argv(remote, None), client
 
         out = self._pair_run(leg, tool, commands)
         if as_json:

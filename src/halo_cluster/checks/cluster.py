@@ -13,6 +13,7 @@ from halo_cluster.checks.node_code import check_halo_versions
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.transport import plan_transport
+from halo_cluster.transport.render import rail_label
 
 MUST_MATCH = ("python", "ray", "vllm", "torch")
 
@@ -122,7 +123,7 @@ def check_transport_match(reports: Sequence[NodeReport], wanted: str) -> Finding
         )
         try:
             plan = plan_transport(inv, wanted, peer)
-            results[report.node.name] = f"{plan.transport} ({plan.hca or plan.socket_ifname})"
+            results[report.node.name] = f"{plan.transport} ({rail_label(plan)})"
         except HaloError as err:
             results[report.node.name] = f"error: {err}"
     kinds = {value.split(" ")[0] for value in results.values()}

@@ -60,7 +60,7 @@ class NodeContext:
                     return iface
             return None
         try:
-            return self.inv.interface(plan_transport(self.inv, self.wanted).socket_ifname)
+            return self.inv.interface(plan_transport(self.inv, self.wanted).netdev)
         except HaloError:
             return None
 

@@ -49,9 +49,10 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
             }
         )
         return 0
+    from halo_cluster.transport.render import rail_label
+
     for name, plan in result.plans.items():
-        via = plan.to_dict().get("hca") or plan.to_dict().get("socket_ifname")
-        click.echo(f"{name}: {plan.transport} via {via} ({plan.address})")
+        click.echo(f"{name}: {plan.transport} via {rail_label(plan)} ({plan.address})")
     started = ", ".join(result.started) or "nothing (already running)"
     took = time.monotonic() - start
     click.echo(f"Ray up on {len(result.nodes_alive)} node(s) in {took:.1f} s; started {started}")

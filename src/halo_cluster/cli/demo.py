@@ -104,8 +104,8 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
     out.rule("[bold]6. Transport plan per node (halo env --explain)")
     for name, plan in gathered["plans"].items():
         out.print(
-            f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.hca}, "
-            f"GID index {plan.gid_index}, interface {plan.socket_ifname}"
+            f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.rail.hca}, "
+            f"GID index {plan.gid_index}, interface {plan.netdev}"
         )
         out.print(render_env(plan, "shell", explain=True), markup=False, end="")
         for warning in plan.warnings:

@@ -66,6 +66,7 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
         emit_json(data)
         return 0
     from halo_cluster.cli import bench_render
+    from halo_cluster.schema import stamp_hca
 
     kind = data.get("kind")
     click.echo(f"{path} ({data.get('schema')}, {data.get('created')})")
@@ -83,7 +84,7 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
     for name, node in nodes.items():
         click.echo(
             f"  {name}: {node.get('hostname')} {node.get('transport')}"
-            f" {node.get('hca') or node.get('socket_ifname') or ''} MTU {node.get('mtu')}"
+            f" {stamp_hca(node) or node.get('socket_ifname') or ''} MTU {node.get('mtu')}"
             f" fabric {node.get('fabric_address')}"
         )
     return 0

@@ -16,15 +16,7 @@ from halo_cluster.config import NodeConfig
 from halo_cluster.facts.model import PathCounters
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
-
-
-def rdma_port(plan: TransportPlan) -> tuple[str, int] | None:
-    """(HCA, port) of an RDMA plan, from its NCCL_IB_HCA (``=rocep194s0:1``)."""
-    if not plan.is_rdma or not plan.hca:
-        return None
-    value = plan.env.get("NCCL_IB_HCA", "").lstrip("=^")
-    _name, _, port = value.partition(":")
-    return plan.hca, int(port) if port.isdigit() else 1
+from halo_cluster.transport.render import counters_args
 
 
 def mgmt_address(node: NodeConfig) -> str | None:
@@ -40,15 +32,12 @@ def mgmt_address(node: NodeConfig) -> str | None:
 
 
 def counters_argv(node: NodeConfig, plan: TransportPlan) -> list[str]:
-    argv = node.command("counters")
-    if plan.address:
-        argv += ["--fabric", plan.address]
+    """The node's ``counters`` command: the plan's paths (``transport.render``) and the
+    node's management address."""
+    argv = [*node.command("counters"), *counters_args(plan)]
     mgmt = mgmt_address(node)
     if mgmt and mgmt != plan.address:
         argv += ["--mgmt", mgmt]
-    port = rdma_port(plan)
-    if port:
-        argv += ["--rdma", f"{port[0]}:{port[1]}"]
     return argv
 
 

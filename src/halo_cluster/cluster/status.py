@@ -33,7 +33,7 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
                 "ray": node.address in alive and bool(raylets[node.name]),
                 "reachable": raylets[node.name] is not None,
                 "transport": plan.transport if plan else None,
-                "hca": plan.to_dict().get("hca") if plan else None,
+                "hca": plan.rail.hca if plan else None,
             }
         )
     started = state.ray_started_at if state else None

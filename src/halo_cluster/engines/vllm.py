@@ -106,7 +106,7 @@ class Vllm:
             if options.executor == "mp":
                 mp = (index, len(prepared.members), master, MP_MASTER_PORT)
             argv = serve_argv(
-                ctx.request.serve, options, ctx.request.model, prepared.tp or 1, _apu(head_plan), mp
+                ctx.request.serve, options, ctx.request.model, prepared.tp or 1, head_plan.apu, mp
             )
             ctx.progress(
                 f"starting vllm serve {ctx.request.model} (TP={prepared.tp}, "
@@ -177,10 +177,6 @@ class Vllm:
                 "nodes": sorted({str(r["node"]) for r in ranks} | {ctx.head.name}),
             },
         )
-
-
-def _apu(plan: Any) -> bool:  # MERGE: plan.apu once the typed fabric path lands
-    return bool(getattr(plan, "apu", "APU" in plan.reasons.get("NCCL_NET_GDR_LEVEL", "")))
 
 
 ENGINE = Vllm()

@@ -1,5 +1,5 @@
 """Optional periodic RDMA latency (``--rdma-probe-every``): perftest ``ib_write_lat`` to each
-peer's fabric address with this node's planned HCA and GID index. Every node runs a
+peer's fabric address with this node's planned RDMA device, port and GID index. Every node runs a
 perftest server in a loop (one client per run, as perftest works)."""
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ class RdmaProber:
     gid_index: int | None
     targets: list[RdmaTarget]
     every_s: float
-    port: int = RDMA_PROBE_PORT
+    port: int = RDMA_PROBE_PORT  # the TCP port perftest's two sides meet on
+    ib_port: int | None = None  # the RDMA port (perftest -i); None: perftest's default, 1
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def probe_once(self) -> None:
@@ -40,6 +41,7 @@ class RdmaProber:
                 self.device,
                 self.gid_index,
                 target.address,
+                ib_port=self.ib_port,
                 size=SIZE,
                 iterations=ITERATIONS,
                 port=self.port,
@@ -58,6 +60,7 @@ class RdmaProber:
             self.device,
             self.gid_index,
             None,
+            ib_port=self.ib_port,
             size=SIZE,
             iterations=ITERATIONS,
             port=self.port,

@@ -118,17 +118,18 @@ def rdma_prober(root: str, targets: Sequence[Target], every_s: float, say: Say) 
     from halo_cluster.monitor.rdma_probe import RdmaProber, RdmaTarget
     from halo_cluster.runner import LocalRunner
     from halo_cluster.transport import plan_transport
+    from halo_cluster.transport.render import perftest_device
 
     try:
-        plan = plan_transport(collect_inventory(root), "auto")
+        rdma = perftest_device(plan_transport(collect_inventory(root), "auto"))
     except HaloError as err:
         say(f"halo: warning: no RDMA probe: {err}")
         return None
-    if not plan.is_rdma or plan.hca is None:
+    if rdma is None:
         say("halo: warning: no RDMA probe: this node has no usable RDMA port")
         return None
     peers = [RdmaTarget(t.peer, t.address) for t in targets if t.path == "fabric"]
-    return RdmaProber(LocalRunner(), plan.hca.split(":")[0], plan.gid_index, peers, every_s)
+    return RdmaProber(LocalRunner(), rdma.device, rdma.gid_index, peers, every_s, ib_port=rdma.port)
 
 
 def stderr(message: str) -> None:

@@ -49,15 +49,22 @@ def _counters(args: argparse.Namespace) -> int:
     from halo_cluster.facts.counters import read_paths
     from halo_cluster.facts.root import Root
 
-    port = None
-    if args.rdma:
-        hca, _, number = args.rdma.partition(":")
-        port = (hca, int(number) if number.isdigit() else 1)
+    port = rdma_arg(args.rdma) if args.rdma else None
     reader = Root(args.root)
     paths = read_paths(reader, args.fabric, args.mgmt, port)
     data = {"paths": {k: v.to_dict() for k, v in paths.items()}, "warnings": reader.warnings}
     json.dump(data, sys.stdout)
     return 0
+
+
+def rdma_arg(text: str) -> tuple[str, int]:
+    """``--rdma DEV:PORT`` -> (DEV, PORT): the port is after the last colon, 1 to 255 (a u8
+    in the verbs API); anything else is a usage error, never a guessed port."""
+    device, colon, number = text.rpartition(":")
+    port = int(number) if number.isascii() and number.isdigit() and len(number) <= 3 else 0
+    if not (colon and device and 1 <= port <= 255):
+        raise _usage(f"counters --rdma {text!r}: use DEVICE:PORT (PORT from 1 to 255)")
+    return device, port
 
 
 def _serve_key() -> str | None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster.report.svg import bar_chart, esc, line_chart, table
+from halo_cluster.schema import stamp_hca
 
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
 
@@ -164,7 +165,7 @@ def stamp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
                 name,
                 n.get("hostname"),
                 n.get("transport"),
-                n.get("hca"),
+                stamp_hca(n),
                 n.get("gid_index"),
                 n.get("socket_ifname"),
                 n.get("mtu"),

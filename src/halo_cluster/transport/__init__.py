@@ -4,9 +4,11 @@ wanted transport) to the environment NCCL/RCCL, Gloo, Ray and vLLM need on that 
 Plans are per node: HCA names and GID indexes differ between nodes, so every node
 computes its own (never "auto" decided on the head and pushed to the workers).
 
-The parts: transport/model.py (TransportPlan, constants), transport/choose.py (ports and
-interfaces), transport/rdma.py and transport/tcp.py (the two kinds of plan),
-transport/env.py (what both put in the environment).
+The parts: transport/path.py (the typed path: TransportPlan and its Rails, constants),
+transport/choose.py (ports and interfaces), transport/rdma.py and transport/tcp.py (the two
+kinds of plan), transport/env.py (what both share), transport/render.py (one renderer per
+consumer: the NCCL/RCCL/Gloo environment, the counters command's path arguments, perftest's
+device, port and GID).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.transport.choose import fastest, peer_address, pick_rdma, reaches, usable_ports
-from halo_cluster.transport.model import (
+from halo_cluster.transport.path import (
     AMD_APU_TARGETS,
     RDMA_TRANSPORTS,
     ROCE_MIN_NETDEV_MTU,
     SOFTWARE_RDMA_DRIVERS,
     WANTED,
+    Rail,
     TransportPlan,
 )
 from halo_cluster.transport.rdma import rdma_plan
@@ -31,6 +34,7 @@ __all__ = [
     "ROCE_MIN_NETDEV_MTU",
     "SOFTWARE_RDMA_DRIVERS",
     "WANTED",
+    "Rail",
     "TransportPlan",
     "plan_transport",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from halo_cluster.errors import TransportError, UsageError
 from halo_cluster.facts.model import Gid, Inventory, NetInterface, RdmaPort
-from halo_cluster.transport.model import SOFTWARE_RDMA_DRIVERS, Candidate
+from halo_cluster.transport.path import SOFTWARE_RDMA_DRIVERS, Candidate
 
 
 def peer_address(peer: str | None) -> ipaddress.IPv4Address | None:

@@ -1,5 +1,6 @@
 """What every plan shares: the IP interfaces, the address to advertise, the socket interface,
-and the base environment (NCCL/Gloo interface, vLLM host IP) with a reason per variable."""
+and whether the node's GPUs are APUs. (The environment is rendered from the typed path by
+``transport/render.py``.)"""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import ipaddress
 
 from halo_cluster.facts.model import Inventory, NetInterface
 from halo_cluster.transport.choose import network_address
+from halo_cluster.transport.path import AMD_APU_TARGETS
 
 
 def ip_interfaces(inv: Inventory, include_virtual: bool = False) -> list[NetInterface]:
@@ -49,39 +51,6 @@ def socket_interface(
     return chosen
 
 
-def base_env(
-    iface: NetInterface | None, address: str | None
-) -> tuple[dict[str, str], dict[str, str]]:
-    env: dict[str, str] = {}
-    reasons: dict[str, str] = {}
-    if iface is not None:
-        put_env(
-            env,
-            reasons,
-            "NCCL_SOCKET_IFNAME",
-            f"={iface.name}",
-            "exact match (=): NCCL bootstrap and socket traffic on this interface only",
-        )
-        put_env(
-            env,
-            reasons,
-            "GLOO_SOCKET_IFNAME",
-            iface.name,
-            "torch.distributed Gloo on the same interface",
-        )
-    if address is not None:
-        put_env(
-            env,
-            reasons,
-            "VLLM_HOST_IP",
-            address,
-            "vLLM and Ray advertise this node by its fabric address",
-        )
-    return env, reasons
-
-
-def put_env(
-    env: dict[str, str], reasons: dict[str, str], name: str, value: str, reason: str
-) -> None:
-    env[name] = value
-    reasons[name] = reason
+def apu_names(inv: Inventory) -> list[str]:
+    """The node's AMD APU GPUs (gfx targets): unified memory, no GPUDirect RDMA."""
+    return [gpu.name for gpu in inv.gpus if gpu.vendor == "amd" and gpu.name in AMD_APU_TARGETS]

@@ -1,5 +1,5 @@
-"""The plan of an RDMA transport (InfiniBand, RoCE): NCCL/RCCL's HCA, GID index, GPUDirect
-level and the socket interface for bootstrap."""
+"""The plan of an RDMA transport (InfiniBand, RoCE): the rail (device, port, GID index, the
+socket interface for bootstrap), whether GPUDirect RDMA is off, and why."""
 
 from __future__ import annotations
 
@@ -7,34 +7,63 @@ import ipaddress
 
 from halo_cluster.facts.model import Inventory, NetInterface, RdmaPort
 from halo_cluster.transport.choose import others_warning, usable_ports, v2_ipv4_gids
-from halo_cluster.transport.env import base_env, interface_address, put_env, socket_interface
-from halo_cluster.transport.model import (
-    AMD_APU_TARGETS,
+from halo_cluster.transport.env import apu_names, interface_address, socket_interface
+from halo_cluster.transport.path import (
     RDMA_TRANSPORTS,
     ROCE_MIN_NETDEV_MTU,
     SOFTWARE_RDMA_DRIVERS,
     Candidate,
+    Rail,
     TransportPlan,
 )
+from halo_cluster.transport.render import EnvWhy, engine_env
 
 
 def rdma_plan(inv: Inventory, cand: Candidate, peer: ipaddress.IPv4Address | None) -> TransportPlan:
-    warnings: list[str] = []
+    warnings = other_ports(inv, cand) if peer is None else []
     iface = inv.interface(cand.port.netdev)
-    if peer is None:
-        others = [c.label for c in usable_ports(inv, cand.kind, allow_software=True) if c != cand]
-        others += [
-            c.label
-            for kind in RDMA_TRANSPORTS
-            if kind != cand.kind
-            for c in usable_ports(inv, kind, allow_software=False)
-        ]
-        warnings += others_warning(cand.label, others)
     if cand.kind == "infiniband":
         gid_index, address = 0, interface_address(iface, peer)
         gid_reason = "InfiniBand ports address by LID; GID 0 holds the port GUID"
     else:
         gid_index, address, gid_reason = roce_gid(cand, iface, peer, warnings)
+    warnings += port_warnings(cand, iface)
+    socket = socket_interface(inv, iface, peer, warnings)
+    rail = Rail(
+        device=cand.device.name,
+        port=cand.port.port,
+        gid_index=gid_index,
+        netdev=socket.name if socket else None,
+        address=address,
+    )
+    apus = apu_names(inv)
+    env, reasons = engine_env(cand.kind, rail, EnvWhy(gid_reason, gdr_off(cand, apus)))
+    driver = cand.device.driver or "unknown driver"
+    transport_reason = f"{cand.kind} on {cand.label} ({port_rate(cand.port)}, {driver})"
+    return TransportPlan(
+        transport=cand.kind,
+        rails=(rail,),
+        apu=bool(apus),
+        env=env,
+        reasons={"transport": transport_reason, **reasons},
+        warnings=tuple(warnings),
+    )
+
+
+def other_ports(inv: Inventory, cand: Candidate) -> list[str]:
+    """The warning naming the other usable ports, when there are some (no peer to choose)."""
+    others = [c.label for c in usable_ports(inv, cand.kind, allow_software=True) if c != cand]
+    others += [
+        c.label
+        for kind in RDMA_TRANSPORTS
+        if kind != cand.kind
+        for c in usable_ports(inv, kind, allow_software=False)
+    ]
+    return list(others_warning(cand.label, others))
+
+
+def port_warnings(cand: Candidate, iface: NetInterface | None) -> list[str]:
+    warnings = []
     if cand.device.driver in SOFTWARE_RDMA_DRIVERS:
         warnings.append(
             f"{cand.label} is software RDMA ({cand.device.driver}): slower than kernel TCP; "
@@ -45,40 +74,7 @@ def rdma_plan(inv: Inventory, cand: Candidate, peer: ipaddress.IPv4Address | Non
             f"{iface.name} MTU is {iface.mtu}: RoCE will run at 1024-byte MTU; "
             "set MTU 9000 on both nodes"
         )
-    socket = socket_interface(inv, iface, peer, warnings)
-    hca = f"{cand.device.name}:{cand.port.port}"
-    env, reasons = base_env(socket, address)
-    put_env(
-        env, reasons, "NCCL_IB_DISABLE", "0", "RDMA is wanted: let NCCL use its IB/RoCE transport"
-    )
-    put_env(
-        env,
-        reasons,
-        "NCCL_NET",
-        "IB",
-        "fail at start-up instead of falling back to sockets silently",
-    )
-    put_env(
-        env,
-        reasons,
-        "NCCL_IB_HCA",
-        f"={hca}",
-        f"exact match (=): {cand.device.name} must not also select {cand.device.name}0 etc.",
-    )
-    put_env(env, reasons, "NCCL_IB_GID_INDEX", str(gid_index), gid_reason)
-    set_gdr(inv, cand, env, reasons)
-    driver = cand.device.driver or "unknown driver"
-    transport_reason = f"{cand.kind} on {cand.label} ({port_rate(cand.port)}, {driver})"
-    return TransportPlan(
-        transport=cand.kind,
-        hca=hca,
-        gid_index=gid_index,
-        socket_ifname=socket.name if socket else None,
-        address=address,
-        env=env,
-        reasons={"transport": transport_reason, **reasons},
-        warnings=tuple(warnings),
-    )
+    return warnings
 
 
 def roce_gid(
@@ -107,18 +103,13 @@ def roce_gid(
     return chosen.index, str(chosen.ipv4), reason
 
 
-def set_gdr(inv: Inventory, cand: Candidate, env: dict[str, str], reasons: dict[str, str]) -> None:
-    apus = [gpu.name for gpu in inv.gpus if gpu.vendor == "amd" and gpu.name in AMD_APU_TARGETS]
+def gdr_off(cand: Candidate, apus: list[str]) -> str | None:
+    """Why GPUDirect RDMA must be off on this node (None: NCCL decides)."""
     if apus:
-        put_env(
-            env,
-            reasons,
-            "NCCL_NET_GDR_LEVEL",
-            "0",
-            f"{apus[0]} is an APU: no GPUDirect RDMA, RCCL stages through host memory",
-        )
-    elif cand.device.driver in SOFTWARE_RDMA_DRIVERS:
-        put_env(env, reasons, "NCCL_NET_GDR_LEVEL", "0", "software RDMA cannot reach GPU memory")
+        return f"{apus[0]} is an APU: no GPUDirect RDMA, RCCL stages through host memory"
+    if cand.device.driver in SOFTWARE_RDMA_DRIVERS:
+        return "software RDMA cannot reach GPU memory"
+    return None
 
 
 def port_rate(port: RdmaPort) -> str:

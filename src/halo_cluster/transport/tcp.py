@@ -14,8 +14,9 @@ from halo_cluster.transport.choose import (
     usable_ports,
     why_unusable,
 )
-from halo_cluster.transport.env import base_env, interface_address, ip_interfaces, put_env
-from halo_cluster.transport.model import RDMA_TRANSPORTS, SOFTWARE_RDMA_DRIVERS, TransportPlan
+from halo_cluster.transport.env import apu_names, interface_address, ip_interfaces
+from halo_cluster.transport.path import RDMA_TRANSPORTS, SOFTWARE_RDMA_DRIVERS, Rail, TransportPlan
+from halo_cluster.transport.render import EnvWhy, engine_env
 
 
 def tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) -> TransportPlan:
@@ -55,16 +56,12 @@ def tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) ->
     transport = "thunderbolt" if iface.kind == "thunderbolt" else "ethernet"
     if wanted == "auto" and inv.rdma:
         warnings.append(f"running over TCP sockets although RDMA devices exist: {why_no_rdma(inv)}")
-    address = interface_address(iface, peer)
-    env, reasons = base_env(iface, address)
-    put_env(env, reasons, "NCCL_IB_DISABLE", "1", f"{transport} transport: TCP sockets only")
-    put_env(env, reasons, "NCCL_NET", "Socket", "use NCCL's socket transport explicitly")
+    rail = Rail(netdev=iface.name, address=interface_address(iface, peer))
+    env, reasons = engine_env(transport, rail, EnvWhy())
     return TransportPlan(
         transport=transport,
-        hca=None,
-        gid_index=None,
-        socket_ifname=iface.name,
-        address=address,
+        rails=(rail,),
+        apu=bool(apu_names(inv)),
         env=env,
         reasons={"transport": f"TCP over {iface.name} ({iface.kind})", **reasons},
         warnings=tuple(warnings),

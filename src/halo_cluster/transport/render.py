@@ -1,0 +1,119 @@
+"""One renderer per consumer of the typed fabric path: the NCCL/RCCL, Gloo and vLLM
+environment, the path arguments of the node's ``counters`` command, perftest's device, port
+and GID, and the label people read. Pure: the typed value in, what the consumer takes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from halo_cluster.transport.path import RDMA_TRANSPORTS, Rail, TransportPlan
+
+
+@dataclass(frozen=True)
+class EnvWhy:
+    """What the facts say that the rail alone does not: why this GID index, and why
+    GPUDirect RDMA is off (None: NCCL decides)."""
+
+    gid: str = ""
+    gdr_off: str | None = None
+
+
+def engine_env(transport: str, rail: Rail, why: EnvWhy) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment NCCL/RCCL, Gloo and vLLM need for ``rail``, and a reason per variable
+    (the same names in the same order)."""
+    env: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    if rail.netdev is not None:
+        put_env(
+            env,
+            reasons,
+            "NCCL_SOCKET_IFNAME",
+            f"={rail.netdev}",
+            "exact match (=): NCCL bootstrap and socket traffic on this interface only",
+        )
+        put_env(
+            env,
+            reasons,
+            "GLOO_SOCKET_IFNAME",
+            rail.netdev,
+            "torch.distributed Gloo on the same interface",
+        )
+    if rail.address is not None:
+        put_env(
+            env,
+            reasons,
+            "VLLM_HOST_IP",
+            rail.address,
+            "vLLM and Ray advertise this node by its fabric address",
+        )
+    if transport in RDMA_TRANSPORTS:
+        _rdma_env(rail, why, env, reasons)
+    else:
+        put_env(env, reasons, "NCCL_IB_DISABLE", "1", f"{transport} transport: TCP sockets only")
+        put_env(env, reasons, "NCCL_NET", "Socket", "use NCCL's socket transport explicitly")
+    return env, reasons
+
+
+def _rdma_env(rail: Rail, why: EnvWhy, env: dict[str, str], reasons: dict[str, str]) -> None:
+    if rail.device is None or rail.hca is None or rail.gid_index is None:
+        raise ValueError(f"an RDMA rail needs a device, a port and a GID index: {rail}")
+    put_env(
+        env, reasons, "NCCL_IB_DISABLE", "0", "RDMA is wanted: let NCCL use its IB/RoCE transport"
+    )
+    put_env(
+        env,
+        reasons,
+        "NCCL_NET",
+        "IB",
+        "fail at start-up instead of falling back to sockets silently",
+    )
+    put_env(
+        env,
+        reasons,
+        "NCCL_IB_HCA",
+        f"={rail.hca}",
+        f"exact match (=): {rail.device} must not also select {rail.device}0 etc.",
+    )
+    put_env(env, reasons, "NCCL_IB_GID_INDEX", str(rail.gid_index), why.gid)
+    if why.gdr_off is not None:
+        put_env(env, reasons, "NCCL_NET_GDR_LEVEL", "0", why.gdr_off)
+
+
+def put_env(
+    env: dict[str, str], reasons: dict[str, str], name: str, value: str, reason: str
+) -> None:
+    env[name] = value
+    reasons[name] = reason
+
+
+def counters_args(plan: TransportPlan) -> list[str]:
+    """The path part of the node's ``counters`` command: ``--fabric ADDR`` and, on an RDMA
+    plan, ``--rdma DEV:PORT`` (the node side splits it at the last colon)."""
+    args: list[str] = []
+    if plan.address:
+        args += ["--fabric", plan.address]
+    if plan.is_rdma and plan.rail.hca is not None:
+        args += ["--rdma", plan.rail.hca]
+    return args
+
+
+@dataclass(frozen=True)
+class PerftestDevice:
+    """perftest's ``-d DEVICE -i PORT -x GID_INDEX``."""
+
+    device: str
+    port: int | None
+    gid_index: int | None
+
+
+def perftest_device(plan: TransportPlan) -> PerftestDevice | None:
+    """What perftest (``bench net``, the exporter's RDMA probe) runs on for ``plan``; None
+    when the plan has no RDMA device."""
+    if not plan.is_rdma or plan.device is None:
+        return None
+    return PerftestDevice(plan.device, plan.port, plan.gid_index)
+
+
+def rail_label(plan: TransportPlan) -> str | None:
+    """What people read as the path: ``dev:port`` of an RDMA plan, else its IP interface."""
+    return plan.rail.hca or plan.netdev
