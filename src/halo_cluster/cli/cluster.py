@@ -103,16 +103,17 @@ def status(config_path: str | None, as_json: bool) -> int:
 
 def _print_serve(serve: dict[str, object]) -> None:
     from halo_cluster.cli.output import plain
+    from halo_cluster.engines import registry
 
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
-    executor = f", {serve['executor']} executor" if serve.get("executor") else ""
-    if serve.get("executor") == "llama.cpp-rpc":
-        executor = ", llama.cpp over RPC"
-    click.echo(f"serve{model} at {serve['endpoint']}{executor}: {state}")
+    engine = registry.engine(str(serve.get("engine") or registry.DEFAULT))
+    executor = serve.get("executor")
+    label = engine.label(str(executor) if executor else None)
+    click.echo(f"serve{model} at {serve['endpoint']} ({label}): {state}")
     ranks = serve.get("ranks") or []
     if isinstance(ranks, list) and ranks:
-        word = "rpc-server" if serve.get("executor") == "llama.cpp-rpc" else "rank"
+        word = engine.member
         shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
         click.echo(f"  {word}s: {shown}; transport proven: {serve.get('proven') or 'no'}")
 

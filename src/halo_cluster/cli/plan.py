@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.output import emit_json, table
+from halo_cluster.engines import registry
 
 if TYPE_CHECKING:
     from halo_cluster.plan.catalog import Hardware
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from halo_cluster.plan.spec import ModelSpec
     from halo_cluster.plan.weights import WeightBytes
 
-ENGINES = ["vllm", "llama.cpp"]
 
 
 @click.command()
@@ -35,7 +35,9 @@ ENGINES = ["vllm", "llama.cpp"]
     type=click.Path(dir_okay=False),
     help="Read the model and its exact tensor sizes from a GGUF file (first shard is enough).",
 )
-@click.option("--engine", type=click.Choice(ENGINES), default="vllm", show_default=True)
+@click.option(
+    "--engine", type=click.Choice(registry.names()), default=registry.DEFAULT, show_default=True
+)
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option("--gpus-per-node", default=1, show_default=True, type=click.IntRange(1, 16))
 @click.option("--hardware", default="strix-halo-128", show_default=True)

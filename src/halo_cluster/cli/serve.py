@@ -98,19 +98,13 @@ def serve(
     if as_json:
         emit_json(result.__dict__)
     else:
-        _render(result, serving.head.name)
+        _render(result, serving.head.name, request.engine)
     return 1 if result.stopped else 0
 
 
-def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
-    engine = result.engine
-    if result.executor == "llama.cpp-rpc":
-        _render_llama(engine)
-    if engine.get("backend"):
-        click.echo(
-            f"engine: vLLM ranks on {engine['backend']}, rendezvous "
-            f"tcp://{engine['init_address']}:{engine['init_port']}"
-        )
+def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-def]
+    for line in registry.engine(engine).describe(result.engine):
+        click.echo(plain(line))
     for rank in result.ranks:
         click.echo(f"  rank {rank['rank']} on {rank['node']} ({rank['address']})")
     if result.verdict["transport"] != "unknown":
@@ -145,23 +139,6 @@ def _render(result, head: str) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def _render_llama(engine: dict[str, object]) -> None:
-    rpc = engine["rpc"]
-    assert isinstance(rpc, dict)
-    click.echo(
-        f"engine: llama.cpp over RPC ({engine['transport'] or 'no workers'}), "
-        f"{engine['offloaded_layers']} layer(s) on the workers, {engine['head_layers']} on the head"
-    )
-    for line in rpc["evidence"][:6]:
-        click.echo(f"  llama-server: {plain(line)}")
-    for worker in rpc["workers"]:
-        name = str(worker["source"]).split(":", 1)[0]
-        click.echo(
-            f"  {name}: rpc-server at {plain(str(worker['endpoint']))}, "
-            f"{plain(str(worker['transport']))}, {worker['clients']} connection(s) accepted"
-        )
-
-
 def _per_token(value: float | None) -> str:
     if value is None:
         return "? B/token"
@@ -171,7 +148,7 @@ def _per_token(value: float | None) -> str:
 @click.command()
 @config_option()
 def stop(config_path: str | None) -> int:
-    """Stop the vLLM server started by 'halo serve'."""
+    """Stop the server 'halo serve' started (every engine, on every node)."""
     stopped = _serving(config_path, True).stop()
     click.echo("server stopped" if stopped else "no server was running")
     return 0

@@ -46,6 +46,7 @@ def model_layers(model: str) -> int | None:
 
 class LlamaCpp:
     name = "llama.cpp"
+    member = "rpc-server"
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
         if flags.get("tp") is not None or flags.get("executor") is not None:
@@ -79,6 +80,25 @@ class LlamaCpp:
 
     def watches_ray(self, executor: str | None) -> bool:
         return False
+
+    def label(self, executor: str | None) -> str:
+        return "llama.cpp over RPC"
+
+    def describe(self, engine: Mapping[str, Any]) -> list[str]:
+        rpc = engine.get("rpc") or {}
+        lines = [
+            f"engine: llama.cpp over RPC ({engine.get('transport') or 'no workers'}), "
+            f"{engine.get('offloaded_layers')} layer(s) on the workers, "
+            f"{engine.get('head_layers')} on the head"
+        ]
+        lines += [f"  llama-server: {line}" for line in rpc.get("evidence", [])[:6]]
+        for worker in rpc.get("workers", []):
+            name = str(worker["source"]).split(":", 1)[0]
+            lines.append(
+                f"  {name}: rpc-server at {worker['endpoint']}, {worker['transport']}, "
+                f"{worker['clients']} connection(s) accepted"
+            )
+        return lines
 
     # -- prepare --------------------------------------------------------------------------
     def prepare(self, ctx: ServeContext) -> Prepared:

@@ -93,6 +93,7 @@ class Witness:
 
 class Engine(Protocol):
     name: str
+    member: str  # what one of its ranks is called in status lines: "rank", "rpc-server"
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
         """The engine's typed options from its [serve.<engine>] table and the command-line
@@ -116,3 +117,9 @@ class Engine(Protocol):
 
     def watches_ray(self, executor: str | None) -> bool:
         """Whether a served member is lost when its Ray is (else: when its process is)."""
+
+    def label(self, executor: str | None) -> str:
+        """How a running server of this engine is named in one line ("vLLM, mp executor")."""
+
+    def describe(self, engine: Mapping[str, Any]) -> list[str]:
+        """Lines for people about the engine's own witness (``Witness.engine``)."""

@@ -41,6 +41,7 @@ MP_MASTER_PORT = 29517
 
 class Vllm:
     name = "vllm"
+    member = "rank"
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
         options = VllmOptions.from_section(section)
@@ -58,6 +59,17 @@ class Vllm:
 
     def watches_ray(self, executor: str | None) -> bool:
         return executor != "mp"
+
+    def label(self, executor: str | None) -> str:
+        return f"vLLM, {executor} executor" if executor else "vLLM"
+
+    def describe(self, engine: Mapping[str, Any]) -> list[str]:
+        if not engine.get("backend"):
+            return []
+        return [
+            f"engine: vLLM ranks on {engine['backend']}, rendezvous "
+            f"tcp://{engine['init_address']}:{engine['init_port']}"
+        ]
 
     # -- prepare --------------------------------------------------------------------------
     def prepare(self, ctx: ServeContext) -> Prepared:

@@ -9,12 +9,19 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from halo_cluster.engines import registry
 from halo_cluster.errors import UsageError
 from halo_cluster.plan.catalog import plan_data
 from halo_cluster.plan.rpc import RpcProtocol
 from halo_cluster.plan.spec import Hardware
 
-ENGINE_FILES = {"vllm": "vllm.json", "llama.cpp": "llama.cpp.json"}
+
+def _modelled(name: str) -> bool:
+    """Whether the planner has a model of this engine (plan/data/engines/<name>.json)."""
+    from importlib import resources
+
+    data = resources.files("halo_cluster.plan").joinpath("data", "engines")
+    return data.joinpath(f"{name}.json").is_file()
 
 
 @dataclass(frozen=True)
@@ -99,7 +106,13 @@ def _engine(data: dict[str, Any]) -> Engine:
 
 @cache
 def engines() -> dict[str, Engine]:
-    return {key: _engine(plan_data("engines", name)) for key, name in ENGINE_FILES.items()}
+    """The planner's model of every engine halo serves with (engines.registry) that it has
+    data for."""
+    return {
+        name: _engine(plan_data("engines", f"{name}.json"))
+        for name in registry.names()
+        if _modelled(name)
+    }
 
 
 def find_engine(engine_id: str) -> Engine:
