@@ -23,7 +23,7 @@ from halo_cluster.cluster.serve_plan import (
 )
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import RAY_TOKEN_ENV
+from halo_cluster.runner.quote import RAY_TOKEN_ENV
 
 NODE = '\n[[node]]\nname = "n1"\nssh = "n1"\n'
 

@@ -13,7 +13,8 @@
     │   ├── DriverError       the bench driver on the head could not go on
     │   ├── LifecycleError    halo up / down / serve could not be done
     │   ├── SetupError        a setup step failed, or its verification did
-    │   └── RayNodesError     the local Ray node table cannot be read, or nodes did not register
+    │   ├── RayNodesError     the local Ray node table cannot be read, or nodes did not register
+    │   └── NodeCallError     a node-side command failed, or did not answer with JSON
     ├── LabError              a lab operation could not be done
     └── OutsideRoot           a path whose links climb out of a filesystem root (never escapes)
 
@@ -114,6 +115,11 @@ class SetupError(OperationError):
 
 class RayNodesError(OperationError):
     """The local Ray cluster's node table cannot be read, or nodes did not register."""
+
+
+class NodeCallError(OperationError):
+    """A node-side command (``NodeClient.call_json``) failed or sent no JSON: one line with
+    the node's name, the reason and the first characters it sent, escaped."""
 
 
 class LabError(HaloError):

@@ -18,7 +18,8 @@ from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError, node_scrip
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from tests.conftest import ROOTS, strix_peer
 
 VERSIONS = {
@@ -86,7 +87,7 @@ class Cluster:
         )
         original = runner.run
 
-        def run(argv, stdin=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        def run(argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
             if list(argv) == ["bash", "-s"] and "ray-nodes" in (stdin or ""):
                 self.ray_clients.append(stdin or "")
                 return original(["/opt/halo/bin/halo", "ray-nodes"], None, timeout)

@@ -12,7 +12,7 @@ import pytest
 
 from halo_cluster.config import ServeConfig
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import Result
+from halo_cluster.runner.result import Result
 from tests.cluster.test_serve import NODES, Node, cluster
 from tests.conftest import OUTPUTS
 

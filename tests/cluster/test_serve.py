@@ -17,7 +17,7 @@ from halo_cluster.cluster.serve_plan import Placement, placement, preflight_scri
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.runner import Result
+from halo_cluster.runner.result import Result
 from halo_cluster.transport import TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
 

@@ -13,13 +13,14 @@ from halo_cluster.cli.output import emit_json, styled, table
 
 
 def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
-    from halo_cluster.cluster.gather import ssh_runners
+    from halo_cluster.client.bridge import hand_prefixed
+    from halo_cluster.client.node import ssh_clients
     from halo_cluster.cluster.lifecycle import Lifecycle
 
     config = require_config(config_path)
-    return Lifecycle(
-        config, ssh_runners(config), None if quiet else lambda m: click.echo(f"  {m}", err=True)
-    )
+    # bridge: Lifecycle takes clients after the engines rewrite
+    runners = hand_prefixed(ssh_clients(config))
+    return Lifecycle(config, runners, None if quiet else lambda m: click.echo(f"  {m}", err=True))
 
 
 @click.command()

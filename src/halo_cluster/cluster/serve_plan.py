@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import exports
+from halo_cluster.runner.quote import exports
 
 STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
 

@@ -68,8 +68,10 @@ class NodeConfig:
     python: str = "python3"  # the node's Python (>= 3.9) for halo's node code
 
     def command(self, *args: str) -> list[str]:
-        """argv of a node-side command (``halo_cluster.node``): the configured halo, else
-        halo's node code run by the node's Python (sent there when not cached)."""
+        """Deprecated: ``NodeClient.command`` (client/node.py). Kept only for
+        cluster/lifecycle.py, serve.py, llama_server.py and proof.py until the engines
+        rewrite switches them; then this method goes, with its access to the cache
+        (``halo_node_code`` reads and writes ~/.cache/halo: no work for a config value)."""
         if self.halo:
             return [self.halo, *args]
         return halo_node_code().argv(self.python, args)

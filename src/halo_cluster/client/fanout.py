@@ -1,0 +1,67 @@
+"""The same work on many items at once (nodes, exporters): a bounded thread pool.
+
+Results come back in the order of the items, each as an ``Outcome`` that keeps the item's
+own exception: one node that fails does not hide what the others answered. ``each`` is the
+same for callers that stop on the first failure, once every item has finished.
+
+At most ``limit`` items run at once (16 by default: a large cluster does not open one SSH
+connection per node at the same instant). Ctrl-C (KeyboardInterrupt) in the caller stops
+the caller at once: items not started are dropped, the running ones are not waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
+
+T = TypeVar("T")
+R = TypeVar("R")
+LIMIT = 16
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T, R]):
+    item: T
+    value: R | None = None  # what work(item) returned (None when it raised)
+    error: Exception | None = None  # what work(item) raised
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def fan_out(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> list[Outcome[T, R]]:
+    """``work(item)`` for every item, at most ``limit`` at once; the outcomes in item order."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, not {limit}")
+    chosen = list(items)
+    if len(chosen) <= 1:
+        return [_attempt(work, item) for item in chosen]
+    pool = ThreadPoolExecutor(min(limit, len(chosen)), thread_name_prefix="halo-fan-out")
+    try:
+        futures = [pool.submit(_attempt, work, item) for item in chosen]
+        outcomes = [future.result() for future in futures]
+    except BaseException:  # Ctrl-C while waiting: stop now, not when every item is done
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return outcomes
+
+
+def each(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> list[R]:
+    """``work(item)`` for every item, at most ``limit`` at once; the values in item order.
+    When any item raised, the first item's error is raised once all have finished."""
+    outcomes = fan_out(items, work, limit)
+    for outcome in outcomes:
+        if outcome.error is not None:
+            raise outcome.error
+    return [cast(R, outcome.value) for outcome in outcomes]
+
+
+def _attempt(work: Callable[[T], R], item: T) -> Outcome[T, R]:
+    try:
+        return Outcome(item, work(item))
+    except Exception as err:  # kept with its item; KeyboardInterrupt and exit still stop
+        return Outcome(item, error=err)
