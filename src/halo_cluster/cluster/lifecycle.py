@@ -40,7 +40,8 @@ from halo_cluster.cluster.state import (
 )
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.errors import LifecycleError
-from halo_cluster.runner import Result, Runner, close_connections
+from halo_cluster.runner.result import Result, Runner
+from halo_cluster.runner.sharing import close_connections
 from halo_cluster.transport import TransportPlan, plan_transport
 
 # Older imports of these names from this module keep working.

@@ -18,7 +18,7 @@ from halo_cluster.config import NodeConfig
 from halo_cluster.engine_log import EngineVerdict, check_ranks, parse_engine_logs
 from halo_cluster.facts.model import PathCounters
 from halo_cluster.nccl_log import LogVerdict, parse_logs
-from halo_cluster.runner import Runner
+from halo_cluster.runner.result import Runner
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 

@@ -47,7 +47,7 @@ from halo_cluster.cluster.serve_result import Launch, ServeResult, state_summary
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
 from halo_cluster.engine_log import rank_nodes
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import Result
+from halo_cluster.runner.result import Result
 from halo_cluster.transport import TransportPlan
 
 HEALTH_TIMEOUT_S = 900.0
