@@ -12,13 +12,16 @@ the caller at once: items not started are dropped, the running ones are not wait
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 R = TypeVar("R")
 LIMIT = 16
+# The caller waits in steps: a signal that lands just before a wait without a timeout is only
+# seen when that wait ends (the item's own end); in steps, Ctrl-C is seen within one.
+POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ def fan_out(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> l
     pool = ThreadPoolExecutor(min(limit, len(chosen)), thread_name_prefix="halo-fan-out")
     try:
         futures = [pool.submit(_attempt, work, item) for item in chosen]
-        outcomes = [future.result() for future in futures]
+        outcomes = [_wait(future) for future in futures]
     except BaseException:  # Ctrl-C while waiting: stop now, not when every item is done
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -58,6 +61,14 @@ def each(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> list
         if outcome.error is not None:
             raise outcome.error
     return [cast(R, outcome.value) for outcome in outcomes]
+
+
+def _wait(future: Future[Outcome[T, R]]) -> Outcome[T, R]:
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            continue
 
 
 def _attempt(work: Callable[[T], R], item: T) -> Outcome[T, R]:
