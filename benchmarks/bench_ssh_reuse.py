@@ -71,7 +71,7 @@ def variant_configs(lab: Path) -> dict[str, Path]:
 
 def close_all(lab: Path, nodes: list[str]) -> None:
     """No shared connection left: the lab's masters and halo's."""
-    from halo_cluster.runner import close_connections
+    from halo_cluster.runner.sharing import close_connections
 
     for node in nodes:
         subprocess.run(

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from halo_cluster.bench.net import NetBench
 from halo_cluster.cli import cli
-from halo_cluster.cluster.proof import counters_argv
+from halo_cluster.client.node import clients_from
+from halo_cluster.cluster.proof import counters_call
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
@@ -24,7 +25,8 @@ from halo_cluster.monitor.exposition import parse
 from halo_cluster.monitor.probes import Target
 from halo_cluster.monitor.run import ExporterSpec, once, rdma_prober
 from halo_cluster.node.main import main, rdma_arg
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from halo_cluster.transport.render import PerftestDevice, counters_args, perftest_device
 from tests.bench.test_net import ANSWERS, ScriptedNode
@@ -107,10 +109,9 @@ PORT_2_COUNTERS = {
 }
 
 
-def test_counters_argv_names_port_2() -> None:
+def test_the_counters_call_names_port_2() -> None:
     assert counters_args(plan()) == ["--fabric", "10.40.0.21", "--rdma", "mlx4_0:2"]
-    assert counters_argv(NodeConfig("cx3", "cx3", "10.40.0.21", halo="/h/halo"), plan()) == [
-        "/h/halo",
+    assert counters_call(NodeConfig("cx3", "cx3", "10.40.0.21", halo="/h/halo"), plan()) == [
         "counters",
         "--fabric",
         "10.40.0.21",
@@ -118,8 +119,7 @@ def test_counters_argv_names_port_2() -> None:
         "mlx4_0:2",
     ]
     with_mgmt = NodeConfig("cx3", "root@192.168.1.21", "10.40.0.21", halo="/h/halo")
-    assert counters_argv(with_mgmt, plan()) == [
-        "/h/halo",
+    assert counters_call(with_mgmt, plan()) == [
         "counters",
         "--fabric",
         "10.40.0.21",
@@ -133,9 +133,9 @@ def test_counters_argv_names_port_2() -> None:
 def test_the_node_reads_port_2s_counters_for_the_rendered_argv(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    argv = counters_argv(NODE, plan())
-    assert argv[:2] == ["/h/halo", "counters"]
-    code = main([*argv[1:], "--root", str(ROOT)])
+    argv = counters_call(NODE, plan())
+    assert argv[0] == "counters"
+    code = main([*argv, "--root", str(ROOT)])
     out, err = capsys.readouterr()
     assert (code, json.loads(out), err) == (0, PORT_2_COUNTERS, "")
     port_1 = collect_inventory(str(ROOT)).rdma[0].ports[0]
@@ -202,7 +202,8 @@ def test_bench_net_runs_perftest_on_port_2(tmp_path: Path) -> None:
     tools = ("ib_write_lat", "ib_write_bw")
     scripted = {n.name: ScriptedNode(n.name, tools, ANSWERS) for n in nodes}
     config = Config(tmp_path / "halo.toml", "cx3", "auto", nodes)
-    bench = NetBench(config, scripted, plans, {"cx3": inv, "peer": inv}, seconds=1)
+    clients = clients_from(config, scripted)  # type: ignore[arg-type]
+    bench = NetBench(config, clients, plans, {"cx3": inv, "peer": inv}, seconds=1)
     result = bench.run([(nodes[0], nodes[1])], ["rdma"])
     assert [p["errors"] for p in result["paths"]] == [[]]
     common = ["-d", "mlx4_0", "-F"]

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.cluster.lifecycle_plan import node_script
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
 from halo_cluster.engines import llama_cpp_argv as llama_plan
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions
@@ -20,7 +19,7 @@ from halo_cluster.engines.process import background_script, reach_script, stop_s
 from halo_cluster.engines.request import serve_request
 from halo_cluster.engines.vllm_argv import VllmOptions, preflight_script, serve_argv
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import RAY_TOKEN_ENV
+from halo_cluster.runner.quote import RAY_TOKEN_ENV, node_script
 
 NODE = '\n[[node]]\nname = "n1"\nssh = "n1"\n'
 

@@ -354,7 +354,8 @@ def test_ssh_connections_are_shared_one_master_per_node(workdir: Path) -> None:
     itself) every command goes through the lab's one master per node; with an ssh_config
     that does not, through halo's own master in its control directory, which
     close_connections (halo down) ends."""
-    from halo_cluster.runner import SSHRunner, close_connections, control_dir
+    from halo_cluster.runner.sharing import close_connections, control_dir
+    from halo_cluster.runner.ssh import SSHRunner
 
     halo("lab", "up", "--name", "sr", cwd=workdir)
     lab = workdir / ".halo-lab" / "sr"

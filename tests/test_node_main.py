@@ -19,8 +19,8 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.node.main import main
 from halo_cluster.nodecode import node_code
-from halo_cluster.noderunner import NodeRunner
-from halo_cluster.runner import LocalRunner
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.node_code import NodeRunner
 from tests.conftest import ROOTS, SCENARIOS, free_port, python39
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -75,7 +75,7 @@ def test_inventory_under_python_3_9_is_byte_for_byte_the_same(
     py39: str, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = node_code()
-    runner = NodeRunner(LocalRunner(), (), py39, code)
+    runner = NodeRunner(LocalRunner(), py39, code)
     got, expected = {}, {}
     for scenario in SCENARIOS:
         argv = ["inventory", "--root", str((ROOTS / scenario).resolve()), "--json"]
@@ -148,7 +148,7 @@ def test_other_commands_under_python_3_9_print_the_same(
         ["serve-health"],
     ]
     code = node_code()
-    runner = NodeRunner(LocalRunner(), (), py39, code)
+    runner = NodeRunner(LocalRunner(), py39, code)
     got = {}
     for argv in commands:
         result = runner.run(code.argv(py39, argv))

@@ -1,7 +1,7 @@
-"""halo's node code (nodecode, noderunner) with real interpreters: the zipapp is the same bytes
-for the same files, is sent once and cached 0600 by its hash, a copy that does not match is
-never run, and each way a node cannot run it (no python, an old one, a cache that cannot be
-written) comes back as the Problem the doctor shows.
+"""halo's node code (nodecode, runner.node_code) with real interpreters: the zipapp is the
+same bytes for the same files, is sent once and cached 0600 by its hash, a copy that does not
+match is never run, and each way a node cannot run it (no python, an old one, a cache that
+cannot be written) comes back as the Problem the doctor shows.
 
 Every test points XDG_CACHE_HOME at its own tmp_path (the children inherit it): nothing here
 touches the real ~/.cache."""
@@ -42,8 +42,10 @@ from halo_cluster.nodecode import (
     package_files,
     problem,
 )
-from halo_cluster.noderunner import NodeRunner
-from halo_cluster.runner import LocalRunner, Result
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.node_code import NodeRunner
+from halo_cluster.runner.prefix import PrefixRunner
+from halo_cluster.runner.result import Result
 from tests.conftest import python39
 
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
@@ -174,7 +176,7 @@ def test_package_files_leave_out_the_controller_and_caches(tmp_path: Path) -> No
 def test_sent_once_cached_0600_then_only_the_hash(python: tuple[str, str], cache: Path) -> None:
     py, version = python
     code = node_code()
-    first = NodeRunner(LocalRunner(), (), py, code)
+    first = NodeRunner(LocalRunner(), py, code)
     assert (outcome(first.run(code.argv(py, ["node-info"]))), first.sent) == (
         (0, node_info(version), ""),
         True,
@@ -185,7 +187,7 @@ def test_sent_once_cached_0600_then_only_the_hash(python: tuple[str, str], cache
     assert sorted(os.listdir(cache)) == sorted([path.name, tag])
     assert (path.stat().st_mode & 0o777, path.read_bytes()) == (0o600, code.data)
     assert cache.stat().st_mode & 0o777 == 0o700
-    again = NodeRunner(LocalRunner(), (), py, code)
+    again = NodeRunner(LocalRunner(), py, code)
     assert (outcome(again.run(code.argv(py, ["node-info"]))), again.sent) == (
         (0, node_info(version), ""),
         False,
@@ -227,7 +229,7 @@ def test_a_corrupted_copy_is_never_run_and_is_replaced(
 
     marker = tmp_path / "marker"
     cached(code, cache).write_bytes(evil(marker))
-    runner = NodeRunner(LocalRunner(), (), py, code)
+    runner = NodeRunner(LocalRunner(), py, code)
     result = runner.run(code.argv(py, ["node-info"]))
     assert (outcome(result), runner.sent, marker.exists()) == (
         (0, node_info(version), ""),
@@ -241,13 +243,13 @@ def test_a_script_naming_the_code_runs_after_ensure(python: tuple[str, str], cac
     py, version = python
     code = node_code()
     script = "set -e\n" + shlex.join(code.argv(py, ["node-info"])) + "\n"
-    runner = NodeRunner(LocalRunner(), (), py, code)
+    runner = NodeRunner(LocalRunner(), py, code)
     assert (outcome(runner.run(["bash", "-s"], script)), runner.sent) == (
         (0, node_info(version), ""),
         True,
     )
     assert cached(code, cache).read_bytes() == code.data
-    again = NodeRunner(LocalRunner(), (), py, code)
+    again = NodeRunner(LocalRunner(), py, code)
     assert (outcome(again.run(["bash", "-s"], script)), again.sent) == (
         (0, node_info(version), ""),
         False,
@@ -256,7 +258,7 @@ def test_a_script_naming_the_code_runs_after_ensure(python: tuple[str, str], cac
 
 def test_a_script_not_naming_the_code_passes_straight_through(cache: Path) -> None:
     code = node_code()
-    runner = NodeRunner(LocalRunner(), (), sys.executable, code)
+    runner = NodeRunner(LocalRunner(), sys.executable, code)
     assert (outcome(runner.run(["bash", "-s"], "echo hi\n")), runner.sent, cache.exists()) == (
         (0, "hi\n", ""),
         False,
@@ -275,7 +277,7 @@ def test_a_failed_ensure_stops_the_script_before_it_runs(
     script = f"touch {shlex.quote(str(marker))}\n" + shlex.join(
         code.argv(sys.executable, ["node-info"])
     )
-    runner = NodeRunner(LocalRunner(), (), sys.executable, code)
+    runner = NodeRunner(LocalRunner(), sys.executable, code)
     result = runner.run(["bash", "-s"], script + "\n")
     detail = f"cannot cache halo's node code in {blocker}/halo: Not a directory"
     assert (outcome(result), runner.sent, marker.exists()) == (
@@ -338,8 +340,8 @@ def test_a_missing_python(
     shell, which gives 127 for a missing interpreter, with or without a slash)."""
     monkeypatch.setenv("LC_ALL", "C")
     code = node_code()
-    runner = NodeRunner(LocalRunner(), prefix, interpreter, code)
-    result = runner.run([*prefix, *code.argv(interpreter, ["node-info"])])
+    runner = NodeRunner(PrefixRunner(LocalRunner(), prefix), interpreter, code)
+    result = runner.run(code.argv(interpreter, ["node-info"]))
     assert (result.returncode, problem(result.returncode, result.stderr), runner.sent) == (
         127,
         Problem("python-missing", detail),
@@ -354,7 +356,7 @@ def test_a_cache_directory_that_cannot_be_made(
     blocker.write_text("in the way")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
     code = node_code()
-    runner = NodeRunner(LocalRunner(), (), sys.executable, code)
+    runner = NodeRunner(LocalRunner(), sys.executable, code)
     result = runner.run(code.argv(sys.executable, ["node-info"]))
     detail = f"cannot cache halo's node code in {blocker}/halo: Not a directory"
     assert (outcome(result), runner.sent) == ((CANNOT_CACHE, "", f"halo-node: {detail}\n"), False)
@@ -407,7 +409,7 @@ def test_a_read_only_or_full_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(base))
     code = node_code()
     assert len(code.data) > 16 * 1024  # it cannot fit
-    runner = NodeRunner(LocalRunner(), (), sys.executable, code)
+    runner = NodeRunner(LocalRunner(), sys.executable, code)
     result = runner.run(code.argv(sys.executable, ["node-info"]))
     detail = f"cannot cache halo's node code in {base}/halo: {reason}"
     assert (outcome(result), runner.sent) == ((CANNOT_CACHE, "", f"halo-node: {detail}\n"), False)
@@ -576,7 +578,7 @@ def test_a_damaged_copy_in_a_directory_it_cannot_change_is_one_line(
             97,
             f"halo-node: halo's node code {code.digest[:12]} is not cached here\n",
         )
-        installed = NodeRunner(LocalRunner(), (), sys.executable, code).run(
+        installed = NodeRunner(LocalRunner(), sys.executable, code).run(
             code.argv(sys.executable, ["node-info"])
         )
         assert installed.returncode == 96 and "Read-only file system" in installed.stderr

@@ -15,7 +15,7 @@
     │   ├── LifecycleError    halo up / down / serve could not be done
     │   ├── NodeCallError     a node-side command failed or answered what halo cannot read
     │   ├── SetupError        a setup step failed, or its verification did
-    │   └── RayNodesError     the local Ray node table cannot be read, or nodes did not register
+    │   ├── RayNodesError     the local Ray node table cannot be read, or nodes did not register
     ├── LabError              a lab operation could not be done
     └── OutsideRoot           a path whose links climb out of a filesystem root (never escapes)
 
@@ -110,10 +110,6 @@ class DriverError(OperationError):
     """The bench driver's run could not go on; the message says which node or step."""
 
 
-class NodeCallError(OperationError):
-    """A node-side command failed, or its answer is not what halo reads; names the node."""
-
-
 class LifecycleError(OperationError):
     """The cluster could not be brought to the wanted state; the message names what failed."""
 
@@ -124,6 +120,11 @@ class SetupError(OperationError):
 
 class RayNodesError(OperationError):
     """The local Ray cluster's node table cannot be read, or nodes did not register."""
+
+
+class NodeCallError(OperationError):
+    """A node-side command (``NodeClient.call_json``) failed or sent no JSON: one line with
+    the node's name, the reason and the first characters it sent, escaped."""
 
 
 class LabError(HaloError):

@@ -8,7 +8,7 @@ the nodes cannot disagree. A node runs it as ``python3 -c BOOT HASH COMMAND…``
 file is missing or does not match (a corrupted copy is deleted, never run), BOOT exits with
 ``MISSING`` before anything runs, and ``NodeRunner`` sends the code once
 (``python3 -c BOOT HASH --install``, base64 on stdin) and runs the command again. Later
-commands send only the hash. Nothing here runs anything: ``noderunner`` does.
+commands send only the hash. Nothing here runs anything: ``runner.node_code`` does.
 """
 
 from __future__ import annotations

@@ -13,8 +13,10 @@ import pytest
 from halo_cluster.bench.cluster import BenchCluster, drive_remote
 from halo_cluster.bench.collective import fallback_error, transport_verdict
 from halo_cluster.bench.net import BenchError
+from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from tests.conftest import OUTPUTS
 
 NCCL = OUTPUTS / "nccl"
@@ -26,7 +28,9 @@ def cluster(tmp_path: Path, head: FakeRunner) -> BenchCluster:
         NodeConfig("node2", "root@10.0.0.2", "10.1.0.2", halo="/opt/halo/bin/halo"),
     )
     config = Config(tmp_path / "halo.toml", "lab", "auto", nodes)
-    return BenchCluster(config, {"node1": head, "node2": FakeRunner()}, [], {})
+    return BenchCluster(
+        config, clients_from(config, {"node1": head, "node2": FakeRunner()}), [], {}
+    )
 
 
 def events(*items: dict[str, object]) -> str:

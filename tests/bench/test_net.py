@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.bench.net import BenchError, NetBench, legs, pairs_of
+from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import TIMED_OUT, LineSink, Result
+from halo_cluster.runner.result import TIMED_OUT, LineSink, Result
 from halo_cluster.transport import plan_transport
 from tests.cluster.test_lifecycle import strix_pair
 from tests.conftest import OUTPUTS
@@ -140,7 +141,7 @@ def make(
     scripted = {n.name: ScriptedNode(n.name, tools, ANSWERS) for n in nodes}
     bench = NetBench(
         config,
-        scripted,
+        clients_from(config, scripted),
         plans,
         {"strix1": one, "strix2": two},
         seconds=1,

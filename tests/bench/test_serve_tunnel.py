@@ -17,7 +17,7 @@ import pytest
 
 from halo_cluster.bench.endpoint import Route, route, tunnel_argv
 from halo_cluster.config import load_config
-from halo_cluster.runner import SSHRunner
+from halo_cluster.runner.ssh import SSHRunner
 from tests.bench.fake_openai import FakeOpenAI, serving
 from tests.conftest import free_port, require
 from tests.test_doctor_ssh import sshd  # noqa: F401 (the real sshd fixture)

@@ -6,11 +6,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from halo_cluster.cluster.doctor import doctor_cluster
+from halo_cluster.client.node import clients_from
+from halo_cluster.cluster.doctor import DoctorReport, doctor_cluster
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import FakeRunner, Result, SSHRunner
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
+from halo_cluster.runner.ssh import SSHRunner
 from tests.conftest import ROOTS, strix_peer
 
 VERSIONS = {
@@ -39,6 +42,13 @@ def config(*nodes: NodeConfig, transport: str = "auto") -> Config:
     return Config(Path("halo.toml"), "test", transport, tuple(nodes))
 
 
+def doctor(
+    cfg: Config, runners: dict[str, FakeRunner], names: list[str] | None = None
+) -> DoctorReport:
+    """The doctor over clients of these connections (the client adds each exec_prefix)."""
+    return doctor_cluster(cfg, clients_from(cfg, runners), names)
+
+
 STRIX1 = NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1")
 STRIX2 = NodeConfig("strix2", "root@192.168.1.52", "192.168.100.2")
 
@@ -53,7 +63,7 @@ def by_check(findings: list) -> dict[str, list]:  # type: ignore[type-arg]
 def test_two_healthy_nodes() -> None:
     healthy = node_inv("strix-e810")
     peer = strix_peer(healthy)
-    report = doctor_cluster(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": fake(peer)})
+    report = doctor(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": fake(peer)})
     sev = {f.check: f.severity for f in report.cluster}
     assert sev == {
         "cluster.reachable": "ok",
@@ -73,7 +83,7 @@ def test_three_nodes_that_disagree() -> None:
     bad = node_inv("strix-e810-misconfigured", ray="2.48.0")  # MTU 1500, older Ray, rdma-core 50
     tcp = node_inv("no-rdma", vllm="0.10.2")
     nodes = (STRIX1, STRIX2, NodeConfig("plain", "plain", "172.16.5.20"))
-    report = doctor_cluster(
+    report = doctor(
         config(*nodes),
         {"strix1": fake(good), "strix2": fake(bad, ping_ok=False), "plain": fake(tcp)},
     )
@@ -92,7 +102,7 @@ def test_three_nodes_that_disagree() -> None:
 
 
 def test_unreachable_node_is_a_finding_and_the_rest_is_checked() -> None:
-    report = doctor_cluster(
+    report = doctor(
         config(STRIX1, STRIX2),
         {
             "strix1": fake(node_inv("strix-e810")),
@@ -115,9 +125,7 @@ def test_node_selection_exec_prefix_and_ssh_path() -> None:
     runner = FakeRunner().on(
         ["toolbox"], Result((), 0, json.dumps(node_inv("strix-e810").to_dict()), "")
     )
-    report = doctor_cluster(
-        config(node, STRIX2), {"strix1": runner, "strix2": FakeRunner()}, ["strix1"]
-    )
+    report = doctor(config(node, STRIX2), {"strix1": runner, "strix2": FakeRunner()}, ["strix1"])
     assert runner.calls[0] == (
         "toolbox",
         "run",
@@ -134,7 +142,7 @@ def test_node_selection_exec_prefix_and_ssh_path() -> None:
 
 def test_garbage_inventory_is_unreachable_with_reason() -> None:
     runner = FakeRunner().on(["halo"], Result((), 0, "Welcome to my shell banner\n{", ""))
-    report = doctor_cluster(config(STRIX1), {"strix1": runner})
+    report = doctor(config(STRIX1), {"strix1": runner})
     assert (
         report.cluster[0].severity == "fail"
         and "unreadable inventory" in report.cluster[0].evidence[0]

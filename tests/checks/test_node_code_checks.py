@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from halo_cluster import __version__
 from halo_cluster.checks import Finding
-from halo_cluster.cluster.doctor import doctor_cluster
-from halo_cluster.runner import FakeRunner, Result
-from tests.checks.test_cluster_checks import STRIX1, STRIX2, config, fake, node_inv
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
+from tests.checks.test_cluster_checks import STRIX1, STRIX2, config, doctor, fake, node_inv
 from tests.conftest import strix_peer
 
 
@@ -21,9 +21,7 @@ def test_node_code_and_installed_halo_are_both_named() -> None:
     healthy = node_inv("strix-e810", python="3.11.2", halo=__version__)
     installed = replace(STRIX2, halo="halo")
     peer = replace(strix_peer(healthy), versions={**healthy.versions})
-    report = doctor_cluster(
-        config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(peer)}
-    )
+    report = doctor(config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(peer)})
     assert node_finding(report, "strix1") == Finding(
         "node.python", "ok", "Python 3.11.2 (python3) runs halo's node code (cached by hash)"
     )
@@ -37,9 +35,7 @@ def test_an_installed_halo_of_another_version_is_a_warning_naming_both() -> None
     healthy = node_inv("strix-e810", halo=__version__)
     old = replace(strix_peer(healthy), versions={**healthy.versions, "halo": "0.0.9"})
     installed = replace(STRIX2, halo="halo")
-    report = doctor_cluster(
-        config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(old)}
-    )
+    report = doctor(config(STRIX1, installed), {"strix1": fake(healthy), "strix2": fake(old)})
     skew = [
         f for f in report.cluster if f.check == "cluster.versions_match" and f.severity == "warn"
     ]
@@ -62,7 +58,7 @@ def test_a_node_without_a_usable_python_fails_alone() -> None:
     old = FakeRunner().on(
         ["halo", "inventory"], Result((), 98, "", "halo-node: python 3.8.10 is older than 3.9\n")
     )
-    report = doctor_cluster(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": old})
+    report = doctor(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": old})
     assert report.nodes["strix2"] == [
         Finding(
             "node.python",

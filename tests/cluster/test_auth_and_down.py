@@ -11,7 +11,8 @@ from halo_cluster.cluster import auth, lifecycle
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import Config, NodeConfig, RayConfig
 from halo_cluster.monitor.exposition import _escape, _unescape
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 
 NODES = (NodeConfig("a", "root@a", None, halo="h"), NodeConfig("b", "b.lan", None, halo="h"))
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from tests.conftest import ROOTS
 
 GOOD = json.dumps(collect_inventory(str(ROOTS / "no-rdma")).to_dict())
@@ -33,7 +35,7 @@ def test_garbage_from_one_node(tmp_path: Path, garbage: str) -> None:
     config = Config(tmp_path / "halo.toml", "c", "auto", NODES)
     bad = FakeRunner().on(["h", "inventory"], Result((), 0, garbage, ""))
     good = FakeRunner().on(["h", "inventory"], Result((), 0, GOOD, ""))
-    reports = gather(config, {"a": bad, "b": good})
+    reports = gather(config, clients_from(config, {"a": bad, "b": good}))
     assert reports[0].inventory is None and reports[1].inventory is not None
     error = reports[0].error or ""
     assert error.startswith("a: unreadable inventory from h (") and "\n" not in error

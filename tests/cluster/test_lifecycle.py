@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.handle import Cluster as Handle
 from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError
-from halo_cluster.cluster.lifecycle_plan import node_script
 from halo_cluster.cluster.state import read_state
 from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.quote import node_script
+from halo_cluster.runner.result import Result
 from tests.conftest import ROOTS, strix_peer
 
 VERSIONS = {
@@ -91,7 +92,7 @@ class Cluster:
         )
         original = runner.run
 
-        def run(argv, stdin=None, timeout=30.0):  # type: ignore[no-untyped-def]
+        def run(argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
             if list(argv) == ["bash", "-s"] and "ray-nodes" in (stdin or ""):
                 self.ray_clients.append(stdin or "")
                 return original(["/opt/halo/bin/halo", "ray-nodes"], None, timeout)
@@ -213,7 +214,7 @@ def test_status_and_down_with_an_unreachable_node(tmp_path: Path) -> None:
         ("strix1", True, "roce"),
         ("strix2", True, "roce"),
     ]
-    cluster.runners["strix2"].run = lambda argv, stdin=None, timeout=30.0: Result(  # type: ignore[method-assign]
+    cluster.runners["strix2"].run = lambda argv, stdin=None, timeout=30.0, on_line=None: Result(  # type: ignore[method-assign]
         tuple(argv), 255, "", "ssh: connect to host 192.168.1.52 port 22: No route to host"
     )
     outcome = lifecycle.down()

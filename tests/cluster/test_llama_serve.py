@@ -15,7 +15,7 @@ from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
-from halo_cluster.runner import Result
+from halo_cluster.runner.result import Result
 from tests.cluster.test_serve import NODES, Node, cluster, serve
 from tests.conftest import OUTPUTS
 
@@ -37,7 +37,7 @@ class LlamaNode(Node):
     """A scripted node that also answers 'halo gguf-layers' (a model of 4 blocks)."""
 
     def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
-        if "gguf-layers" in (stdin or ""):
+        if "gguf-layers" in (stdin or "") or "gguf-layers" in argv:
             self.scripts.append(stdin or "")
             return Result(tuple(argv), 0, "4\n", "")
         return super().run(argv, stdin, timeout, on_line)

@@ -29,7 +29,7 @@ from halo_cluster.engines.vllm_argv import (
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import Result
+from halo_cluster.runner.result import Result
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS
 

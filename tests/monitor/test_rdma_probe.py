@@ -6,7 +6,8 @@ from halo_cluster.monitor.exporter import Exporter
 from halo_cluster.monitor.exposition import parse
 from halo_cluster.monitor.rdma_probe import RdmaProber, RdmaTarget
 from halo_cluster.monitor.sampler import Sampler
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from tests.conftest import OUTPUTS, ROOTS
 
 

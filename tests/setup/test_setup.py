@@ -11,7 +11,8 @@ import pytest
 
 from halo_cluster.errors import ParseError
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.runner import FakeRunner, Result
+from halo_cluster.runner.fake import FakeRunner
+from halo_cluster.runner.result import Result
 from halo_cluster.setup.apply import SetupError, apply_plan, current_plan
 from halo_cluster.setup.container import container_argv
 from halo_cluster.setup.grub import edit_grub, grub_args

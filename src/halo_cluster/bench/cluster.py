@@ -1,4 +1,4 @@
-"""What every cluster benchmark starts from: the config, a runner per node, each node's
+"""What every cluster benchmark starts from: the config, a client per node, each node's
 facts and its own transport plan, and the stamp that goes into every result."""
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ from halo_cluster.bench.collective import read_events
 from halo_cluster.bench.net import interface_for
 from halo_cluster.bench.remote import RemoteJobs
 from halo_cluster.checks.context import NodeReport
+from halo_cluster.client.node import NodeClient, ssh_clients
 from halo_cluster.cluster.auth import ray_env
-from halo_cluster.cluster.gather import gather, ssh_runners
+from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, UsageError
 from halo_cluster.errors import NodeLost as NodeLost
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import Runner
 from halo_cluster.transport import TransportPlan
 
 
 @dataclass
 class BenchCluster:
     config: Config
-    runners: Mapping[str, Runner]
+    clients: Mapping[str, NodeClient]
     reports: list[NodeReport]
     plans: dict[str, TransportPlan]
 
@@ -64,7 +64,7 @@ class BenchCluster:
 def prepare(
     config_path: str | None,
     progress: Callable[[str], None],
-    runners: Mapping[str, Runner] | None = None,
+    clients: Mapping[str, NodeClient] | None = None,
     config: Config | None = None,
 ) -> BenchCluster:
     """Load the config, gather every node's facts and plan; a node that does not answer is a
@@ -76,14 +76,14 @@ def prepare(
         if path is None:
             raise UsageError("no cluster config: pass --config halo.toml (halo lab up writes one)")
         config = load_config(path)
-    runners = runners or ssh_runners(config)
+    clients = clients or ssh_clients(config)
     progress(f"gathering facts from {len(config.nodes)} node(s)")
-    reports = gather(config, runners)
+    reports = gather(config, clients)
     lost = [r for r in reports if r.inventory is None]
     if lost:
         raise NodeLost("; ".join(f"{r.node.name} does not answer ({r.error})" for r in lost))
     plans = plan_nodes(config, reports)
-    return BenchCluster(config, runners, reports, plans)
+    return BenchCluster(config, clients, reports, plans)
 
 
 def drive_remote(
@@ -95,7 +95,8 @@ def drive_remote(
     """Run ``halo bench-driver`` on the head with ``spec``; its result body. Progress lines
     are shown as they come; Ctrl-C or a failure stops the driver (and so its ranks)."""
     head = cluster.config.head
-    jobs = RemoteJobs(cluster.runners)
+    client = cluster.clients[head.name]
+    jobs = RemoteJobs(cluster.clients)
     spec = {**spec, "run_id": jobs.run_id}
 
     rows: list[object] = []
@@ -114,7 +115,7 @@ def drive_remote(
         done = jobs.run(
             head,
             "driver",
-            head.command("bench-driver"),
+            client.command("bench-driver"),
             limit_s,
             env={"HALO_BENCH_SPEC": json.dumps(spec), **ray_env(cluster.config)},
             on_line=on_line,
@@ -127,7 +128,7 @@ def drive_remote(
     if result is not None:
         return result
     if error is None:
-        answer = cluster.runners[head.name].run([*head.exec_prefix, "true"], timeout=10)
+        answer = client.run(["true"], timeout=10)
         if not answer.ok:
             error = f"lost the head {head.name}: {answer.error_text()}"
         elif done.returncode == 124:

@@ -21,7 +21,7 @@ from halo_cluster.bench.allreduce import (
 from halo_cluster.bench.events import Emit
 from halo_cluster.bench.rank import Worker
 from halo_cluster.errors import DriverError
-from halo_cluster.runner import LocalRunner
+from halo_cluster.runner.local import LocalRunner
 from halo_cluster.schema import SweepRow
 from halo_cluster.stats import quantile
 from halo_cluster.units import human_bytes

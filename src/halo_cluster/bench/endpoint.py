@@ -28,7 +28,8 @@ from typing import IO, Any
 
 from halo_cluster.config import Config
 from halo_cluster.errors import HaloError
-from halo_cluster.runner import LocalRunner, SSHRunner
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.ssh import SSHRunner
 
 WILDCARD = ("0.0.0.0", "::", "")
 LOOPBACK = ("localhost", "::1")

@@ -20,11 +20,12 @@ from halo_cluster.bench.net_legs import link_limits as link_limits
 from halo_cluster.bench.net_legs import pairs_of as pairs_of
 from halo_cluster.bench.net_legs import pct
 from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
+from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import BenchError as BenchError
 from halo_cluster.errors import ParseError, UsageError
 from halo_cluster.facts.model import Inventory
-from halo_cluster.runner import TIMED_OUT, Runner
+from halo_cluster.runner.result import TIMED_OUT
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import PerftestDevice, perftest_device
@@ -48,7 +49,7 @@ class NetBench:
     def __init__(
         self,
         config: Config,
-        runners: Mapping[str, Runner],
+        clients: Mapping[str, NodeClient],
         plans: Mapping[str, TransportPlan],
         inventories: Mapping[str, Inventory | None],
         *,
@@ -62,7 +63,7 @@ class NetBench:
         jobs: RemoteJobs | None = None,
     ) -> None:
         self.config = config
-        self.runners = runners
+        self.clients = clients
         self.plans = plans
         self.inventories = inventories
         self.seconds = seconds
@@ -72,7 +73,7 @@ class NetBench:
         self.port = port
         self.bandwidth = bandwidth
         self.progress = progress or (lambda _m: None)
-        self.jobs = jobs or RemoteJobs(runners)
+        self.jobs = jobs or RemoteJobs(clients)
         self._tools: dict[str, set[str]] = {}
         self._ports = iter(range(port, port + 1000))
         self.result: dict[str, Any] = {}
@@ -86,9 +87,7 @@ class NetBench:
                 + "ib_write_lat --help 2>&1 | grep -q -- --out_json && echo perftest-json\n"
                 + "exit 0\n"
             )
-            result = self.runners[node.name].run(
-                [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=30
-            )
+            result = self.clients[node.name].script(script, timeout=30)
             if not result.ok:
                 raise BenchError(f"{node.name} does not answer: {result.error_text()}")
             self._tools[node.name] = set(result.stdout.split())
@@ -235,7 +234,7 @@ class NetBench:
         leg: Leg | None = None,
     ) -> None:
         for node in nodes:
-            answer = self.runners[node.name].run([*node.exec_prefix, "true"], timeout=10)
+            answer = self.clients[node.name].run(["true"], timeout=10)
             if not answer.ok:
                 raise BenchError(f"lost {node.name}: it does not answer ({answer.error_text()})")
         if timed_out and leg is not None:
@@ -274,9 +273,10 @@ class NetBench:
                 return ["qperf", "--listen_port", str(port)], tools.qperf_argv(
                     target, port, seconds, test
                 )
-            server = leg.peer.command("net-probe", "serve", "--bind", target, "--port", str(port))
+            peer, node = self.clients[leg.peer.name], self.clients[leg.node.name]
+            server = peer.command("net-probe", "serve", "--bind", target, "--port", str(port))
             server += ["--limit", f"{self._limit() + 5:g}"]
-            client = leg.node.command("net-probe", "ping" if kind == "lat" else "stream")
+            client = node.command("net-probe", "ping" if kind == "lat" else "stream")
             client += [f"{target}:{port}", "--seconds", f"{seconds:g}"]
             if kind == "bw":
                 client += ["--streams", str(self.streams)]

@@ -12,8 +12,11 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 
+from halo_cluster.client.fanout import fan_out
+from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
-from halo_cluster.runner import LineSink, Result, Runner, exports
+from halo_cluster.runner.quote import exports
+from halo_cluster.runner.result import LineSink, Result
 
 JOB_DIR = '"${XDG_RUNTIME_DIR:-/tmp}/halo-bench"'
 KILL_GRACE_S = 2
@@ -21,8 +24,8 @@ PORT_IN_USE = 98  # start()'s exit code when something already listens on the po
 
 
 class RemoteJobs:
-    def __init__(self, runners: Mapping[str, Runner], run_id: str | None = None) -> None:
-        self.runners = runners
+    def __init__(self, clients: Mapping[str, NodeClient], run_id: str | None = None) -> None:
+        self.clients = clients
         self.run_id = run_id or os.urandom(4).hex()
         self.touched: dict[str, NodeConfig] = {}
         self._seq = 0
@@ -37,9 +40,7 @@ class RemoteJobs:
         self, node: NodeConfig, script: str, timeout: float, on_line: LineSink | None = None
     ) -> Result:
         self.touched[node.name] = node
-        return self.runners[node.name].run(
-            [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=timeout, on_line=on_line
-        )
+        return self.clients[node.name].script(script, timeout, on_line)
 
     def start(
         self,
@@ -113,10 +114,11 @@ class RemoteJobs:
     def cleanup(self) -> dict[str, str]:
         """Kill every process of this run on every node it touched; per node: done or why not."""
         script = self._kill_script("*")
-        outcome = {}
-        for name, node in self.touched.items():
-            result = self.runners[name].run(
-                [*node.exec_prefix, "bash", "-s"], stdin=script, timeout=15
-            )
-            outcome[name] = "clean" if result.ok else f"not cleaned: {result.error_text()}"
-        return outcome
+        done = fan_out(self.touched, lambda name: self.clients[name].script(script, timeout=15))
+        return {outcome.item: _cleaned(outcome.value, outcome.error) for outcome in done}
+
+
+def _cleaned(result: Result | None, error: Exception | None) -> str:
+    if result is not None and result.ok:
+        return "clean"
+    return f"not cleaned: {result.error_text() if result is not None else error}"

@@ -201,7 +201,7 @@ def bench_net(
     cluster = prepare(config_path, progress)
     runner = NetBench(
         cluster.config,
-        cluster.runners,
+        cluster.clients,
         cluster.plans,
         cluster.inventories,
         seconds=seconds,

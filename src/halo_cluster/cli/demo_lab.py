@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halo_cluster.runner import LocalRunner
+from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,12 +71,12 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
 
 def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
     from halo_cluster.cli.doctor import render_report
+    from halo_cluster.client.node import ssh_clients
     from halo_cluster.cluster.doctor import doctor_cluster
-    from halo_cluster.cluster.gather import ssh_runners
     from halo_cluster.config import load_config
 
     config = load_config(Path(state.dir) / "halo.toml")
-    report = doctor_cluster(config, ssh_runners(config))
+    report = doctor_cluster(config, ssh_clients(config))
     from halo_cluster.config import halo_node_code
 
     code = halo_node_code()
@@ -102,6 +102,7 @@ def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
 ) -> dict[str, Any]:
     from halo_cluster.cli.monitor import scrape
+    from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
     from halo_cluster.monitor.deploy import exec_start, install_units, plan_units
     from halo_cluster.monitor.frame import build_frame, render_frame
@@ -113,7 +114,7 @@ def _monitor(
     # so each unit's ExecStart is started here, inside its node
     code = halo_node_code()
     units = plan_units(config, config.nodes, code, "mgmt", 9877, "250ms")
-    installed = install_units(config, units, code)
+    installed = install_units(ssh_clients(config), units, code)
     for unit, node in zip(units, state.nodes, strict=True):
         if installed[unit.node]["installed"]:
             procs.append(local.start(lab.exec_argv(node, exec_start(unit.unit))))

@@ -58,8 +58,8 @@ def doctor(
 def _run(
     root: str | None, config_path: str | None, names: list[str], transport: str | None, quiet: bool
 ) -> DoctorReport:
+    from halo_cluster.client.node import ssh_clients
     from halo_cluster.cluster.doctor import doctor_cluster, doctor_local
-    from halo_cluster.cluster.gather import ssh_runners
     from halo_cluster.config import find_config, load_config
 
     path = None if root else find_config(config_path)
@@ -78,7 +78,7 @@ def _run(
         if not quiet:
             click.echo(f"  {name}: done", err=True)
 
-    return doctor_cluster(config, ssh_runners(config), names, progress)
+    return doctor_cluster(config, ssh_clients(config), names, progress)
 
 
 def render_report(out: Console, report: DoctorReport) -> None:

@@ -317,9 +317,10 @@ def exporter_unit(
     data: dict[str, Any] = {u.node: u.to_dict() for u in units}
     failed = False
     if do_install:
+        from halo_cluster.client.node import ssh_clients
         from halo_cluster.monitor.deploy import install_units
 
-        for name, outcome in install_units(config, units, code).items():
+        for name, outcome in install_units(ssh_clients(config), units, code).items():
             data[name].update(outcome)
             failed = failed or not outcome["installed"]
             if not as_json:

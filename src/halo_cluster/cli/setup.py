@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,29 +115,27 @@ def _remote(
     yes: bool,
 ) -> dict[str, Any]:
     from halo_cluster.cli.options import require_config
-    from halo_cluster.cluster.gather import ssh_runners
-    from halo_cluster.errors import SetupError
+    from halo_cluster.client.node import ssh_clients
+    from halo_cluster.errors import NodeCallError, SetupError
 
     config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
-    runners = ssh_runners(config)
+    for name in names:
+        config.node(name)  # an unknown name is a usage error before anything runs
+    clients = ssh_clients(config)
     if do_apply and not yes:
         click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
+    args = ["setup", "--local", "--json", "--distro", opts.distro, "--mtu", str(opts.mtu)]
+    args += [f"--step={s}" for s in steps]
+    args += ["--fabric-iface", opts.fabric_iface] if opts.fabric_iface else []
+    args += ["--address", opts.address] if opts.address else []
+    args += ["--apply", "--yes"] if do_apply else []
     data = {}
     for name in names:
-        node = config.node(name)
-        argv = [
-            *node.exec_prefix,
-            *node.command("setup", "--local", "--json", "--distro", opts.distro),
-            *("--mtu", str(opts.mtu)),
-        ]
-        argv += [f"--step={s}" for s in steps]
-        argv += ["--fabric-iface", opts.fabric_iface] if opts.fabric_iface else []
-        argv += ["--address", opts.address] if opts.address else []
-        argv += ["--apply", "--yes"] if do_apply else []
-        result = runners[name].run(argv, timeout=900)
-        if not result.ok:
-            raise SetupError(f"{name}: {shlex.join(argv)} failed: {result.error_text()}")
-        data[name] = next(iter(json.loads(result.stdout)["nodes"].values()))
+        try:
+            answer = clients[name].call_json(*args, timeout=900)
+        except NodeCallError as err:
+            raise SetupError(str(err)) from None
+        data[name] = next(iter(answer["nodes"].values()))
     return data
 
 

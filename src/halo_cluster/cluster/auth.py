@@ -3,7 +3,7 @@ the head's port can run code on every node.
 
 The token is made on the first ``halo up`` and kept next to the cluster's state file,
 mode 0600. It travels to the nodes only inside the scripts halo feeds to ``bash -s``
-(``runner.exports`` turns ``HALO_RAY_TOKEN`` into a 0600 token file on the node and
+(``runner.quote.exports`` turns ``HALO_RAY_TOKEN`` into a 0600 token file on the node and
 ``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN_PATH``): never argv, logs, JSON or the state.
 """
 
@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from halo_cluster.config import Config
-from halo_cluster.runner import RAY_TOKEN_ENV
+from halo_cluster.runner.quote import RAY_TOKEN_ENV
 
 _warned: set[str] = set()
 

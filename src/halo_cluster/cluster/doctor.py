@@ -12,10 +12,12 @@ from halo_cluster.checks.cluster import cluster_checks
 from halo_cluster.checks.context import NodeContext, NodeReport
 from halo_cluster.checks.node_code import check_node_python
 from halo_cluster.checks.platform import node_checks
+from halo_cluster.client.node import NodeClient
 from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.runner import LocalRunner, Runner
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.result import Runner
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,12 @@ def doctor_local(
 
 def doctor_cluster(
     config: Config,
-    runners: Mapping[str, Runner],
+    clients: Mapping[str, NodeClient],
     names: list[str] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DoctorReport:
     nodes = [config.node(name) for name in names] if names else list(config.nodes)
-    reports = gather(config, runners, nodes, progress)
+    reports = gather(config, clients, nodes, progress)
     per_node = {r.node.name: _node_findings(r, config.transport) for r in reports}
     return DoctorReport(per_node, cluster_checks(reports, config.transport))
 

@@ -1,82 +1,64 @@
-"""Gather every node's inventory (and fabric reachability) in parallel over its Runner."""
+"""Gather every node's inventory (and fabric reachability) in parallel, one client per node."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 
 from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
-from halo_cluster.config import Config, NodeConfig, halo_node_code
+from halo_cluster.client.fanout import each
+from halo_cluster.client.node import NodeClient, escaped, first_bytes
+from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
 from halo_cluster.nodecode import problem
-from halo_cluster.noderunner import NodeRunner
-from halo_cluster.runner import Runner, SSHRunner
 
 INVENTORY_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
 
 
-def ssh_runners(config: Config) -> dict[str, Runner]:
-    """One Runner per node: SSH, sending halo's node code where no halo is configured."""
-    return {n.name: node_runner(n, SSHRunner(n.ssh, config.ssh_config)) for n in config.nodes}
-
-
-def node_runner(node: NodeConfig, inner: Runner) -> NodeRunner:
-    code = None if node.halo else halo_node_code()
-    return NodeRunner(inner, node.exec_prefix, node.python, code)
-
-
 def gather(
     config: Config,
-    runners: Mapping[str, Runner],
+    clients: Mapping[str, NodeClient],
     nodes: list[NodeConfig] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[NodeReport]:
+    """Every chosen node's report, in the order of ``nodes`` (default: the config's)."""
     chosen = nodes if nodes is not None else list(config.nodes)
-    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
-        futures = [
-            pool.submit(_gather_node, config, node, runners[node.name], progress) for node in chosen
-        ]
-        return [future.result() for future in futures]
+    return each(chosen, lambda node: _done(progress, _report(config, clients[node.name])))
 
 
-def _gather_node(
-    config: Config, node: NodeConfig, runner: Runner, progress: Callable[[str], None] | None
-) -> NodeReport:
-    argv = [*node.exec_prefix, *node.command("inventory", "--json", "--versions")]
-    result = runner.run(argv, timeout=INVENTORY_TIMEOUT_S)
+def _report(config: Config, client: NodeClient) -> NodeReport:
+    node = client.node
+    result = client.call("inventory", "--json", "--versions", timeout=INVENTORY_TIMEOUT_S)
     if not result.ok:
         found = problem(result.returncode, result.stderr) if node.halo is None else None
         if found is not None and found.kind != "code":  # reached, but cannot run halo there
-            return _done(progress, NodeReport(node, None, found.detail, python=found))
-        return _done(progress, NodeReport(node, None, f"{node.ssh}: {result.error_text()}"))
+            return NodeReport(node, None, found.detail, python=found)
+        return NodeReport(node, None, f"{node.ssh}: {result.error_text()}")
     try:
         inv = inventory_from_dict(json.loads(result.stdout))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         # one line, whatever the node sent: the reason and the first bytes, escaped
-        shown = ascii(result.stdout[:60])
-        reason = ascii(str(err)[:120])[1:-1]
+        reason, shown = escaped(str(err), 120), first_bytes(result.stdout)
         message = f"{node.ssh}: unreadable inventory from {node.runs} ({reason}; got {shown})"
-        return _done(progress, NodeReport(node, None, message))
+        return NodeReport(node, None, message)
+    # on the host: the fabric is the machine's, not the container's
     pings = {
-        peer.name: runner.run(
+        peer.name: client.host_runner.run(
             ["ping", "-c", "1", "-W", "2", peer.fabric_address], timeout=PING_TIMEOUT_S
         ).ok
         for peer in config.nodes
         if peer.name != node.name and peer.fabric_address
     }
-    sent = isinstance(runner, NodeRunner) and runner.sent
-    report = NodeReport(node, inv, None, pings, _ethtool(runner, inv, node), code_sent=sent)
-    return _done(progress, report)
+    return NodeReport(node, inv, None, pings, _ethtool(client, inv), code_sent=client.sent)
 
 
-def _ethtool(runner: Runner, inv: Inventory, node: NodeConfig) -> dict[str, str] | None:
-    """``ethtool -i`` of the fabric interface; None when ethtool is not there."""
-    iface = inv.interface_with_address(node.fabric_address)
+def _ethtool(client: NodeClient, inv: Inventory) -> dict[str, str] | None:
+    """``ethtool -i`` of the fabric interface (on the host); None when ethtool is not there."""
+    iface = inv.interface_with_address(client.node.fabric_address)
     if iface is None:
         return None
-    result = runner.run(["ethtool", "-i", iface.name], timeout=PING_TIMEOUT_S)
+    result = client.host_runner.run(["ethtool", "-i", iface.name], timeout=PING_TIMEOUT_S)
     return {iface.name: result.stdout} if result.ok else None
 
 

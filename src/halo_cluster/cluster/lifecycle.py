@@ -21,7 +21,6 @@ from halo_cluster.cluster.lifecycle_plan import (
     START_TIMEOUT_S,
     expected_resources,
     node_env,
-    node_script,
     parse_nodes,
     ray_command,
     registered,
@@ -31,7 +30,9 @@ from halo_cluster.cluster.plans import make_plans
 from halo_cluster.cluster.state import NodeState, new_state, read_state, write_state
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import LifecycleError
-from halo_cluster.runner import Result, close_connections
+from halo_cluster.runner.quote import node_script
+from halo_cluster.runner.result import Result
+from halo_cluster.runner.sharing import close_connections
 from halo_cluster.transport import TransportPlan
 
 

@@ -1,17 +1,16 @@
 """What ``halo up`` runs where (pure): each node's ``ray start`` command line and
-environment, the script a node runs, what registration must show, and Ray's node table
-read back. The state file is ``cluster.state``; running it all is ``cluster.lifecycle``."""
+environment, what registration must show, and Ray's node table read back. The state file
+is ``cluster.state``; running it all is ``cluster.lifecycle``; the script a node runs is
+``runner.quote.node_script``."""
 
 from __future__ import annotations
 
 import json
-import shlex
-from collections.abc import Mapping
 from typing import Any
 
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.runner import Result, exports
+from halo_cluster.runner.result import Result
 from halo_cluster.transport import TransportPlan
 
 START_TIMEOUT_S = 120.0
@@ -19,11 +18,6 @@ START_TIMEOUT_S = 120.0
 # vLLM CPU adapter (engine/vllm_cpu_ray) makes it vLLM's device key on the CPU platform.
 ENGINE_RESOURCE = "vllm_cpu"
 REGISTER_TIMEOUT_S = 60.0
-
-
-def node_script(env: Mapping[str, str], argv: list[str]) -> str:
-    """The script a node runs: its environment exported, then the command (exec'd)."""
-    return f"set -e\n{exports(env)}exec {shlex.join(argv)}\n"
 
 
 def ray_command(config: Config, node: NodeConfig) -> str:

@@ -43,8 +43,7 @@ def make_plans(cluster: Cluster, force: bool = False) -> ClusterPlans:
     and plan every node; an unreachable node is a LifecycleError naming it."""
     config = cluster.config
     cluster.progress("gathering facts and checking every node")
-    runners = {name: client.runner for name, client in cluster.clients.items()}
-    reports = gather(config, runners)
+    reports = gather(config, cluster.clients)
     missing = [r for r in reports if r.inventory is None]
     if missing:
         raise LifecycleError(

@@ -11,9 +11,9 @@ from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
-from halo_cluster.cluster.lifecycle_plan import node_script
 from halo_cluster.config import NodeConfig
 from halo_cluster.facts.model import PathCounters
+from halo_cluster.runner.quote import node_script
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import counters_args
@@ -31,10 +31,10 @@ def mgmt_address(node: NodeConfig) -> str | None:
         return None
 
 
-def counters_argv(node: NodeConfig, plan: TransportPlan) -> list[str]:
-    """The node's ``counters`` command: the plan's paths (``transport.render``) and the
-    node's management address."""
-    argv = [*node.command("counters"), *counters_args(plan)]
+def counters_call(node: NodeConfig, plan: TransportPlan) -> list[str]:
+    """The node's ``counters`` command and its arguments: the plan's paths
+    (``transport.render``) and the node's management address."""
+    argv = ["counters", *counters_args(plan)]
     mgmt = mgmt_address(node)
     if mgmt and mgmt != plan.address:
         argv += ["--mgmt", mgmt]
@@ -67,8 +67,9 @@ def read_counters(
     """Every node's path counters, read in parallel ({} for a node that did not answer)."""
 
     def one(node: NodeConfig) -> dict[str, PathCounters]:
-        argv = counters_argv(node, plans[node.name])
-        result = clients[node.name].script(node_script({}, argv), 30)
+        client = clients[node.name]
+        argv = client.command(*counters_call(node, plans[node.name]))
+        result = client.script(node_script({}, argv), 30)
         return parse_counters(result.stdout) if result.ok else {}
 
     return dict(zip([n.name for n in nodes], each(nodes, one), strict=True))

@@ -71,13 +71,6 @@ class NodeConfig:
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this node's processes
     python: str = "python3"  # the node's Python (>= 3.9) for halo's node code
 
-    def command(self, *args: str) -> list[str]:
-        """argv of a node-side command (``halo_cluster.node``): the configured halo, else
-        halo's node code run by the node's Python (sent there when not cached)."""
-        if self.halo:
-            return [self.halo, *args]
-        return halo_node_code().argv(self.python, args)
-
     @property
     def runs(self) -> str:
         """How node-side commands run here, for people: the halo path or the Python."""

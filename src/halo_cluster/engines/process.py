@@ -9,7 +9,8 @@ import shlex
 from collections.abc import Mapping
 
 from halo_cluster.client.node import NodeClient
-from halo_cluster.runner import Result, exports
+from halo_cluster.runner.quote import exports
+from halo_cluster.runner.result import Result
 
 STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from halo_cluster.errors import LabError
 from halo_cluster.lab.state import LabState, control_dir
-from halo_cluster.runner import LocalRunner
+from halo_cluster.runner.local import LocalRunner
 
 
 def write_lab_files(state: LabState, ssh_keygen: str) -> None:

@@ -35,7 +35,9 @@ from halo_cluster.lab.state import (
     registered_names,
     write_state,
 )
-from halo_cluster.runner import LocalRunner, Runner, close_connections
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.result import Runner
+from halo_cluster.runner.sharing import close_connections
 
 TOOLS = {
     "ip": "iproute2 (Debian and Fedora)",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from halo_cluster.lab.state import control_dir, runtime_dir
-from halo_cluster.runner import LocalRunner
+from halo_cluster.runner.local import LocalRunner
 
 
 @dataclass(frozen=True)

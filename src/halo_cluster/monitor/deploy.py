@@ -5,10 +5,12 @@ against the hash in its name before it runs) with the node's own peers and addre
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.client.fanout import fan_out
+from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.nodecode import NodeCode
 
@@ -147,21 +149,24 @@ def plan_units(
 
 
 def install_units(
-    config: Config, units: Sequence[ExporterUnit], code: NodeCode
+    clients: Mapping[str, NodeClient], units: Sequence[ExporterUnit], code: NodeCode
 ) -> dict[str, dict[str, Any]]:
-    """Install every unit over SSH (host level: no exec_prefix); per node ``{installed,
-    started, error}``. A node that fails does not stop the others."""
-    from halo_cluster.runner import SSHRunner
+    """Install every unit, all nodes at once; per node ``{installed, started, error}``. On
+    the host, outside the node's exec_prefix: systemd and /var/lib/halo are the machine's,
+    not a container's. A node that fails does not stop the others."""
 
-    outcome = {}
-    for unit in units:
-        node = config.node(unit.node)
-        runner = SSHRunner(node.ssh, config.ssh_config)
-        done = runner.run(["bash", "-s"], install_script(unit, code), timeout=120)
+    def install(unit: ExporterUnit) -> dict[str, Any]:
+        done = clients[unit.node].host_script(install_script(unit, code), timeout=120)
         last = done.stdout.strip().splitlines()[-1:] if done.ok else []
-        outcome[unit.node] = {
+        return {
             "installed": done.ok,
             "started": done.ok and last == ["started"],
             "error": None if done.ok else done.error_text(),
         }
-    return outcome
+
+    return {o.item.node: o.value or _failed(o.error) for o in fan_out(units, install)}
+
+
+def _failed(error: Exception | None) -> dict[str, Any]:
+    """An install that raised (not a failed script: that is a Result) is not installed."""
+    return {"installed": False, "started": False, "error": str(error)}

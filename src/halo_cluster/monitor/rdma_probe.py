@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from halo_cluster.errors import ParseError
 from halo_cluster.perftest import parse_perftest_lat, perftest_argv
-from halo_cluster.runner import Runner
+from halo_cluster.runner.result import Runner
 
 RDMA_PROBE_PORT = 18515
 SIZE, ITERATIONS = 2, 1000

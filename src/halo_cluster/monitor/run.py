@@ -116,7 +116,7 @@ def rdma_prober(root: str, targets: Sequence[Target], every_s: float, say: Say) 
     from halo_cluster.errors import HaloError
     from halo_cluster.facts.inventory import collect_inventory
     from halo_cluster.monitor.rdma_probe import RdmaProber, RdmaTarget
-    from halo_cluster.runner import LocalRunner
+    from halo_cluster.runner.local import LocalRunner
     from halo_cluster.transport import plan_transport
     from halo_cluster.transport.render import perftest_device
 

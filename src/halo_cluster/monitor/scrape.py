@@ -6,9 +6,9 @@ the tests; scrape takes a fake HTTP GET). Nothing heavy is imported at module le
 from __future__ import annotations
 
 import urllib.error
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from halo_cluster.client.fanout import each
 from halo_cluster.errors import ParseError
 from halo_cluster.httpget import HttpGet, http_get
 
@@ -27,6 +27,6 @@ def scrape(target: str, timeout_s: float = 3.0, get: HttpGet = http_get) -> dict
 
 
 def scrape_all(targets: list[str]) -> dict[str, Any]:
-    """Every exporter at once: a slow one costs its own timeout, not everyone's."""
-    with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
-        return dict(zip(targets, pool.map(scrape, targets), strict=True))
+    """Every exporter at once (up to fanout's limit): a slow one costs its own timeout, not
+    everyone's. ``scrape`` answers an error as text, so nothing is raised."""
+    return dict(zip(targets, each(targets, scrape), strict=True))

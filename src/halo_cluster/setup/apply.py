@@ -12,7 +12,7 @@ from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import SetupError as SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
-from halo_cluster.runner import Runner
+from halo_cluster.runner.result import Runner
 from halo_cluster.setup.plan import Action, SetupOptions, Step, plan_setup
 
 APPLY_TIMEOUT_S = 600.0
@@ -84,7 +84,7 @@ def setup_here(
     ``confirm`` sees the pending step ids first (and raises to stop). Applying needs root
     and the real root directory (UsageError otherwise)."""
     from halo_cluster.errors import UsageError
-    from halo_cluster.runner import LocalRunner
+    from halo_cluster.runner.local import LocalRunner
 
     plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
     applied: list[str] = []

@@ -1,5 +1,6 @@
 """The Runner of a node without halo installed: halo's node code (``nodecode``) is made sure
-to be cached there before a command that uses it runs, and sent once when it is not."""
+to be cached there before a command that uses it runs, and sent once when it is not. It sits
+on top of the node's PrefixRunner: what it sends and checks runs inside ``exec_prefix``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from halo_cluster.nodecode import NodeCode, is_missing
-from halo_cluster.runner import LineSink, Result, Runner
+from halo_cluster.runner.result import LineSink, Result, Runner
 
 
 @dataclass
@@ -19,7 +20,6 @@ class NodeRunner:
     calls it is preceded by one check. Other commands pass straight through."""
 
     inner: Runner
-    prefix: Sequence[str] = ()
     python: str = "python3"
     code: NodeCode | None = None
     sent: bool = False  # whether this runner sent the code (for the doctor's evidence)
@@ -58,9 +58,7 @@ class NodeRunner:
         with self._lock:
             if self._ready:
                 return Result((), 0, "", "")
-            check = self.inner.run(
-                [*self.prefix, *self.code.argv(self.python, [])], timeout=timeout
-            )
+            check = self.inner.run(self.code.argv(self.python, []), timeout=timeout)
             if check.ok:
                 self._ready = True
                 return check
@@ -71,7 +69,7 @@ class NodeRunner:
     def _install(self, timeout: float) -> Result:
         """Send the code (the caller holds the lock)."""
         assert self.code is not None
-        argv = [*self.prefix, *self.code.install_argv(self.python)]
+        argv = self.code.install_argv(self.python)
         result = self.inner.run(argv, self.code.payload(), max(timeout, 60.0))
         if result.ok:
             self._ready = True

@@ -1,0 +1,45 @@
+"""FakeRunner: answers from a table, for tests (and for the lifecycle logic tested without
+machines). It records every argv and stdin it was given."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from halo_cluster.nodecode import as_halo
+from halo_cluster.runner.result import NOT_FOUND, LineSink, Result
+
+Answer = Result | Callable[[tuple[str, ...]], Result]
+
+
+@dataclass
+class FakeRunner:
+    """Answers by the first matching rule: (argv prefix, Result or function of argv)."""
+
+    rules: list[tuple[tuple[str, ...], Answer]] = field(default_factory=list)
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    stdins: list[str | None] = field(default_factory=list)
+
+    def on(self, prefix: Sequence[str], answer: Answer) -> FakeRunner:
+        self.rules.append((tuple(prefix), answer))
+        return self
+
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
+        args = tuple(argv)
+        self.calls.append(args)
+        self.stdins.append(stdin)
+        wanted = as_halo(args)  # halo's node code matches the rules for "halo CMD…"
+        for prefix, answer in self.rules:
+            if wanted[: len(prefix)] == prefix:
+                result = answer(args) if callable(answer) else answer
+                if on_line is not None:
+                    for line in result.stdout.splitlines():
+                        on_line(line)
+                return result
+        return Result(args, NOT_FOUND, "", f"{args[0]}: command not found")

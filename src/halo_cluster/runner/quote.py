@@ -1,0 +1,40 @@
+"""Scripts for ``bash -s`` (pure): values quoted, so nothing in them is ever parsed as code.
+
+A script travels on stdin, never in argv: what it exports (names, values, secrets such as
+an API key or Ray's token) does not show in ``ps`` on either end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from collections.abc import Mapping, Sequence
+
+SCRIPT_ARGV = ("bash", "-s")  # a script on stdin
+RAY_TOKEN_ENV = "HALO_RAY_TOKEN"  # a Ray auth token in a script's env (see cluster/auth.py)
+
+
+def exports(env: Mapping[str, str]) -> str:
+    """``export NAME=value`` lines for a script fed to ``bash -s``, every value quoted. A Ray
+    token (``RAY_TOKEN_ENV``) becomes a 0600 token file in the node's state directory and
+    ``RAY_AUTH_MODE=token`` + ``RAY_AUTH_TOKEN_PATH`` pointing at it."""
+    lines = [f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k != RAY_TOKEN_ENV]
+    token = env.get(RAY_TOKEN_ENV)
+    if token:
+        lines += _token_file(token)
+    return "".join(lines)
+
+
+def _token_file(token: str) -> list[str]:
+    name = f"ray-{hashlib.sha256(token.encode()).hexdigest()[:12]}.token"
+    return [
+        '_halo_state="${XDG_STATE_HOME:-$HOME/.local/state}/halo"\n',
+        f'(umask 077 && mkdir -p "$_halo_state" && printf %s {shlex.quote(token)} '
+        f'> "$_halo_state/{name}")\n',
+        f'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$_halo_state/{name}"\n',
+    ]
+
+
+def node_script(env: Mapping[str, str], argv: Sequence[str]) -> str:
+    """The script a node runs: its environment exported, then the command (exec'd)."""
+    return f"set -e\n{exports(env)}exec {shlex.join(argv)}\n"
