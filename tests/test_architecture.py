@@ -66,6 +66,58 @@ def test_lint_imports_fails_when_a_pure_module_does_io(copy: Path) -> None:
     assert "Pure modules import nothing that does I/O BROKEN" in broken.stdout
 
 
+def test_lint_imports_fails_when_an_engine_reaches_into_another(copy: Path) -> None:
+    llama = copy / "src" / "halo_cluster" / "engines" / "llama_cpp.py"
+    llama.write_text(llama.read_text() + "\nfrom halo_cluster.engines import vllm  # noqa\n")
+    broken = _lint(copy)
+    assert broken.returncode != 0
+    assert "No engine reaches into another BROKEN" in broken.stdout
+
+
+def _cycles(graph: object, modules: set[str]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for other in graph.find_modules_directly_imported_by(module):  # type: ignore[attr-defined]
+            if other not in modules:
+                continue
+            if other not in index:
+                visit(other)
+                low[module] = min(low[module], low[other])
+            elif other in stack:
+                low[module] = min(low[module], index[other])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                top = stack.pop()
+                group.append(top)
+                if top == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycle_in_src() -> None:
+    """No module imports itself through others (imports for the type checker only aside:
+    they do not run)."""
+    import grimp
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    graph = grimp.build_graph("halo_cluster", exclude_type_checking_imports=True, cache_dir=None)
+    assert _cycles(graph, set(graph.modules)) == []
+
+
 def test_the_diagram_is_generated_from_the_contracts() -> None:
     assert arch_diagram.documented() == arch_diagram.diagram(arch_diagram.contracts())
 

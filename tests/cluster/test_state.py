@@ -1,0 +1,101 @@
+"""The cluster state file: typed, versioned (halo.state/1), read once and written whole;
+a file of another schema, or garbage, is one line that says what to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from halo_cluster.cluster.state import (
+    ClusterState,
+    NodeState,
+    ServedState,
+    read_state,
+    state_path,
+    write_state,
+)
+from halo_cluster.config import Config, NodeConfig
+from halo_cluster.errors import StateError
+from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.transport import plan_transport
+from tests.conftest import ROOTS, halo
+
+NODES = (
+    NodeConfig("a", "root@198.18.250.1", "192.168.100.1"),
+    NodeConfig("b", "root@198.18.250.2", "192.168.100.2"),
+)
+
+
+def config(tmp_path: Path) -> Config:
+    path = tmp_path / "halo.toml"
+    path.write_text(
+        '[cluster]\nname = "s"\n'
+        + "".join(
+            f'\n[[node]]\nname = "{n.name}"\nssh = "{n.ssh}"\nfabric_address = "{n.fabric_address}"\n'
+            for n in NODES
+        )
+    )
+    return Config(path, "s", "auto", NODES)
+
+
+def test_a_state_reads_back_as_it_was_written(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    roce = plan_transport(collect_inventory(str(ROOTS / "strix-e810")), "roce", "192.168.100.2")
+    tcp = plan_transport(collect_inventory(str(ROOTS / "no-rdma")), "ethernet")
+    served = ServedState(
+        nodes=["a", "b"],
+        engine="llama.cpp",
+        model="/m/model.gguf",
+        executor="llama.cpp-rpc",
+        ranks=[{"rank": 0, "node": "b", "address": "192.168.100.2:50052"}],
+        proven="socket",
+        bytes_per_token={"a": {"fabric": 24_000.0, "mgmt": 12.0}},
+        started_at=2.0,
+    )
+    state = ClusterState(
+        "s", "a", "192.168.100.1", {"a": NodeState(roce, 1), "b": NodeState(tcp, 2)}, 1.0, served
+    )
+    write_state(cfg, state)
+    assert read_state(cfg) == state
+    assert json.loads(state_path(cfg).read_text())["schema"] == "halo.state/1"
+
+
+def test_no_state_is_none(tmp_path: Path) -> None:
+    assert read_state(config(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"schema": "halo.state/0", "cluster": "s"}', "its schema is 'halo.state/0'"),
+        ('{"cluster": "s", "nodes": {}}', "its schema is None"),
+        ("{not json", "Expecting property name enclosed in double quotes"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"schema": "halo.state/1", "head": "a"}', "missing or wrong field 'cluster'"),
+        (
+            '{"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {"a": {"plan": 3}}}',
+            "missing or wrong field",
+        ),
+    ],
+)
+def test_a_foreign_or_broken_state_is_one_line(tmp_path: Path, text: str, reason: str) -> None:
+    cfg = config(tmp_path)
+    state_path(cfg).parent.mkdir()
+    state_path(cfg).write_text(text)
+    with pytest.raises(StateError) as err:
+        read_state(cfg)
+    message = str(err.value)
+    assert message.startswith(f"{state_path(cfg)}: not a halo.state/1 state file halo can read")
+    assert reason in message and "\n" not in message
+    assert message.endswith("remove it, then run 'halo up' (or 'halo serve') again")
+
+
+def test_status_on_a_foreign_state_is_one_line_exit_2(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    state_path(cfg).parent.mkdir()
+    state_path(cfg).write_text('{"schema": "other/9"}')
+    done = halo("status", "--config", str(cfg.path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "its schema is 'other/9'" in done.stderr
