@@ -106,7 +106,7 @@ COUNTERS = [
     ),
     (
         "strix-e810",
-        ["--rdma", "rocep194s0"],  # no port: port 1
+        ["--rdma", "rocep194s0:1"],
         (None, None, ("rocep194s0", 1)),
         {
             "paths": {
@@ -187,6 +187,8 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         "a target without a port": ["net-probe", "ping", "nocolon"],
         "a size out of range": ["net-probe", "ping", "127.0.0.1:1", "--size", "0"],
         "setup --apply without --yes": ["setup", "--root", str(ROOTS / "strix-e810"), "--apply"],
+        "an RDMA port that is not a number": ["counters", "--rdma", "rocep194s0:x"],
+        "an RDMA port without its number": ["counters", "--rdma", "rocep194s0"],
     }
     got = {name: run_main(argv, capsys) for name, argv in cases.items()}
     assert got == {
@@ -209,6 +211,18 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
             2,
             "",
             "halo: error: setup --apply on a node needs --yes (the controller asks first)\n",
+        ),
+        "an RDMA port that is not a number": (
+            2,
+            "",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0:x': use DEVICE:PORT, "
+            "the port a number\n",
+        ),
+        "an RDMA port without its number": (
+            2,
+            "",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0': use DEVICE:PORT, "
+            "the port a number\n",
         ),
     }
 
