@@ -76,8 +76,17 @@ _NAMES = {
 def _is(kind: str, value: Any) -> bool:
     if kind in ("int", "number") and isinstance(value, bool):
         return False
-    types = {"str": str, "int": int, "number": (int, float), "bool": bool, "list": list}
-    return isinstance(value, types.get(kind, dict))
+    return isinstance(value, _TYPES[kind])
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "number": (int, float),
+    "bool": bool,
+    "list": list,
+    "object": dict,
+}
 
 
 def _strings(command: str, values: list[Any], where: str) -> tuple[str, ...]:
@@ -239,21 +248,21 @@ class Stream:
 
 
 def parse_ping(text: str) -> Ping:
-    data = _object("net-probe ping", _load("net-probe ping", text))
-    ints = [_get("net-probe ping", data, key, "int") for key in ("size", "samples")]
-    floats = [
-        float(_get("net-probe ping", data, key, "number"))
-        for key in ("p50_us", "p99_us", "avg_us")
-    ]
-    return Ping(*ints, *floats, tool=_get("net-probe ping", data, "tool", "str"))
+    command = "net-probe ping"
+    data = _object(command, _load(command, text))
+    keys = ("p50_us", "p99_us", "avg_us")
+    p50, p99, avg = (float(_get(command, data, key, "number")) for key in keys)
+    size, samples = (_get(command, data, key, "int") for key in ("size", "samples"))
+    return Ping(size, samples, p50, p99, avg, _get(command, data, "tool", "str"))
 
 
 def parse_stream(text: str) -> Stream:
-    data = _object("net-probe stream", _load("net-probe stream", text))
+    command = "net-probe stream"
+    data = _object(command, _load(command, text))
     return Stream(
-        _get("net-probe stream", data, "streams", "int"),
-        float(_get("net-probe stream", data, "gbps", "number")),
-        _get("net-probe stream", data, "tool", "str"),
+        _get(command, data, "streams", "int"),
+        float(_get(command, data, "gbps", "number")),
+        _get(command, data, "tool", "str"),
     )
 
 
