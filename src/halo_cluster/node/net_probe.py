@@ -85,9 +85,7 @@ def _connect(address: str, port: int, timeout_s: float) -> socket.socket:
     return conn
 
 
-def ping(
-    address: str, port: int, seconds: float, size: int = 64, timeout_s: float = 5.0
-) -> Ping:
+def ping(address: str, port: int, seconds: float, size: int = 64, timeout_s: float = 5.0) -> Ping:
     """Round trips of ``size`` bytes for ``seconds``; latency reported one way (RTT / 2)."""
     with _connect(address, port, timeout_s) as conn:
         conn.sendall(PING + struct.pack("!I", size))

@@ -52,15 +52,24 @@ def _list(command: str, value: Any, where: str = "") -> list[Any]:
 
 def _get(command: str, data: Mapping[str, Any], key: str, kind: str, where: str = "") -> Any:
     """``data[key]`` of ``kind``: str, int, number, bool, list, object; or ``kind?`` (or null)."""
-    place = f"{where}.{key}" if where else key
+    named = key if key.isidentifier() and key.isascii() else f"[{key!a}]"
+    place = f"{where}.{named}" if where and not named.startswith("[") else f"{where}{named}"
     if key not in data:
         raise WireError(f"{command}: no {place} (got keys {_shown(sorted(data))})")
     value = data[key]
     if kind.endswith("?") and value is None:
         return None
     if not _is(kind.rstrip("?"), value):
-        raise _fail(command, place, f"is not {_NAMES[kind.rstrip('?')]}", value)
-    return value
+        what = _NAMES[kind.rstrip("?")] + (" or null" if kind.endswith("?") else "")
+        raise _fail(command, place, f"is not {what}", value)
+    return _float(command, place, value) if kind == "number" else value  # 1 is a number too
+
+
+def _float(command: str, place: str, value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _fail(command, place, "is out of range", value) from None
 
 
 _NAMES = {
@@ -167,7 +176,7 @@ def parse_serve_probe(text: str) -> ServeProbe:
     return ServeProbe(
         _get("serve-probe", data, "model", "str"),
         _get("serve-probe", data, "completion_tokens", "int"),
-        float(_get("serve-probe", data, "seconds", "number")),
+        _get("serve-probe", data, "seconds", "number"),
     )
 
 
@@ -199,14 +208,15 @@ def parse_ray_nodes(text: str) -> tuple[RayNode, ...]:
         where = f"[{index}]"
         node = _object("ray-nodes", value, where)
         resources = _get("ray-nodes", node, "resources", "object", where)
-        for name, amount in resources.items():
-            if not _is("number", amount):
-                raise _fail("ray-nodes", f"{where}.resources[{name!a}]", "is not a number", amount)
+        amounts = {
+            name: _get("ray-nodes", resources, name, "number", f"{where}.resources")
+            for name in resources
+        }
         nodes.append(
             RayNode(
                 _get("ray-nodes", node, "address", "str", where),
                 _get("ray-nodes", node, "alive", "bool", where),
-                {name: float(amount) for name, amount in resources.items()},
+                amounts,
             )
         )
     return tuple(nodes)
@@ -250,20 +260,19 @@ class Stream:
 def parse_ping(text: str) -> Ping:
     command = "net-probe ping"
     data = _object(command, _load(command, text))
-    keys = ("p50_us", "p99_us", "avg_us")
-    p50, p99, avg = (float(_get(command, data, key, "number")) for key in keys)
+    tool = _get(command, data, "tool", "str")
     size, samples = (_get(command, data, key, "int") for key in ("size", "samples"))
-    return Ping(size, samples, p50, p99, avg, _get(command, data, "tool", "str"))
+    keys = ("p50_us", "p99_us", "avg_us")
+    p50, p99, avg = (_get(command, data, key, "number") for key in keys)
+    return Ping(size, samples, p50, p99, avg, tool)
 
 
 def parse_stream(text: str) -> Stream:
     command = "net-probe stream"
     data = _object(command, _load(command, text))
-    return Stream(
-        _get(command, data, "streams", "int"),
-        float(_get(command, data, "gbps", "number")),
-        _get(command, data, "tool", "str"),
-    )
+    tool = _get(command, data, "tool", "str")
+    streams = _get(command, data, "streams", "int")
+    return Stream(streams, _get(command, data, "gbps", "number"), tool)
 
 
 # -- setup -------------------------------------------------------------------------------------
@@ -322,15 +331,18 @@ def parse_setup(text: str) -> Setup:
 
 def _setup_step(step: Mapping[str, Any], index: int, where: str) -> SetupStep:
     at = f"{where}.steps[{index}]"
-    commands = _get("setup", step, "commands", "list", at)
-    return SetupStep(
-        _get("setup", step, "id", "str", at),
-        _get("setup", step, "title", "str", at),
-        _get("setup", step, "done", "bool", at),
-        _strings("setup", commands, f"{at}.commands"),
-        _get("setup", step, "reboot", "bool", at),
-        _get("setup", step, "check", "str?", at),
-        _get("setup", step, "note", "str", at),
+
+    def get(key: str, kind: str) -> Any:
+        return _get("setup", step, key, kind, at)
+
+    return SetupStep(  # read in the order printed: the first problem is the one named
+        get("id", "str"),
+        get("title", "str"),
+        get("done", "bool"),
+        _strings("setup", get("commands", "list"), f"{at}.commands"),
+        get("reboot", "bool"),
+        get("check", "str?"),
+        get("note", "str"),
     )
 
 

@@ -47,9 +47,7 @@ def gguf_layers_args(path: str) -> list[str]:
     return GGUF_LAYERS.argv(path=path)
 
 
-def ray_nodes_args(
-    wait: Sequence[str] | None = None, timeout: float | None = None
-) -> list[str]:
+def ray_nodes_args(wait: Sequence[str] | None = None, timeout: float | None = None) -> list[str]:
     """Ray's node table; with ``wait``, once these addresses are alive (``timeout`` s)."""
     return RAY_NODES.argv(wait=wait, timeout=timeout)
 

@@ -63,7 +63,7 @@ class Command:
             raise TypeError(f"{self.name}: no argument {', '.join(sorted(unknown))}")
         out = [self.name]
         for arg in self.args:
-            out += _written(arg, values.get(arg.dest))
+            out += _written(self.name, arg, values.get(arg.dest))
         return out
 
 
@@ -200,7 +200,7 @@ def read_peer(text: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def _written(arg: Arg, value: Any) -> list[str]:
+def _written(command: str, arg: Arg, value: Any) -> list[str]:
     if value is None or value is False:
         return []
     if arg.kind == FLAG:
@@ -208,10 +208,12 @@ def _written(arg: Arg, value: Any) -> list[str]:
     out: list[str] = []
     for item in value if arg.many else [value]:
         text = _text(arg.kind, item)
-        if arg.positional:
-            out.append(text)
-        else:
-            out += [f"{arg.name}={text}"] if arg.joined else [arg.name, text]
+        if arg.joined:
+            out.append(f"{arg.name}={text}")
+            continue
+        if text.startswith("-"):  # argparse would take it for an option
+            raise ValueError(f"{command} {arg.name}: {text!r} would read as an option")
+        out += [text] if arg.positional else [arg.name, text]
     return out
 
 
