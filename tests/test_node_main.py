@@ -154,19 +154,31 @@ def test_other_commands_under_python_3_9_print_the_same(
     commands = [
         ["counters", "--root", strix, "--fabric", "192.168.100.1", "--rdma", "rocep194s0:1"],
         ["counters", "--root", strix, "--fabric", "10.9.9.9"],
+        ["counters", "--rdma", "rocep194s0:one"],
         ["gguf-layers", str(model)],
         ["gguf-layers", str(junk)],
         ["serve-health"],
+        ["setup", "--root", strix, "--local", "--json", "--distro", "fedora", "--step=mtu"],
+        ["exporter", "--root", strix, "--once", "--peer", "strix2,fabric,192.168.100.2"],
+        ["exporter", "--root", strix, "--once", "--interval", "soon"],
+        ["net-probe", "ping", f"127.0.0.1:{free_port()}", "--seconds", "0.1"],
     ]
     code = node_code()
     runner = NodeRunner(LocalRunner(), (), py39, code)
     got = {}
     for argv in commands:
         result = runner.run(code.argv(py39, argv))
-        got[argv[0] + " " + argv[-1]] = (result.returncode, result.stdout, result.stderr)
-    expected = {argv[0] + " " + argv[-1]: run_main(argv, capsys) for argv in commands}
+        got[" ".join(argv)] = (result.returncode, result.stdout, result.stderr)
+    expected = {" ".join(argv): run_main(argv, capsys) for argv in commands}
     assert got == expected
-    assert expected["gguf-layers " + str(model)] == (0, "5\n", "")
+    assert expected[" ".join(commands[3])] == (0, "5\n", "")
+    assert [code for code, _out, _err in expected.values()] == [0, 0, 2, 0, 2, 2, 0, 0, 2, 1]
+    ray = runner.run(code.argv(py39, ["ray-nodes"]))  # no Ray in that Python
+    assert (ray.returncode, ray.stdout, ray.stderr) == (
+        1,
+        "",
+        "halo: error: ray is not installed in this environment\n",
+    )
 
 
 # -- errors: one line, halo's exit codes ------------------------------------------------------
