@@ -15,11 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.errors import WireError
 from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
-
-
-class WireError(ValueError):
-    """A node's answer that is not what its command prints (the message is one line)."""
 
 
 def _shown(value: Any) -> str:
