@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from halo_cluster.cluster import api
 from halo_cluster.httpget import FakeHttp, http_get
 from halo_cluster.monitor.scrape import scrape
+from halo_cluster.node import serve_api as api
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

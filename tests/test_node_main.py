@@ -106,6 +106,17 @@ COUNTERS = [
     ),
     (
         "strix-e810",
+        ["--rdma", "rocep194s0:1"],
+        (None, None, ("rocep194s0", 1)),
+        {
+            "paths": {
+                "rdma": {"name": "rocep194s0/1", "rx_bytes": 871234561024, "tx_bytes": 918273647168}
+            },
+            "warnings": [],
+        },
+    ),
+    (
+        "strix-e810",
         ["--fabric", "10.9.9.9", "--rdma", "mlx5_9:1"],
         ("10.9.9.9", None, ("mlx5_9", 1)),
         {
@@ -143,19 +154,31 @@ def test_other_commands_under_python_3_9_print_the_same(
     commands = [
         ["counters", "--root", strix, "--fabric", "192.168.100.1", "--rdma", "rocep194s0:1"],
         ["counters", "--root", strix, "--fabric", "10.9.9.9"],
+        ["counters", "--rdma", "rocep194s0:one"],
         ["gguf-layers", str(model)],
         ["gguf-layers", str(junk)],
         ["serve-health"],
+        ["setup", "--root", strix, "--local", "--json", "--distro", "fedora", "--step=mtu"],
+        ["exporter", "--root", strix, "--once", "--peer", "strix2,fabric,192.168.100.2"],
+        ["exporter", "--root", strix, "--once", "--interval", "soon"],
+        ["net-probe", "ping", f"127.0.0.1:{free_port()}", "--seconds", "0.1"],
     ]
     code = node_code()
     runner = NodeRunner(LocalRunner(), py39, code)
     got = {}
     for argv in commands:
         result = runner.run(code.argv(py39, argv))
-        got[argv[0] + " " + argv[-1]] = (result.returncode, result.stdout, result.stderr)
-    expected = {argv[0] + " " + argv[-1]: run_main(argv, capsys) for argv in commands}
+        got[" ".join(argv)] = (result.returncode, result.stdout, result.stderr)
+    expected = {" ".join(argv): run_main(argv, capsys) for argv in commands}
     assert got == expected
-    assert expected["gguf-layers " + str(model)] == (0, "5\n", "")
+    assert expected[" ".join(commands[3])] == (0, "5\n", "")
+    assert [code for code, _out, _err in expected.values()] == [0, 0, 2, 0, 2, 2, 0, 0, 2, 1]
+    ray = runner.run(code.argv(py39, ["ray-nodes"]))  # no Ray in that Python
+    assert (ray.returncode, ray.stdout, ray.stderr) == (
+        1,
+        "",
+        "halo: error: ray is not installed in this environment\n",
+    )
 
 
 # -- errors: one line, halo's exit codes ------------------------------------------------------
@@ -176,6 +199,8 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         "a target without a port": ["net-probe", "ping", "nocolon"],
         "a size out of range": ["net-probe", "ping", "127.0.0.1:1", "--size", "0"],
         "setup --apply without --yes": ["setup", "--root", str(ROOTS / "strix-e810"), "--apply"],
+        "an RDMA port that is not a number": ["counters", "--rdma", "rocep194s0:x"],
+        "an RDMA port without its number": ["counters", "--rdma", "rocep194s0"],
     }
     got = {name: run_main(argv, capsys) for name, argv in cases.items()}
     assert got == {
@@ -198,6 +223,18 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
             2,
             "",
             "halo: error: setup --apply on a node needs --yes (the controller asks first)\n",
+        ),
+        "an RDMA port that is not a number": (
+            2,
+            "",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0:x': use DEVICE:PORT, "
+            "the port a number\n",
+        ),
+        "an RDMA port without its number": (
+            2,
+            "",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0': use DEVICE:PORT, "
+            "the port a number\n",
         ),
     }
 

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from halo_cluster import __version__
 from halo_cluster.nodecode import (
     CANNOT_CACHE,
+    EXCLUDED,
     MISSING,
     TOO_OLD,
     ZIP_MAIN,
@@ -139,7 +140,7 @@ def test_the_archive_holds_the_node_side_only_with_fixed_timestamps() -> None:
     outside = [
         name
         for name in entries
-        if name.startswith(("halo_cluster/cli/", "halo_cluster/lab/", "halo_cluster/examples/"))
+        if name.startswith(tuple(f"halo_cluster/{part}/" for part in EXCLUDED))
         or "__pycache__" in name
     ]
     assert outside == []
@@ -154,6 +155,9 @@ def test_package_files_leave_out_the_controller_and_caches(tmp_path: Path) -> No
         "cli/__init__.py": "cli",
         "lab/lab.py": "lab",
         "examples/x.py": "ex",
+        "cluster/serve.py": "controller",
+        "report/html.py": "controller",
+        "plan/model.py": "controller",
         "__pycache__/a.py": "cache",
         "node/__pycache__/b.py": "cache",
         "data/readme.txt": "not python",

@@ -2,6 +2,7 @@
 
     HaloError                 anything halo reports to the user as a one-line message
     ├── ParseError            file or tool output halo cannot understand (path + text)
+    │   └── WireError         a node command's answer that is not what it prints (a ValueError)
     ├── UsageError            the user asked for something impossible
     │   ├── ConfigError       a bad halo.toml: file, field, line
     │   ├── StateError        a cluster state file halo did not write, or of another version
@@ -62,6 +63,18 @@ class ParseError(HaloError):
     def at(self, path: str) -> ParseError:
         """The same error, located at ``path``."""
         return ParseError(self.reason, self.text, path)
+
+
+class WireError(ParseError, ValueError):
+    """A node command's answer that is not what the command prints (node/wire/answers.py):
+    one line, the command, where in the answer, what was wrong and what came. A ValueError
+    too, for the code that reads answers with ``except ValueError``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+    def describe(self) -> str:
+        return self.reason  # the reason shows what came, escaped
 
 
 class UsageError(HaloError):

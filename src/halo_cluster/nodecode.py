@@ -1,13 +1,13 @@
 """halo's node-side code, sent to nodes that have no halo installed (agentless, like Ansible).
 
-The code is a zipapp of this package (without the command line and the lab), built the
-same way from the same files every time, so its sha256 *is* the version: the controller and
-the nodes cannot disagree. A node runs it as ``python3 -c BOOT HASH COMMAND…`` (through its
-``exec_prefix``): BOOT checks the Python version, then the cached file
-``~/.cache/halo/node-HASH.pyz`` (0600) against HASH, and only then imports from it. When the
-file is missing or does not match (a corrupted copy is deleted, never run), BOOT exits with
-``MISSING`` before anything runs, and ``NodeRunner`` sends the code once
-(``python3 -c BOOT HASH --install``, base64 on stdin) and runs the command again. Later
+The code is a zipapp of this package (without the command line, the lab and the other
+controller-only packages), built the same way from the same files every time, so its sha256
+*is* the version: the controller and the nodes cannot disagree. A node runs it as
+``python3 -c BOOT HASH COMMAND…`` (through its ``exec_prefix``): BOOT checks the Python
+version, then the cached file ``~/.cache/halo/node-HASH.pyz`` (0600) against HASH, and only
+then imports from it. When the file is missing or does not match (a corrupted copy is deleted,
+never run), BOOT exits with ``MISSING`` before anything runs, and ``NodeRunner`` sends the code
+once (``python3 -c BOOT HASH --install``, base64 on stdin) and runs the command again. Later
 commands send only the hash. Nothing here runs anything: ``runner.node_code`` does.
 """
 
@@ -25,7 +25,9 @@ MIN_PYTHON = (3, 9)
 CANNOT_CACHE = 96  # the cache directory is read-only or full
 MISSING = 97  # not cached here (or the copy did not match its hash): send it
 TOO_OLD = 98  # python3 is older than MIN_PYTHON
-EXCLUDED = ("cli", "lab", "examples")  # the controller's own parts
+# the controller's own parts, which the node side does not import (the "node" contract in
+# pyproject.toml); tests/test_node_py39.py checks that every module it runs is packed
+EXCLUDED = ("cli", "lab", "examples", "cluster", "report", "plan", "client")
 _MARK = "halo-node:"  # BOOT's own lines on stderr start with it
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same bytes
 

@@ -40,18 +40,15 @@ COMMANDS = {
 }
 
 
-# the node side's own commands (halo_cluster.node): run on nodes over SSH, not for people;
-# an installed halo hands them over, so a node runs the same code with or without halo
-NODE_ONLY = (
-    "bench-driver",
-    "counters",
-    "gguf-layers",
-    "net-probe",
-    "node-info",
-    "ray-nodes",
-    "serve-health",
-    "serve-probe",
-)
+def _node_only(args: list[str]) -> bool:
+    """A node-side command (halo_cluster.node.wire) that this CLI has no command of its own for
+    (it has ``inventory``, ``setup``, ``exporter``): run on nodes over SSH, not for people. An
+    installed halo hands it over, so a node runs the same code with or without halo."""
+    if not args or args[0].startswith("-") or args[0] in COMMANDS:
+        return False
+    from halo_cluster.node.wire import NAMES
+
+    return args[0] in NAMES
 
 
 class LazyGroup(click.Group):
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: maps halo's one-line errors and Ctrl-C to exit codes (errors.EXIT_CODES),
     never a traceback. Click's own usage errors keep click's code (2)."""
     args = sys.argv[1:] if argv is None else argv
-    if args and args[0] in NODE_ONLY:
+    if _node_only(args):
         from halo_cluster.node.main import main as node_main
 
         sys.exit(node_main(args))

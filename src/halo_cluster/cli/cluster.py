@@ -1,9 +1,8 @@
-"""``halo up``, ``halo status``, ``halo down`` (and the node-side ``halo ray-nodes``)."""
+"""``halo up``, ``halo status``, ``halo down`` (the node side's ``ray-nodes`` is in
+``halo_cluster.node``)."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 
 import click
@@ -131,22 +130,3 @@ def down(config_path: str | None, as_json: bool) -> int:
         for name, what in outcome.items():
             click.echo(f"{name}: {what}")
     return 0 if all(v == "stopped" for v in outcome.values()) else 1
-
-
-@click.option("--wait", "wait_for", metavar="ADDR,...", help="Wait until these are alive.")
-@click.option("--timeout", default=60.0, type=click.FloatRange(0, 3600))
-def ray_nodes(wait_for: str | None, timeout: float) -> int:
-    """Node side: the nodes of the local Ray cluster as JSON (exit 1 when none runs). With
-    --wait, poll until every address given is alive (exit 1 naming the missing ones)."""
-    from halo_cluster.cluster.ray_nodes import wait_for_nodes
-    from halo_cluster.errors import RayNodesError
-
-    wanted = {a for a in (wait_for or "").split(",") if a}
-    try:
-        nodes = wait_for_nodes(wanted, timeout)
-    except RayNodesError as err:
-        click.echo(f"halo: error: {err}", err=True)
-        return 1
-    json.dump(nodes, sys.stdout)
-    sys.stdout.write("\n")
-    return 0

@@ -1,4 +1,4 @@
-"""The standard-library GGUF header reader (plan/gguf_header.py) against the gguf package's own
+"""The standard-library GGUF header reader (node/gguf_header.py) against the gguf package's own
 GGUFReader, on files its GGUFWriter wrote (both byte orders); and on anything else, nothing
 but a one-line UsageError."""
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.gguf_header import block_count, read_metadata
+from halo_cluster.node.gguf_header import block_count, read_metadata
 
 T = gguf.GGUFValueType
 LITTLE, BIG = gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG

@@ -1,18 +1,18 @@
-"""The Ray node table, read on the head (``halo ray-nodes``): which nodes are registered and
-alive, straight from the GCS when this Ray allows it, else through a short-lived driver.
+"""The Ray node table, read on the head (the node command ``ray-nodes``): which nodes are
+registered and alive, straight from the GCS when this Ray allows it, else through a
+short-lived driver. Each node is the wire's ``RayNode`` (``node/wire/answers.py``).
 
-Imports Ray only inside the functions: the CLI module that calls it must stay light."""
+Imports Ray only inside the functions: the node side must stay light."""
 
 from __future__ import annotations
 
 import time
 
 from halo_cluster.errors import RayNodesError
+from halo_cluster.node.wire.answers import RayNode
 
-Node = dict[str, object]  # {"address": str, "alive": bool, "resources": {name: amount}}
 
-
-def wait_for_nodes(wanted: set[str], timeout_s: float) -> list[Node]:
+def wait_for_nodes(wanted: set[str], timeout_s: float) -> list[RayNode]:
     """The node table once every address in ``wanted`` is alive (at once when it is empty).
     Raises RayNodesError when Ray is missing, no cluster runs here, or the wait runs out."""
     try:
@@ -27,7 +27,7 @@ def wait_for_nodes(wanted: set[str], timeout_s: float) -> list[Node]:
             if not wanted or time.monotonic() > deadline:
                 raise RayNodesError(f"no Ray cluster here ({err})") from None
             nodes = []
-        alive = {n["address"] for n in nodes if n["alive"]}
+        alive = {n.address for n in nodes if n.alive}
         if wanted <= alive:
             return nodes
         if time.monotonic() > deadline:
@@ -36,7 +36,7 @@ def wait_for_nodes(wanted: set[str], timeout_s: float) -> list[Node]:
         time.sleep(0.1)
 
 
-def _gcs_nodes() -> list[Node]:
+def _gcs_nodes() -> list[RayNode]:
     """Node table straight from the GCS (no driver is registered, so it is quick); through
     a driver (ray.init) when this Ray has no such client."""
     import ray
@@ -57,16 +57,12 @@ def _gcs_nodes() -> list[Node]:
     except Exception as err:  # the client raises Ray's own RPC errors
         raise ConnectionError(str(err).splitlines()[0] if str(err) else repr(err)) from None
     return [
-        {
-            "address": info.node_manager_address,
-            "alive": info.state == alive_state,
-            "resources": dict(info.resources_total),
-        }
+        RayNode(info.node_manager_address, info.state == alive_state, dict(info.resources_total))
         for info in infos
     ]
 
 
-def _driver_nodes() -> list[Node]:
+def _driver_nodes() -> list[RayNode]:
     import logging
 
     import ray
@@ -76,11 +72,7 @@ def _driver_nodes() -> list[Node]:
     )
     try:
         return [
-            {
-                "address": n["NodeManagerAddress"],
-                "alive": bool(n["Alive"]),
-                "resources": n["Resources"],
-            }
+            RayNode(n["NodeManagerAddress"], bool(n["Alive"]), n["Resources"])
             for n in ray.nodes()  # type: ignore[no-untyped-call]
         ]
     finally:

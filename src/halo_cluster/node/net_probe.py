@@ -13,8 +13,8 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
 
+from halo_cluster.node.wire.answers import Ping, Stream
 from halo_cluster.stats import quantile  # nearest rank, as everywhere in halo
 
 PING, STREAM = b"P", b"S"
@@ -73,7 +73,7 @@ def serve(address: str, port: int, limit_s: float) -> None:
             listener.settimeout(min(left, 1.0))
             try:
                 conn, _peer = listener.accept()
-            except TimeoutError:
+            except socket.timeout:  # not TimeoutError before Python 3.10
                 continue
             conn.settimeout(None)
             threading.Thread(target=_serve_one, args=(conn,), daemon=True).start()
@@ -85,9 +85,7 @@ def _connect(address: str, port: int, timeout_s: float) -> socket.socket:
     return conn
 
 
-def ping(
-    address: str, port: int, seconds: float, size: int = 64, timeout_s: float = 5.0
-) -> dict[str, Any]:
+def ping(address: str, port: int, seconds: float, size: int = 64, timeout_s: float = 5.0) -> Ping:
     """Round trips of ``size`` bytes for ``seconds``; latency reported one way (RTT / 2)."""
     with _connect(address, port, timeout_s) as conn:
         conn.sendall(PING + struct.pack("!I", size))
@@ -110,19 +108,13 @@ def ping(
             add(now - start)
             start = now
     p50, p99 = quantile(rtts, 0.50) or 0.0, quantile(rtts, 0.99) or 0.0
-    return {
-        "tool": "builtin",
-        "size": size,
-        "samples": len(rtts),
-        "p50_us": p50 / 2 * 1e6,
-        "p99_us": p99 / 2 * 1e6,
-        "avg_us": sum(rtts) / len(rtts) / 2 * 1e6,
-    }
+    average = sum(rtts) / len(rtts) if rtts else 0.0  # none when ``seconds`` is not above 0
+    return Ping(size, len(rtts), p50 / 2 * 1e6, p99 / 2 * 1e6, average / 2 * 1e6)
 
 
 def stream(
     address: str, port: int, seconds: float, streams: int = 4, timeout_s: float = 5.0
-) -> dict[str, Any]:
+) -> Stream:
     """``streams`` parallel TCP streams for ``seconds``; the bytes the server counted, in Gb/s."""
     counted: list[int] = []
     errors: list[str] = []
@@ -152,4 +144,4 @@ def stream(
     took = time.monotonic() - start
     if errors:
         raise ConnectionError(errors[0])
-    return {"tool": "builtin", "streams": streams, "gbps": sum(counted) * 8 / took / 1e9}
+    return Stream(streams, sum(counted) * 8 / took / 1e9)

@@ -1,6 +1,6 @@
-"""Node side: talk to the OpenAI-compatible server on this node (``halo serve-health``,
-``halo serve-probe``). Run on the head over SSH, so a server bound to 127.0.0.1 is
-reached too."""
+"""Node side: talk to the OpenAI-compatible server on this node (``serve-health``,
+``serve-probe``). Run on the head over SSH, so a server bound to 127.0.0.1 is reached too.
+The answers are the wire's (``node/wire/answers.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 from halo_cluster.httpget import http_get
+from halo_cluster.node.wire.answers import ServeHealth, ServeProbe
 
 PROBE_PROMPT = "The fabric between the nodes carries"
 
@@ -19,13 +20,19 @@ def _get(url: str, key: str | None, timeout_s: float) -> str:
     return http_get(url, headers, timeout_s, 1 << 20).decode("utf-8", "replace")
 
 
-def health(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> dict[str, Any]:
-    """GET /health and /v1/models of the server on this node."""
+def health(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> ServeHealth:
+    """GET /health (any answer but an HTTP error will do) and /v1/models of the server on this
+    node: the ids of the models it lists (None for an entry without one)."""
     base = f"http://{host}:{port}"
-    return {
-        "/health": _get(f"{base}/health", key, timeout_s),
-        "/v1/models": json.loads(_get(f"{base}/v1/models", key, timeout_s)),
-    }
+    _get(f"{base}/health", key, timeout_s)
+    listed = json.loads(_get(f"{base}/v1/models", key, timeout_s))
+    models = listed.get("data") if isinstance(listed, dict) else None
+    return ServeHealth(tuple(_model_id(m) for m in models) if isinstance(models, list) else ())
+
+
+def _model_id(entry: Any) -> str | None:
+    found = entry.get("id") if isinstance(entry, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> str:
@@ -39,7 +46,7 @@ def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) 
 
 def complete(
     host: str, port: int, key: str | None, tokens: int, timeout_s: float = 120.0
-) -> dict[str, Any]:
+) -> ServeProbe:
     """One greedy completion of exactly ``tokens`` tokens (EOS ignored): the tokens the
     server says it generated (its ``usage``) and the seconds it took."""
     model = served_model(host, port, key)
@@ -66,4 +73,4 @@ def complete(
     generated = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not isinstance(generated, int):
         raise ValueError("the server's answer has no usage.completion_tokens")
-    return {"model": model, "completion_tokens": generated, "seconds": round(seconds, 4)}
+    return ServeProbe(model, generated, round(seconds, 4))

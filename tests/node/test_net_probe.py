@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.bench import probe
+from halo_cluster.node import net_probe as probe
 from tests.conftest import free_port
 
 HALO = str(Path(sys.executable).parent / "halo")
@@ -26,11 +26,11 @@ def test_ping_and_stream_on_loopback() -> None:
             break
         except ConnectionRefusedError:
             threading.Event().wait(0.02)
-    assert latency["tool"] == "builtin" and latency["size"] == 256
-    assert latency["samples"] > 100
-    assert 0 < latency["p50_us"] <= latency["p99_us"] < 100_000
+    assert latency.tool == "builtin" and latency.size == 256
+    assert latency.samples > 100
+    assert 0 < latency.p50_us <= latency.p99_us < 100_000
     bandwidth = probe.stream("127.0.0.1", port, 0.3, streams=2)
-    assert bandwidth["gbps"] > 0.05 and bandwidth["streams"] == 2
+    assert bandwidth.gbps > 0.05 and bandwidth.streams == 2
 
 
 def test_quantile() -> None:

@@ -1,0 +1,201 @@
+"""Each node command's body, short: take the parsed arguments (``node/wire/commands.py``), call
+the code that does the work, print the answer (``node/wire/answers.py``). The work's own
+modules are imported inside each handler, so a command loads only what it uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from halo_cluster.jsonout import emit_json
+from halo_cluster.node.wire.answers import Counters, NodeInfo
+from halo_cluster.node.wire.commands import BENCH_SPEC_ENV, SERVE_KEY_ENV
+
+if TYPE_CHECKING:
+    from halo_cluster.monitor.run import ExporterSpec
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def inventory(args: argparse.Namespace) -> int:
+    from halo_cluster.facts.inventory import collect_inventory
+
+    emit_json(collect_inventory(args.root, versions=args.versions).to_dict())
+    return 0
+
+
+def counters(args: argparse.Namespace) -> int:
+    from halo_cluster.facts.counters import read_paths
+    from halo_cluster.facts.root import Root
+
+    reader = Root(args.root)
+    paths = read_paths(reader, args.fabric, args.mgmt, args.rdma)  # rdma: (device, port)
+    json.dump(Counters(paths, tuple(reader.warnings)).to_dict(), sys.stdout)
+    return 0
+
+
+def _serve_key() -> str | None:
+    return os.environ.get(SERVE_KEY_ENV) or None  # never in argv
+
+
+def serve_health(args: argparse.Namespace) -> int:
+    from halo_cluster.node.serve_api import health
+
+    try:
+        answer = health(args.host, args.port, _serve_key())
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"not healthy: {err}\n")
+        return 1
+    json.dump(answer.to_dict(), sys.stdout)
+    return 0
+
+
+def serve_probe(args: argparse.Namespace) -> int:
+    from halo_cluster.node.serve_api import complete
+
+    try:
+        answer = complete(args.host, args.port, _serve_key(), args.tokens)
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"request failed: {err}\n")
+        return 1
+    json.dump(answer.to_dict(), sys.stdout)
+    return 0
+
+
+def gguf_layers(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from halo_cluster.node.gguf_header import block_count
+
+    print(block_count(Path(args.path)))
+    return 0
+
+
+def ray_nodes(args: argparse.Namespace) -> int:
+    from halo_cluster.errors import RayNodesError
+    from halo_cluster.node.ray_nodes import wait_for_nodes
+
+    try:
+        nodes = wait_for_nodes(set(args.wait or ()), args.timeout)
+    except RayNodesError as err:
+        sys.stderr.write(f"halo: error: {err}\n")
+        return 1
+    json.dump([node.to_dict() for node in nodes], sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def net_probe(args: argparse.Namespace) -> int:
+    from halo_cluster.node import net_probe as probe
+
+    if args.mode == "serve":
+        probe.serve(args.bind, args.port, args.limit)
+        return 0
+    host, port = args.target
+    try:
+        if args.mode == "ping":
+            emit_json(probe.ping(host, port, args.seconds, args.size).to_dict())
+        else:
+            emit_json(probe.stream(host, port, args.seconds, args.streams).to_dict())
+    except OSError as err:
+        sys.stderr.write(f"halo: error: {host}:{port}: {err}\n")
+        return 1
+    return 0
+
+
+def bench_driver(args: argparse.Namespace) -> int:
+    from halo_cluster.bench.driver import main_driver
+
+    spec = os.environ.get(BENCH_SPEC_ENV, "")
+    return main_driver(spec, lambda line: print(line, flush=True))
+
+
+def setup(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from halo_cluster.setup.apply import setup_here
+    from halo_cluster.setup.plan import SetupOptions
+
+    if args.apply and not args.yes:
+        raise _usage("setup --apply on a node needs --yes (the controller asks first)")
+    home = str(Path.home()).lstrip("/")
+    opts = SetupOptions(args.distro, args.fabric_iface, args.address, args.mtu, home)
+    done = setup_here(args.root, opts, set(args.step) or None, args.apply)
+    emit_json({"nodes": {_hostname(args.root): done}})  # the shape of answers.Setup
+    return 0
+
+
+def _hostname(root: str) -> str:
+    from halo_cluster.facts.inventory import collect_inventory
+
+    return collect_inventory(root).hostname or "local"
+
+
+def exporter(args: argparse.Namespace) -> int:
+    from halo_cluster.monitor.run import once, run_exporter, stderr
+
+    try:
+        spec = _exporter_spec(args)
+    except ValueError as err:
+        raise _usage(str(err)) from None
+    if args.once:
+        sys.stdout.write(once(spec))
+        return 0
+    return run_exporter(spec, stderr)
+
+
+def _exporter_spec(args: argparse.Namespace) -> ExporterSpec:
+    from halo_cluster.monitor.probes import Target
+    from halo_cluster.monitor.run import ExporterSpec
+    from halo_cluster.units import parse_duration, parse_listen
+
+    address, port = parse_listen(args.listen)
+    port_of = args.probe_port
+    peers = [Target(name, path, peer, port_of) for name, path, peer in args.peer]
+    extra = [Target(peer, "extra", peer, port_of) for peer in args.probe]
+    every = args.rdma_probe_every
+    return ExporterSpec(
+        args.root,
+        address,
+        port,
+        [*peers, *extra],
+        args.echo,
+        port_of,
+        parse_duration(args.interval),
+        parse_duration(args.rescan),
+        parse_duration(every) if every else None,
+    )
+
+
+def node_info(args: argparse.Namespace) -> int:
+    import platform
+
+    from halo_cluster import __version__
+
+    emit_json(NodeInfo(__version__, platform.python_version()).to_dict())
+    return 0
+
+
+def _usage(message: str) -> Exception:
+    from halo_cluster.errors import UsageError
+
+    return UsageError(message)
+
+
+HANDLERS: dict[str, Handler] = {
+    "inventory": inventory,
+    "counters": counters,
+    "serve-health": serve_health,
+    "serve-probe": serve_probe,
+    "gguf-layers": gguf_layers,
+    "ray-nodes": ray_nodes,
+    "net-probe": net_probe,
+    "bench-driver": bench_driver,
+    "setup": setup,
+    "exporter": exporter,
+    "node-info": node_info,
+}

@@ -1,0 +1,371 @@
+"""What the node commands print, defined once: a frozen dataclass per answer whose
+``to_dict()`` is the JSON the node prints, and a ``parse_*`` function per command that reads it
+back on the controller. A malformed answer raises one ``WireError`` (a ValueError) whose
+message is one line: the command, where in the answer, what was wrong and what came.
+
+``inventory`` prints ``facts/model.py``'s Inventory (``parse_inventory`` reads it back);
+``bench-driver`` prints JSON lines (``bench/events.py``); ``exporter --once`` prints
+Prometheus text (``monitor/exposition.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.errors import WireError as WireError  # re-exported: the wire's error
+from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
+
+
+def _shown(value: Any) -> str:
+    return ascii(value)[:60]  # escaped: whatever came, the message stays one line
+
+
+def _fail(command: str, where: str, what: str, value: Any) -> WireError:
+    place = f" {where}" if where else ""
+    return WireError(f"{command}:{place} {what} (got {_shown(value)})")
+
+
+def _load(command: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise _fail(command, "", "not JSON", text) from None
+
+
+def _object(command: str, value: Any, where: str = "") -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(command, where, "is not an object" if where else "not an object", value)
+    return value
+
+
+def _list(command: str, value: Any, where: str = "") -> list[Any]:
+    if not isinstance(value, list):
+        raise _fail(command, where, "is not a list" if where else "not a list", value)
+    return value
+
+
+def _get(command: str, data: Mapping[str, Any], key: str, kind: str, where: str = "") -> Any:
+    """``data[key]`` of ``kind``: str, int, number, bool, list, object; or ``kind?`` (or null)."""
+    named = key if key.isidentifier() and key.isascii() else f"[{key!a}]"
+    place = f"{where}.{named}" if where and not named.startswith("[") else f"{where}{named}"
+    if key not in data:
+        raise WireError(f"{command}: no {place} (got keys {_shown(sorted(data))})")
+    value = data[key]
+    if kind.endswith("?") and value is None:
+        return None
+    if not _is(kind.rstrip("?"), value):
+        what = _NAMES[kind.rstrip("?")] + (" or null" if kind.endswith("?") else "")
+        raise _fail(command, place, f"is not {what}", value)
+    return _float(command, place, value) if kind == "number" else value  # 1 is a number too
+
+
+def _float(command: str, place: str, value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _fail(command, place, "is out of range", value) from None
+
+
+_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "number": "a number",
+    "bool": "true or false",
+    "list": "a list",
+    "object": "an object",
+}
+
+
+def _is(kind: str, value: Any) -> bool:
+    if kind in ("int", "number") and isinstance(value, bool):
+        return False
+    return isinstance(value, _TYPES[kind])
+
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "int": int,
+    "number": (int, float),
+    "bool": bool,
+    "list": list,
+    "object": dict,
+}
+
+
+def _strings(command: str, values: list[Any], where: str) -> tuple[str, ...]:
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            raise _fail(command, f"{where}[{index}]", "is not a string", value)
+    return tuple(values)
+
+
+# -- counters ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Counters:
+    """``counters``: path ("fabric", "mgmt", "rdma") -> its counters; paths not found are left
+    out and named in ``warnings``."""
+
+    paths: Mapping[str, PathCounters]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        paths = {name: counters.to_dict() for name, counters in self.paths.items()}
+        return {"paths": paths, "warnings": list(self.warnings)}
+
+
+def parse_counters(text: str) -> Counters:
+    data = _object("counters", _load("counters", text))
+    paths = {}
+    for name, value in _get("counters", data, "paths", "object").items():
+        where = f"paths[{name!a}]"
+        path = _object("counters", value, where)
+        paths[name] = PathCounters(
+            _get("counters", path, "name", "str", where),
+            _get("counters", path, "rx_bytes", "int?", where),
+            _get("counters", path, "tx_bytes", "int?", where),
+        )
+    warnings = _strings("counters", _get("counters", data, "warnings", "list"), "warnings")
+    return Counters(paths, warnings)
+
+
+# -- serve-health, serve-probe -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ServeHealth:
+    """``serve-health``: the server answered /health; the ids of the models it lists."""
+
+    models: tuple[str | None, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"models": list(self.models)}
+
+
+def parse_serve_health(text: str) -> ServeHealth:
+    data = _object("serve-health", _load("serve-health", text))
+    models = _get("serve-health", data, "models", "list")
+    for index, model in enumerate(models):
+        if model is not None and not isinstance(model, str):
+            raise _fail("serve-health", f"models[{index}]", "is not a string or null", model)
+    return ServeHealth(tuple(models))
+
+
+@dataclass(frozen=True)
+class ServeProbe:
+    """``serve-probe``: one greedy completion; the tokens the server says it generated and
+    the seconds it took."""
+
+    model: str
+    completion_tokens: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "completion_tokens": self.completion_tokens,
+            "seconds": self.seconds,
+        }
+
+
+def parse_serve_probe(text: str) -> ServeProbe:
+    data = _object("serve-probe", _load("serve-probe", text))
+    return ServeProbe(
+        _get("serve-probe", data, "model", "str"),
+        _get("serve-probe", data, "completion_tokens", "int"),
+        _get("serve-probe", data, "seconds", "number"),
+    )
+
+
+# -- gguf-layers -------------------------------------------------------------------------------
+def parse_gguf_layers(text: str) -> int:
+    """``gguf-layers``: the model's number of transformer blocks, alone on a line."""
+    stripped = text.strip()
+    if not (stripped.isascii() and stripped.isdigit()):
+        raise _fail("gguf-layers", "", "not a layer count", text)
+    return int(stripped)
+
+
+# -- ray-nodes ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RayNode:
+    """One node of Ray's table: its address, whether it is alive, its resources."""
+
+    address: str
+    alive: bool
+    resources: Mapping[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "alive": self.alive, "resources": dict(self.resources)}
+
+
+def parse_ray_nodes(text: str) -> tuple[RayNode, ...]:
+    nodes = []
+    for index, value in enumerate(_list("ray-nodes", _load("ray-nodes", text))):
+        where = f"[{index}]"
+        node = _object("ray-nodes", value, where)
+        resources = _get("ray-nodes", node, "resources", "object", where)
+        amounts = {
+            name: _get("ray-nodes", resources, name, "number", f"{where}.resources")
+            for name in resources
+        }
+        nodes.append(
+            RayNode(
+                _get("ray-nodes", node, "address", "str", where),
+                _get("ray-nodes", node, "alive", "bool", where),
+                amounts,
+            )
+        )
+    return tuple(nodes)
+
+
+# -- net-probe ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Ping:
+    """``net-probe ping``: round trips of ``size`` bytes; latency one way (half the RTT)."""
+
+    size: int
+    samples: int
+    p50_us: float
+    p99_us: float
+    avg_us: float
+    tool: str = "builtin"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "size": self.size,
+            "samples": self.samples,
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "avg_us": self.avg_us,
+        }
+
+
+@dataclass(frozen=True)
+class Stream:
+    """``net-probe stream``: ``streams`` parallel TCP streams; what the server counted."""
+
+    streams: int
+    gbps: float
+    tool: str = "builtin"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "streams": self.streams, "gbps": self.gbps}
+
+
+def parse_ping(text: str) -> Ping:
+    command = "net-probe ping"
+    data = _object(command, _load(command, text))
+    tool = _get(command, data, "tool", "str")
+    size, samples = (_get(command, data, key, "int") for key in ("size", "samples"))
+    keys = ("p50_us", "p99_us", "avg_us")
+    p50, p99, avg = (_get(command, data, key, "number") for key in keys)
+    return Ping(size, samples, p50, p99, avg, tool)
+
+
+def parse_stream(text: str) -> Stream:
+    command = "net-probe stream"
+    data = _object(command, _load(command, text))
+    tool = _get(command, data, "tool", "str")
+    streams = _get(command, data, "streams", "int")
+    return Stream(streams, _get(command, data, "gbps", "number"), tool)
+
+
+# -- setup -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SetupStep:
+    """One step of a node's setup plan, as ``setup/plan.py``'s ``Step.to_dict`` writes it."""
+
+    id: str
+    title: str
+    done: bool
+    commands: tuple[str, ...]
+    reboot: bool
+    check: str | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "commands": list(self.commands)}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """``setup``: the node's plan (after applying it, when asked), under its hostname."""
+
+    host: str
+    steps: tuple[SetupStep, ...]
+    reboot_needed: bool
+    applied: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {
+            "steps": [s.to_dict() for s in self.steps],
+            "reboot_needed": self.reboot_needed,
+            "applied": list(self.applied),
+        }
+        return {"nodes": {self.host: body}}
+
+
+def parse_setup(text: str) -> Setup:
+    nodes = _get("setup", _object("setup", _load("setup", text)), "nodes", "object")
+    if len(nodes) != 1:
+        raise _fail("setup", "nodes", "does not name one node", sorted(nodes))
+    host, value = next(iter(nodes.items()))
+    where = f"nodes[{host!a}]"
+    body = _object("setup", value, where)
+    steps = []
+    for index, item in enumerate(_get("setup", body, "steps", "list", where)):
+        steps.append(_setup_step(_object("setup", item, f"{where}.steps[{index}]"), index, where))
+    applied = _get("setup", body, "applied", "list", where)
+    return Setup(
+        host,
+        tuple(steps),
+        _get("setup", body, "reboot_needed", "bool", where),
+        _strings("setup", applied, f"{where}.applied"),
+    )
+
+
+def _setup_step(step: Mapping[str, Any], index: int, where: str) -> SetupStep:
+    at = f"{where}.steps[{index}]"
+
+    def get(key: str, kind: str) -> Any:
+        return _get("setup", step, key, kind, at)
+
+    return SetupStep(  # read in the order printed: the first problem is the one named
+        get("id", "str"),
+        get("title", "str"),
+        get("done", "bool"),
+        _strings("setup", get("commands", "list"), f"{at}.commands"),
+        get("reboot", "bool"),
+        get("check", "str?"),
+        get("note", "str"),
+    )
+
+
+# -- node-info, inventory ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeInfo:
+    """``node-info``: the halo version of the node code and the Python running it."""
+
+    halo: str
+    python: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"halo": self.halo, "python": self.python}
+
+
+def parse_node_info(text: str) -> NodeInfo:
+    data = _object("node-info", _load("node-info", text))
+    halo, python = (_get("node-info", data, key, "str") for key in ("halo", "python"))
+    return NodeInfo(halo, python)
+
+
+def parse_inventory(text: str) -> Inventory:
+    """``inventory``: the node's facts (``facts/model.py``)."""
+    data = _object("inventory", _load("inventory", text))
+    try:
+        return inventory_from_dict(data)
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        reason = ascii(str(err)[:120])[1:-1]
+        raise WireError(f"inventory: not an inventory ({type(err).__name__}: {reason})") from None

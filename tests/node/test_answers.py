@@ -1,0 +1,355 @@
+"""The wire's answers (halo_cluster.node.wire.answers): each parser reads what the node side
+really prints (the commands run on the fixture roots, on loopback servers, on a stand-in for
+Ray's table) into complete expected objects, whose ``to_dict()`` is that JSON again; anything
+else is one WireError of one line, never another exception."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from halo_cluster import __version__
+from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.facts.model import PathCounters
+from halo_cluster.node import net_probe, ray_nodes
+from halo_cluster.node.main import main
+from halo_cluster.node.wire import (
+    Counters,
+    NodeInfo,
+    RayNode,
+    ServeHealth,
+    ServeProbe,
+    Setup,
+    SetupStep,
+    WireError,
+    parse_counters,
+    parse_gguf_layers,
+    parse_inventory,
+    parse_node_info,
+    parse_ping,
+    parse_ray_nodes,
+    parse_serve_health,
+    parse_serve_probe,
+    parse_setup,
+    parse_stream,
+)
+from tests.conftest import ROOTS, SCENARIOS, free_port
+
+STRIX = str(ROOTS / "strix-e810")
+
+
+def printed(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """What the node command prints (it must succeed, silently on stderr)."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    return out
+
+
+def test_counters(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--fabric", "192.168.100.1", "--mgmt", "192.168.1.51", "--rdma", "rocep194s0:1"]
+    out = printed(["counters", "--root", STRIX, *flags], capsys)
+    answer = parse_counters(out)
+    assert answer == Counters(
+        {
+            "fabric": PathCounters("enp194s0np0", None, None),
+            "mgmt": PathCounters("enp191s0", None, None),
+            "rdma": PathCounters("rocep194s0/1", 871234561024, 918273647168),
+        },
+        (),
+    )
+    assert answer.to_dict() == json.loads(out)
+    out = printed(
+        ["counters", "--root", STRIX, "--fabric", "10.9.9.9", "--rdma", "mlx5_9:1"], capsys
+    )
+    assert parse_counters(out) == Counters(
+        {}, ("no interface holds 10.9.9.9 (fabric)", "no RDMA port mlx5_9/1")
+    )
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_inventory(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(ROOTS / scenario)
+    out = printed(["inventory", "--root", root, "--json"], capsys)
+    assert parse_inventory(out) == collect_inventory(root)
+
+
+def test_setup(capsys: pytest.CaptureFixture[str]) -> None:
+    from halo_cluster.setup.apply import current_plan
+    from halo_cluster.setup.plan import SetupOptions
+
+    out = printed(["setup", "--root", STRIX, "--local", "--json", "--distro", "fedora"], capsys)
+    opts = SetupOptions("fedora", None, None, 9000, str(Path.home()).lstrip("/"))
+    steps = tuple(
+        SetupStep(
+            s.id,
+            s.title,
+            s.done,
+            tuple(a.display().rstrip("\n") for a in s.actions),
+            s.reboot,
+            s.check,
+            s.note,
+        )
+        for s in current_plan(STRIX, opts)
+    )
+    answer = parse_setup(out)
+    assert answer == Setup("strix1", steps, False, ())
+    assert len(steps) == 7 and answer.to_dict() == json.loads(out)
+
+
+def test_node_info(capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(["node-info"], capsys)
+    assert parse_node_info(out) == NodeInfo(__version__, platform.python_version())
+
+
+def test_gguf_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_node_main import write_gguf
+
+    out = printed(["gguf-layers", str(write_gguf(tmp_path / "m.gguf", 5))], capsys)
+    assert (out, parse_gguf_layers(out)) == ("5\n", 5)
+
+
+# -- serve-health, serve-probe: a small OpenAI-compatible server on loopback -------------------
+class _Server(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def _answer(self, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        self._answer(
+            {"data": [{"id": "tiny"}, {"object": "model"}]} if "models" in self.path else {}
+        )
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        self._answer({"usage": {"completion_tokens": body["max_tokens"]}})
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[int]:
+    _Server.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield int(httpd.server_address[1])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_serve_health_and_probe(
+    server: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("HALO_SERVE_KEY", "k")
+    out = printed(["serve-health", "--port", str(server)], capsys)
+    assert parse_serve_health(out) == ServeHealth(("tiny", None))
+    out = printed(["serve-probe", "--port", str(server), "--tokens", "7"], capsys)
+    answer = parse_serve_probe(out)
+    assert answer == ServeProbe("tiny", 7, json.loads(out)["seconds"])
+    assert 0 <= answer.seconds < 30 and answer.to_dict() == json.loads(out)
+    assert {auth for _path, auth in _Server.seen} == {"Bearer k"}
+
+
+# -- ray-nodes: Ray's table as the GCS gives it (a stand-in for Ray) --------------------------
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> list[RayNode]:
+    nodes = [RayNode("10.0.0.1", True, {"CPU": 4.0, "node:10.0.0.1": 1.0})]
+    nodes.append(RayNode("10.0.0.2", False, {"CPU": 4.0}))
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    monkeypatch.setattr(ray_nodes, "_gcs_nodes", lambda: list(nodes))
+    return nodes
+
+
+def test_ray_nodes(table: list[RayNode], capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(["ray-nodes"], capsys)
+    assert parse_ray_nodes(out) == tuple(table)
+    out = printed(["ray-nodes", "--wait", "10.0.0.1", "--timeout", "5"], capsys)
+    assert parse_ray_nodes(out) == tuple(table)
+    assert main(["ray-nodes", "--wait", "10.0.0.1,10.0.0.2", "--timeout", "0"]) == 1
+    assert capsys.readouterr() == ("", "halo: error: not registered with Ray: 10.0.0.2\n")
+
+
+# -- net-probe: the built-in probe on loopback ---------------------------------------------------
+def test_net_probe(capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    threading.Thread(target=net_probe.serve, args=("127.0.0.1", port, 10.0), daemon=True).start()
+    target = f"127.0.0.1:{port}"
+    out = _retry(
+        lambda: printed(["net-probe", "ping", target, "--seconds", "0.2", "--size", "99"], capsys)
+    )
+    ping = parse_ping(out)
+    assert (ping.tool, ping.size, ping.samples > 0, ping.to_dict()) == (
+        "builtin",
+        99,
+        True,
+        json.loads(out),
+    )
+    out = printed(["net-probe", "stream", target, "--seconds", "0.2", "--streams", "2"], capsys)
+    stream = parse_stream(out)
+    assert (stream.tool, stream.streams, stream.gbps > 0) == ("builtin", 2, True)
+    assert stream.to_dict() == json.loads(out)
+
+
+def _retry(run: Callable[[], str]) -> str:
+    for _ in range(100):  # the server thread may not listen yet
+        try:
+            return run()
+        except AssertionError:
+            threading.Event().wait(0.05)
+    return run()
+
+
+def test_a_ping_of_no_time_has_no_samples_and_no_error() -> None:
+    port = free_port()
+    threading.Thread(target=net_probe.serve, args=("127.0.0.1", port, 5.0), daemon=True).start()
+    for _ in range(100):
+        try:
+            ping = net_probe.ping("127.0.0.1", port, 0.0)
+            break
+        except ConnectionRefusedError:
+            threading.Event().wait(0.05)
+    assert (ping.samples, ping.avg_us) == (0, 0.0)
+
+
+# -- garbage: one WireError, one line ---------------------------------------------------------
+GARBAGE = [
+    (parse_counters, "", "counters: not JSON (got '')"),
+    (parse_counters, "[]", "counters: not an object (got [])"),
+    (parse_counters, '{"paths": {}}', "counters: no warnings (got keys ['paths'])"),
+    (
+        parse_counters,
+        '{"paths": {"fa\\nbric": {"name": "e", "rx_bytes": "12", "tx_bytes": null}}, "warnings": []}',
+        "counters: paths['fa\\nbric'].rx_bytes is not an integer or null (got '12')",
+    ),
+    (parse_counters, '{"paths": [], "warnings": []}', "counters: paths is not an object (got [])"),
+    (
+        parse_counters,
+        '{"paths": {}, "warnings": ["ok", 3]}',
+        "counters: warnings[1] is not a string (got 3)",
+    ),
+    (
+        parse_serve_health,
+        '{"models": [1]}',
+        "serve-health: models[0] is not a string or null (got 1)",
+    ),
+    (
+        parse_serve_probe,
+        '{"model": "m", "completion_tokens": true, "seconds": 1}',
+        "serve-probe: completion_tokens is not an integer (got True)",
+    ),
+    (
+        parse_serve_probe,
+        '{"model": "m", "completion_tokens": 1, "seconds": 1' + "0" * 400 + "}",
+        "serve-probe: seconds is out of range (got 1" + "0" * 59 + ")",
+    ),
+    (
+        parse_gguf_layers,
+        "halo: error: x\n",
+        "gguf-layers: not a layer count (got 'halo: error: x\\n')",
+    ),
+    (parse_gguf_layers, "-3\n", "gguf-layers: not a layer count (got '-3\\n')"),
+    (parse_ray_nodes, '{"a": 1}', "ray-nodes: not a list (got {'a': 1})"),
+    (
+        parse_ray_nodes,
+        '[{"address": "a", "alive": 1, "resources": {}}]',
+        "ray-nodes: [0].alive is not true or false (got 1)",
+    ),
+    (
+        parse_ray_nodes,
+        '[{"address": "a", "alive": true, "resources": {"node:a": "1"}}]',
+        "ray-nodes: [0].resources['node:a'] is not a number (got '1')",
+    ),
+    (
+        parse_ping,
+        '{"tool": "builtin", "size": 1}',
+        "net-probe ping: no samples (got keys ['size', 'tool'])",
+    ),
+    (parse_stream, "null", "net-probe stream: not an object (got None)"),
+    (parse_setup, '{"nodes": {}}', "setup: nodes does not name one node (got [])"),
+    (
+        parse_setup,
+        '{"nodes": {"n": {"steps": [{}], "reboot_needed": false, "applied": []}}}',
+        "setup: no nodes['n'].steps[0].id (got keys [])",
+    ),
+    (parse_node_info, '{"halo": "0.1"}', "node-info: no python (got keys ['halo'])"),
+    (parse_node_info, "[" * 100_000, "node-info: not JSON (got '" + "[" * 59 + ")"),
+    (parse_inventory, '{"hostname": "x"}', "inventory: not an inventory (KeyError: 'os')"),
+]
+
+
+@pytest.mark.parametrize(("parse", "text", "message"), GARBAGE)
+def test_garbage_is_one_line(parse: Callable[[str], object], text: str, message: str) -> None:
+    with pytest.raises(WireError) as refused:
+        parse(text)
+    assert str(refused.value) == message
+    assert isinstance(refused.value, ValueError) and refused.value.exit_code == 1  # a ParseError
+
+
+PARSERS = [
+    parse_counters,
+    parse_serve_health,
+    parse_serve_probe,
+    parse_gguf_layers,
+    parse_ray_nodes,
+    parse_ping,
+    parse_stream,
+    parse_setup,
+    parse_node_info,
+    parse_inventory,
+]
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _answered(parse: Callable[[str], Any], text: str) -> None:
+    try:
+        parse(text)
+    except WireError as err:
+        assert "\n" not in str(err) and str(err).split(":")[0] in str(err)
+
+
+@settings(deadline=None)
+@given(text=st.text(max_size=200) | JSON.map(json.dumps))
+def test_any_answer_is_read_or_refused_in_one_line(text: str) -> None:
+    for parse in PARSERS:
+        _answered(parse, text)
+
+
+@settings(deadline=None)
+@given(
+    value=st.fixed_dictionaries(
+        {"paths": st.dictionaries(st.text(max_size=4), JSON, max_size=3), "warnings": JSON}
+    )
+    | st.lists(st.fixed_dictionaries({"address": JSON, "alive": JSON, "resources": JSON}))
+    | st.fixed_dictionaries({"nodes": st.dictionaries(st.text(max_size=4), JSON, max_size=2)})
+)
+def test_near_misses_are_read_or_refused_in_one_line(value: object) -> None:
+    for parse in PARSERS:
+        _answered(parse, json.dumps(value))
