@@ -24,7 +24,8 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.monitor.exposition import parse
 from halo_cluster.monitor.probes import Target
 from halo_cluster.monitor.run import ExporterSpec, once, rdma_prober
-from halo_cluster.node.main import main, rdma_arg
+from halo_cluster.node.main import main
+from halo_cluster.node.wire.commands import read_rdma
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
@@ -153,12 +154,14 @@ def test_the_node_reads_port_2s_counters_for_the_rendered_argv(
 def test_a_port_that_is_not_a_number_from_1_is_a_usage_error(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["counters", "--root", str(ROOT), "--rdma", value])
+    with pytest.raises(SystemExit) as exit_:
+        main(["counters", "--root", str(ROOT), "--rdma", value])
     out, err = capsys.readouterr()
-    assert (code, out, err) == (
+    assert (exit_.value.code, out, err) == (
         2,
         "",
-        f"halo: error: counters --rdma {value!r}: use DEVICE:PORT (PORT from 1 to 255)\n",
+        f"halo: error: halo counters: argument --rdma: {value!r}: use DEVICE:PORT "
+        "(PORT from 1 to 255)\n",
     )
 
 
@@ -177,14 +180,14 @@ def test_the_old_doubled_port_is_a_device_that_is_not_there(
 
 @given(st.text(min_size=1, max_size=40), st.integers(min_value=1, max_value=255))
 def test_rdma_arg_splits_at_the_last_colon(device: str, port: int) -> None:
-    assert rdma_arg(f"{device}:{port}") == (device, port)
+    assert read_rdma(f"{device}:{port}") == (device, port)
 
 
 @given(st.text(max_size=60))
 def test_rdma_arg_is_a_port_from_1_to_255_or_a_usage_error(text: str) -> None:
     try:
-        device, port = rdma_arg(text)
-    except UsageError as err:
+        device, port = read_rdma(text)
+    except ValueError as err:
         assert "\n" not in str(err)
         return
     before, _, after = text.rpartition(":")

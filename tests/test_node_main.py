@@ -227,14 +227,14 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
         "an RDMA port that is not a number": (
             2,
             "",
-            "halo: error: halo counters: argument --rdma: 'rocep194s0:x': use DEVICE:PORT, "
-            "the port a number\n",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0:x': use DEVICE:PORT "
+            "(PORT from 1 to 255)\n",
         ),
         "an RDMA port without its number": (
             2,
             "",
-            "halo: error: halo counters: argument --rdma: 'rocep194s0': use DEVICE:PORT, "
-            "the port a number\n",
+            "halo: error: halo counters: argument --rdma: 'rocep194s0': use DEVICE:PORT "
+            "(PORT from 1 to 255)\n",
         ),
     }
 

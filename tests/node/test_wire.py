@@ -63,7 +63,9 @@ def test_inventory(versions: bool, root: str | None) -> None:
 
 
 @settings(deadline=None)
-@given(fabric=maybe(VALUE), mgmt=maybe(VALUE), rdma=maybe(st.tuples(WORD, PORT)), root=ROOT)
+@given(
+    fabric=maybe(VALUE), mgmt=maybe(VALUE), rdma=maybe(st.tuples(WORD, st.integers(1, 255))), root=ROOT
+)
 def test_counters(
     fabric: str | None, mgmt: str | None, rdma: tuple[str, int] | None, root: str | None
 ) -> None:
@@ -337,11 +339,11 @@ def test_an_unknown_argument_is_a_programming_error() -> None:
 @pytest.mark.parametrize(
     ("kind", "text", "reason"),
     [
-        (commands.RDMA, "mlx5_0", "'mlx5_0': use DEVICE:PORT, the port a number"),
-        (commands.RDMA, "mlx5_0:", "'mlx5_0:': use DEVICE:PORT, the port a number"),
-        (commands.RDMA, ":1", "':1': use DEVICE:PORT, the port a number"),
-        (commands.RDMA, "mlx5_0:1.5", "'mlx5_0:1.5': use DEVICE:PORT, the port a number"),
-        (commands.RDMA, "mlx5_0:١", "'mlx5_0:١': use DEVICE:PORT, the port a number"),
+        (commands.RDMA, "mlx5_0", "'mlx5_0': use DEVICE:PORT (PORT from 1 to 255)"),
+        (commands.RDMA, "mlx5_0:", "'mlx5_0:': use DEVICE:PORT (PORT from 1 to 255)"),
+        (commands.RDMA, ":1", "':1': use DEVICE:PORT (PORT from 1 to 255)"),
+        (commands.RDMA, "mlx5_0:1.5", "'mlx5_0:1.5': use DEVICE:PORT (PORT from 1 to 255)"),
+        (commands.RDMA, "mlx5_0:١", "'mlx5_0:١': use DEVICE:PORT (PORT from 1 to 255)"),
         (commands.TARGET, "10.0.0.1", "'10.0.0.1': use ADDRESS:PORT"),
         (commands.PEER, "a,b,c", "'a,b,c': use NAME,fabric|mgmt,ADDRESS"),
         (commands.PEER, "a,fabric,", "'a,fabric,': use NAME,fabric|mgmt,ADDRESS"),

@@ -190,7 +190,10 @@ def read_target(text: str) -> tuple[str, int]:
     found = _host_port(text)
     if found is None:
         raise ValueError(f"{text!r}: use ADDRESS:PORT")
-    return found[0].strip("[]"), found[1]
+    host = found[0]
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address in brackets
+        host = host[1:-1]
+    return host, found[1]
 
 
 def read_peer(text: str) -> tuple[str, str, str]:
