@@ -19,7 +19,6 @@ from halo_cluster.cli import cli
 from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.proof import counters_call
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.monitor.exposition import parse
 from halo_cluster.monitor.probes import Target
