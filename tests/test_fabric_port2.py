@@ -110,7 +110,7 @@ PORT_2_COUNTERS = {
 
 
 def test_the_counters_call_names_port_2() -> None:
-    assert counters_args(plan()) == ["--fabric", "10.40.0.21", "--rdma", "mlx4_0:2"]
+    assert counters_args(plan()) == ["counters", "--fabric", "10.40.0.21", "--rdma", "mlx4_0:2"]
     assert counters_call(NodeConfig("cx3", "cx3", "10.40.0.21", halo="/h/halo"), plan()) == [
         "counters",
         "--fabric",
@@ -123,10 +123,10 @@ def test_the_counters_call_names_port_2() -> None:
         "counters",
         "--fabric",
         "10.40.0.21",
-        "--rdma",
-        "mlx4_0:2",
         "--mgmt",
         "192.168.1.21",
+        "--rdma",
+        "mlx4_0:2",
     ]
 
 

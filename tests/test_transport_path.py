@@ -118,10 +118,15 @@ BARE = TransportPlan("infiniband", (Rail("mlx5_0", 1, 0, None, None),), False, {
 
 def test_counters_args() -> None:
     assert [counters_args(p) for p in (RDMA, TCP, BARE)] == [
-        ["--fabric", "10.40.0.21", "--rdma", "mlx4_0:2"],
-        ["--fabric", "10.0.1.1"],
-        ["--rdma", "mlx5_0:1"],
+        ["counters", "--fabric", "10.40.0.21", "--rdma", "mlx4_0:2"],
+        ["counters", "--fabric", "10.0.1.1"],
+        ["counters", "--rdma", "mlx5_0:1"],
     ]
+    # the management address, unless it is the fabric's own
+    assert counters_args(TCP, "192.168.1.9") == [
+        "counters", "--fabric", "10.0.1.1", "--mgmt", "192.168.1.9",
+    ]  # fmt: skip
+    assert counters_args(TCP, "10.0.1.1") == ["counters", "--fabric", "10.0.1.1"]
 
 
 def test_perftest_device_and_rail_label() -> None:

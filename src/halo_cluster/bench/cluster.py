@@ -19,6 +19,8 @@ from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, UsageError
 from halo_cluster.errors import NodeLost as NodeLost
 from halo_cluster.facts.model import Inventory
+from halo_cluster.node.wire.args import bench_driver_args
+from halo_cluster.node.wire.commands import BENCH_SPEC_ENV
 from halo_cluster.transport import TransportPlan
 
 
@@ -115,9 +117,9 @@ def drive_remote(
         done = jobs.run(
             head,
             "driver",
-            client.command("bench-driver"),
+            client.command(*bench_driver_args()),
             limit_s,
-            env={"HALO_BENCH_SPEC": json.dumps(spec), **ray_env(cluster.config)},
+            env={BENCH_SPEC_ENV: json.dumps(spec), **ray_env(cluster.config)},
             on_line=on_line,
         )
     except KeyboardInterrupt as interrupt:

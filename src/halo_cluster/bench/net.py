@@ -25,6 +25,11 @@ from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import BenchError as BenchError
 from halo_cluster.errors import ParseError, UsageError
 from halo_cluster.facts.model import Inventory
+from halo_cluster.node.wire.args import (
+    net_probe_ping_args,
+    net_probe_serve_args,
+    net_probe_stream_args,
+)
 from halo_cluster.runner.result import TIMED_OUT
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
@@ -274,13 +279,10 @@ class NetBench:
                     target, port, seconds, test
                 )
             peer, node = self.clients[leg.peer.name], self.clients[leg.node.name]
-            server = peer.command("net-probe", "serve", "--bind", target, "--port", str(port))
-            server += ["--limit", f"{self._limit() + 5:g}"]
-            client = node.command("net-probe", "ping" if kind == "lat" else "stream")
-            client += [f"{target}:{port}", "--seconds", f"{seconds:g}"]
-            if kind == "bw":
-                client += ["--streams", str(self.streams)]
-            return server, client
+            server = peer.command(*net_probe_serve_args(target, port, self._limit() + 5))
+            if kind == "lat":
+                return server, node.command(*net_probe_ping_args(target, port, seconds))
+            return server, node.command(*net_probe_stream_args(target, port, seconds, self.streams))
 
         return self._pair_run(leg, kind, commands)
 

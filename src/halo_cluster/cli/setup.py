@@ -117,6 +117,7 @@ def _remote(
     from halo_cluster.cli.options import require_config
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.errors import NodeCallError, SetupError
+    from halo_cluster.node.wire.args import setup_args
 
     config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
     for name in names:
@@ -124,11 +125,7 @@ def _remote(
     clients = ssh_clients(config)
     if do_apply and not yes:
         click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
-    args = ["setup", "--local", "--json", "--distro", opts.distro, "--mtu", str(opts.mtu)]
-    args += [f"--step={s}" for s in steps]
-    args += ["--fabric-iface", opts.fabric_iface] if opts.fabric_iface else []
-    args += ["--address", opts.address] if opts.address else []
-    args += ["--apply", "--yes"] if do_apply else []
+    args = setup_args(opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=do_apply)
     data = {}
     for name in names:
         try:

@@ -38,6 +38,9 @@ from halo_cluster.config import NodeConfig, ServeConfig, secret
 from halo_cluster.engines import process, registry
 from halo_cluster.engines.protocol import Engine, Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.node.wire.answers import ServeProbe, WireError, parse_serve_probe
+from halo_cluster.node.wire.args import serve_health_args, serve_probe_args
+from halo_cluster.node.wire.commands import SERVE_KEY_ENV
 
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
@@ -87,7 +90,7 @@ class Serving:
             self.stop()
             raise
         result = self._result(request, prepared, witness, traffic)
-        result.ready_s, result.warmup_s = round(ready_s, 1), warm.get("seconds")
+        result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
         self._record_proof(request, prepared, witness, result)
         if result.problems and not request.allow_fallback:
             self.stop()
@@ -147,8 +150,8 @@ class Serving:
     # -- health and requests --------------------------------------------------------------
     def _wait_healthy(self, request: ServeRequest, members: list[NodeConfig]) -> None:
         serve = request.serve
-        args = ("serve-health", "--host", process.local_host(serve.host), "--port", str(serve.port))
-        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
+        args = serve_health_args(process.local_host(serve.host), serve.port)
+        env = {SERVE_KEY_ENV: secret(serve.api_key_env) or ""}
         head = self.cluster.client(self.head)
         started = time.monotonic()
         deadline = started + request.wait_s
@@ -172,21 +175,18 @@ class Serving:
                 self.progress(f"waiting for /health ({waited:.0f} s)")
             time.sleep(1.0)
 
-    def _complete(self, serve: ServeConfig, tokens: int) -> dict[str, Any]:
-        import json
-
-        args = ("serve-probe", "--host", process.local_host(serve.host), "--port", str(serve.port))
-        env = {"HALO_SERVE_KEY": secret(serve.api_key_env) or ""}
-        result = self.cluster.client(self.head).call(
-            *args, "--tokens", str(tokens), env=env, timeout=300
-        )
+    def _complete(self, serve: ServeConfig, tokens: int) -> ServeProbe:
+        """One request of ``tokens`` tokens, sent on the head (a server bound to its
+        loopback is reached too)."""
+        args = serve_probe_args(process.local_host(serve.host), serve.port, tokens)
+        env = {SERVE_KEY_ENV: secret(serve.api_key_env) or ""}
+        result = self.cluster.client(self.head).call(*args, env=env, timeout=300)
         if not result.ok:
             raise LifecycleError(f"a request to the server failed: {result.error_text()}")
         try:
-            data: dict[str, Any] = json.loads(result.stdout)
-        except ValueError:
-            raise LifecycleError(f"serve-probe answered {result.stdout[:200]!r}") from None
-        return data
+            return parse_serve_probe(result.stdout)
+        except WireError as err:
+            raise LifecycleError(f"{self.head.name}: {err}") from None
 
     def probe_traffic(
         self, serve: ServeConfig, ctx: ServeContext, nodes: list[NodeConfig], rdma: bool
@@ -196,8 +196,8 @@ class Serving:
         before = proof.read_counters(self.cluster.clients, nodes, ctx.plans)
         probe = self._complete(serve, PROBE_TOKENS)
         after = proof.read_counters(self.cluster.clients, nodes, ctx.plans)
-        traffic = proof.traffic_witness(before, after, int(probe["completion_tokens"]), rdma)
-        traffic["seconds"] = probe["seconds"]
+        traffic = proof.traffic_witness(before, after, probe.completion_tokens, rdma)
+        traffic["seconds"] = probe.seconds
         return traffic
 
     # -- the result -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
+from halo_cluster.node.wire.args import inventory_args
 from halo_cluster.nodecode import problem
 
 INVENTORY_TIMEOUT_S = 30.0
@@ -29,7 +30,7 @@ def gather(
 
 def _report(config: Config, client: NodeClient) -> NodeReport:
     node = client.node
-    result = client.call("inventory", "--json", "--versions", timeout=INVENTORY_TIMEOUT_S)
+    result = client.call(*inventory_args(versions=True), timeout=INVENTORY_TIMEOUT_S)
     if not result.ok:
         found = problem(result.returncode, result.stderr) if node.halo is None else None
         if found is not None and found.kind != "code":  # reached, but cannot run halo there

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
@@ -21,8 +20,8 @@ from halo_cluster.cluster.lifecycle_plan import (
     START_TIMEOUT_S,
     expected_resources,
     node_env,
-    parse_nodes,
     ray_command,
+    ray_table,
     registered,
     start_argv,
 )
@@ -30,6 +29,8 @@ from halo_cluster.cluster.plans import make_plans
 from halo_cluster.cluster.state import NodeState, new_state, read_state, write_state
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import LifecycleError
+from halo_cluster.node.wire.answers import RayNode
+from halo_cluster.node.wire.args import ray_nodes_args
 from halo_cluster.runner.quote import node_script
 from halo_cluster.runner.result import Result
 from halo_cluster.runner.sharing import close_connections
@@ -61,15 +62,14 @@ class Lifecycle:
     def client(self, node: NodeConfig) -> NodeClient:
         return self.cluster.client(node)
 
-    def nodes_table(self) -> list[dict[str, Any]]:
+    def nodes_table(self) -> tuple[RayNode, ...]:
         """Ray's node table as the head sees it (empty when the head is not running)."""
-        head = self.config.head
-        argv = self.client(head).command("ray-nodes")
-        return parse_nodes(run_script(self.client(head), ray_env(self.config), argv, 60))
+        head = self.client(self.config.head)
+        return ray_table(head.call(*ray_nodes_args(), env=ray_env(self.config), timeout=60))
 
     def alive(self) -> list[str]:
         """Addresses of the nodes Ray reports alive (empty when the head is not running)."""
-        return [n["address"] for n in self.nodes_table() if n.get("alive")]
+        return [n.address for n in self.nodes_table() if n.alive]
 
     # -- up -------------------------------------------------------------------------------
     def up(self, force: bool = False) -> UpResult:
@@ -213,17 +213,15 @@ class Waiter:
 
     def _run(self) -> None:
         client = self.lifecycle.client(self.lifecycle.config.head)
-        wanted = ",".join(self.lifecycle.wanted())  # the addresses
-        timeout = f"{REGISTER_TIMEOUT_S:g}"
-        argv = client.command("ray-nodes", "--wait", wanted, "--timeout", timeout)
+        args = ray_nodes_args(list(self.lifecycle.wanted()), REGISTER_TIMEOUT_S)  # the addresses
         env = ray_env(self.lifecycle.config, create=True)
-        self.answer = run_script(client, env, argv, REGISTER_TIMEOUT_S + 15)
+        self.answer = client.call(*args, env=env, timeout=REGISTER_TIMEOUT_S + 15)
 
     def result(self) -> list[str]:
         self.thread.join(REGISTER_TIMEOUT_S + 20)
         if self.answer is None:
             return []
-        done, missing = registered(parse_nodes(self.answer), self.lifecycle.wanted())
+        done, missing = registered(ray_table(self.answer), self.lifecycle.wanted())
         return [] if missing else done
 
     def cancel(self) -> None:

@@ -6,10 +6,11 @@ is ``cluster.state``; running it all is ``cluster.lifecycle``; the script a node
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
 
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.node.wire.answers import RayNode, WireError, parse_ray_nodes
 from halo_cluster.runner.result import Result
 from halo_cluster.transport import TransportPlan
 
@@ -71,31 +72,29 @@ def expected_resources(node: NodeConfig, gpus_found: int) -> tuple[str, float]:
 
 
 def registered(
-    nodes: list[dict[str, Any]], wanted: dict[str, tuple[str, str, float]]
+    nodes: Sequence[RayNode], wanted: dict[str, tuple[str, str, float]]
 ) -> tuple[list[str], list[str]]:
     """(names registered with what they should have, what is missing — one phrase each)."""
-    table = {n.get("address"): n for n in nodes if n.get("alive")}
+    table = {n.address: n for n in nodes if n.alive}
     done, missing = [], []
     for address, (name, kind, amount) in wanted.items():
         entry = table.get(address)
         if entry is None:
             missing.append(name)
-        elif float((entry.get("resources") or {}).get(kind, 0)) < amount:
-            have = (entry.get("resources") or {}).get(kind, 0)
+        elif float(entry.resources.get(kind, 0)) < amount:
+            have = entry.resources.get(kind, 0)
             missing.append(f"{name} (registered with {have:g} {kind}, needs {amount:g})")
         else:
             done.append(name)
     return sorted(done), missing
 
 
-def parse_nodes(result: Result) -> list[dict[str, Any]]:
-    """``halo ray-nodes`` output: a list of {address, alive, resources}; [] on failure."""
+def ray_table(result: Result) -> tuple[RayNode, ...]:
+    """``ray-nodes``' answer; none when the head does not answer or answers garbage (Ray is
+    then taken as not running there)."""
     if not result.ok:
-        return []
+        return ()
     try:
-        nodes = json.loads(result.stdout)
-    except ValueError:
-        return []
-    if not isinstance(nodes, list):
-        return []
-    return [n for n in nodes if isinstance(n, dict) and isinstance(n.get("address"), str)]
+        return parse_ray_nodes(result.stdout)
+    except WireError:
+        return ()

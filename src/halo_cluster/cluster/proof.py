@@ -5,7 +5,6 @@ engine's own words, is each engine's (``Engine.witness``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,7 +12,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
 from halo_cluster.facts.model import PathCounters
-from halo_cluster.runner.quote import node_script
+from halo_cluster.node.wire.answers import WireError, parse_counters
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import counters_args
@@ -34,29 +33,16 @@ def mgmt_address(node: NodeConfig) -> str | None:
 def counters_call(node: NodeConfig, plan: TransportPlan) -> list[str]:
     """The node's ``counters`` command and its arguments: the plan's paths
     (``transport.render``) and the node's management address."""
-    argv = ["counters", *counters_args(plan)]
-    mgmt = mgmt_address(node)
-    if mgmt and mgmt != plan.address:
-        argv += ["--mgmt", mgmt]
-    return argv
+    return counters_args(plan, mgmt_address(node))
 
 
-def parse_counters(stdout: str) -> dict[str, PathCounters]:
-    """``halo counters`` output -> path -> counters ({} for anything unreadable)."""
+def read_paths(stdout: str) -> dict[str, PathCounters]:
+    """``counters`` output -> path -> counters ({} for an answer halo cannot read: that
+    node's witness then says its counters could not be read)."""
     try:
-        data = json.loads(stdout)
-        paths = data["paths"]
-        return {
-            name: PathCounters(str(v["name"]), _int(v.get("rx_bytes")), _int(v.get("tx_bytes")))
-            for name, v in paths.items()
-            if isinstance(v, dict)
-        }
-    except (ValueError, KeyError, TypeError, AttributeError):
+        return dict(parse_counters(stdout).paths)
+    except WireError:
         return {}
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read_counters(
@@ -67,10 +53,8 @@ def read_counters(
     """Every node's path counters, read in parallel ({} for a node that did not answer)."""
 
     def one(node: NodeConfig) -> dict[str, PathCounters]:
-        client = clients[node.name]
-        argv = client.command(*counters_call(node, plans[node.name]))
-        result = client.script(node_script({}, argv), 30)
-        return parse_counters(result.stdout) if result.ok else {}
+        result = clients[node.name].call(*counters_call(node, plans[node.name]), timeout=30)
+        return read_paths(result.stdout) if result.ok else {}
 
     return dict(zip([n.name for n in nodes], each(nodes, one), strict=True))
 

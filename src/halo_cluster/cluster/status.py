@@ -10,10 +10,12 @@ from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle import Lifecycle, run_script
+from halo_cluster.cluster.lifecycle import Lifecycle
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
 from halo_cluster.config import secret
 from halo_cluster.engines import process, registry
+from halo_cluster.node.wire.args import serve_health_args
+from halo_cluster.node.wire.commands import SERVE_KEY_ENV
 
 
 def cluster_status(cluster: Cluster) -> dict[str, Any]:
@@ -59,9 +61,8 @@ def serve_health(
     host = served.host or config.serve.host
     port = served.port or config.serve.port
     local = process.local_host(host)
-    env = {"HALO_SERVE_KEY": secret(config.serve.api_key_env) or ""}
-    argv = cluster.client(head).command("serve-health", "--host", local, "--port", str(port))
-    result = run_script(cluster.client(head), env, argv, timeout=15)
+    env = {SERVE_KEY_ENV: secret(config.serve.api_key_env) or ""}
+    result = cluster.client(head).call(*serve_health_args(local, port), env=env, timeout=15)
     lost = _lost(cluster, served, nodes)
     detail = result.stdout.strip() if result.ok else result.error_text()
     if lost:

@@ -25,6 +25,8 @@ from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, 
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
 from halo_cluster.nccl_log import parse_logs
+from halo_cluster.node.wire.answers import WireError, parse_gguf_layers
+from halo_cluster.node.wire.args import gguf_layers_args
 
 RPC_READY_S = 30
 NO_NCCL = parse_logs([]).to_dict()  # llama.cpp has no NCCL: its verdict is empty
@@ -188,9 +190,12 @@ class LlamaCpp:
         if found is not None:
             return found
         # not readable here: ask the head, where llama-server will read it
-        result = ctx.client(ctx.head).call("gguf-layers", model, env={})
-        if result.ok and result.stdout.strip().isdigit():
-            return int(result.stdout.strip())
+        result = ctx.client(ctx.head).call(*gguf_layers_args(model))
+        if result.ok:
+            try:
+                return parse_gguf_layers(result.stdout)
+            except WireError as err:
+                raise UsageError(f"{ctx.head.name}: {err}") from None
         said = result.error_text().removeprefix("halo: error: ").strip()
         raise UsageError(f"{ctx.head.name}: {said or f'cannot read {model}'}")
 

@@ -12,6 +12,7 @@ from typing import Any
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.node.wire.args import exporter_args
 from halo_cluster.nodecode import NodeCode
 
 UNIT_NAME = "halo-exporter.service"
@@ -50,17 +51,16 @@ def exporter_argv(
 ) -> list[str]:
     """The unit's command: the node's python3 runs the zipapp's ``exporter`` with every other
     node as a probe peer, answering probes on its own addresses."""
-    argv = ["/usr/bin/env", "python3", code_path(code), "exporter"]
-    argv += ["--listen", f"{listen}:{port}", "--interval", interval]
-    for peer in config.nodes:
-        if peer.name == node.name:
-            continue
-        for path, address in (("fabric", peer.fabric_address), ("mgmt", peer.mgmt_address)):
-            if address:
-                argv += ["--peer", f"{peer.name},{path},{address}"]
-    for address in dict.fromkeys(a for a in (node.fabric_address, node.mgmt_address) if a):
-        argv += ["--echo", address]
-    return argv
+    peers = [
+        (peer.name, path, address)
+        for peer in config.nodes
+        if peer.name != node.name
+        for path, address in (("fabric", peer.fabric_address), ("mgmt", peer.mgmt_address))
+        if address
+    ]
+    echo = list(dict.fromkeys(a for a in (node.fabric_address, node.mgmt_address) if a))
+    args = exporter_args(f"{listen}:{port}", interval, peers=peers, echo=echo)
+    return ["/usr/bin/env", "python3", code_path(code), *args]
 
 
 def code_path(code: NodeCode) -> str:

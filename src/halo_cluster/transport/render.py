@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from halo_cluster.node.wire.args import counters_args as wire_counters_args
 from halo_cluster.transport.path import RDMA_TRANSPORTS, Rail, TransportPlan
 
 
@@ -86,15 +87,15 @@ def put_env(
     reasons[name] = reason
 
 
-def counters_args(plan: TransportPlan) -> list[str]:
-    """The path part of the node's ``counters`` command: ``--fabric ADDR`` and, on an RDMA
-    plan, ``--rdma DEV:PORT`` (the node side splits it at the last colon)."""
-    args: list[str] = []
-    if plan.address:
-        args += ["--fabric", plan.address]
-    if plan.is_rdma and plan.rail.hca is not None:
-        args += ["--rdma", plan.rail.hca]
-    return args
+def counters_args(plan: TransportPlan, mgmt: str | None = None) -> list[str]:
+    """The node's ``counters`` command for this plan's paths (``node.wire``): the fabric
+    interface by its address and, on an RDMA plan, the planned port (``--rdma DEV:PORT``);
+    ``mgmt``, the management address, when it is another interface."""
+    rdma = None
+    if plan.is_rdma and plan.device is not None and plan.port is not None:
+        rdma = (plan.device, plan.port)
+    shown_mgmt = mgmt if mgmt and mgmt != plan.address else None
+    return wire_counters_args(fabric=plan.address, mgmt=shown_mgmt, rdma=rdma)
 
 
 @dataclass(frozen=True)
