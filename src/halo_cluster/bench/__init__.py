@@ -1,1 +1,3 @@
-"""Benchmarks: tool wrappers with pure parsers (more to come: collective, TP replay, results)."""
+"""Benchmarks: the fabric (``net``: latency and bandwidth per path), collectives and the
+tensor-parallel replay (``driver``, ``rank``, ``allreduce``), serving load (``serve_load``),
+and their versioned results (``results``)."""
