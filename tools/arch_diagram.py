@@ -1,8 +1,10 @@
-"""Print the Mermaid diagram of halo's layers, generated from the import-linter contracts
-in pyproject.toml (so the picture in docs/architecture.md cannot drift from what
-``make lint`` enforces; tests/test_architecture.py compares the two).
+"""Print the generated part of docs/architecture.md: the Mermaid diagram of halo's layers
+and the table of contracts (from the import-linter contracts in pyproject.toml, so the
+picture cannot drift from what ``make lint`` enforces), the table of packages (each
+package's own docstring), and the table of engines (``engines.registry``).
+tests/test_architecture.py compares it with the document.
 
-    python tools/arch_diagram.py            # the diagram
+    python tools/arch_diagram.py            # the generated part
     python tools/arch_diagram.py --check    # exit 1 when docs/architecture.md differs
     python tools/arch_diagram.py --write    # put it into docs/architecture.md
 """
@@ -69,6 +71,63 @@ def diagram(by_id: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def contracts_table(by_id: dict[str, dict[str, Any]]) -> str:
+    """One row per contract: its id, its kind, what it says (its name)."""
+    rows = ["| contract (id) | kind | what it says |", "|---|---|---|"]
+    rows += [f"| `{cid}` | {c['type']} | {c['name']} |" for cid, c in by_id.items()]
+    return "\n".join(rows) + "\n"
+
+
+def _summary(docstring: str | None) -> str:
+    """The docstring's first sentence, on one line."""
+    text = " ".join((docstring or "").split("\n\n")[0].split()).replace("``", "`")
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", text)
+    return (text[: end.start() + 1] if end else text).rstrip(":") or "(no docstring)"
+
+
+def packages_table(package: Path = REPO / "src" / "halo_cluster") -> str:
+    """One row per package: its name and the first sentence of its ``__init__`` docstring."""
+    import ast
+
+    rows = ["| package | what it is |", "|---|---|"]
+    for init in sorted(package.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        rows.append(f"| `{init.parent.name}/` | {_summary(doc)} |")
+    return "\n".join(rows) + "\n"
+
+
+def engines_table() -> str:
+    """One row per engine halo knows (``engines.registry``): its name, its [serve.*] table,
+    its module and that module's first sentence."""
+    import importlib
+
+    sys.path.insert(0, str(REPO / "src"))
+    from halo_cluster.engines import registry
+
+    rows = ["| engine | options | module | what it is |", "|---|---|---|---|"]
+    for name, module in registry.ENGINES.items():
+        doc = importlib.import_module(module).__doc__
+        path = module.removeprefix("halo_cluster.").replace(".", "/") + ".py"
+        table = f"[serve.{registry.section_name(name)}]"
+        rows.append(f"| `{name}` | `{table}` | `{path}` | {_summary(doc)} |")
+    return "\n".join(rows) + "\n"
+
+
+def generated() -> str:
+    by_id = contracts()
+    return "\n".join(
+        [
+            diagram(by_id),
+            "### The contracts\n",
+            contracts_table(by_id),
+            "### The packages\n",
+            packages_table(),
+            "### The engines\n",
+            engines_table(),
+        ]
+    )
+
+
 def documented(doc: Path = DOC) -> str:
     """The generated block as it stands in docs/architecture.md."""
     text = doc.read_text()
@@ -77,7 +136,7 @@ def documented(doc: Path = DOC) -> str:
 
 
 def main(argv: list[str]) -> int:
-    wanted = diagram(contracts())
+    wanted = generated()
     if "--write" in argv:
         text = DOC.read_text()
         start = text.index(BEGIN) + len(BEGIN) + 1
