@@ -206,8 +206,8 @@ def tp_and_planner(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
     that sweep, measured interleaved on the same actors (one run of each tool varies by up to
     ±30 % between runs on this VM, so they are compared round by round)."""
     from halo_cluster.bench.collective import fit_alpha_beta
-    from halo_cluster.plan.catalog import Link, find_model
-    from halo_cluster.plan.model import allreduce_s, tp_collectives_per_token
+    from halo_cluster.capacity.catalog import Link, find_model
+    from halo_cluster.capacity.estimate import allreduce_s, tp_collectives_per_token
 
     shapes = {m: find_model(m) for m in MODELS}
     matching = sorted({b * shapes[m].hidden * 2 for m in MODELS for b in BATCHES})

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from halo_cluster.bench import collective as c
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.catalog import Link, find_model
-from halo_cluster.plan.model import allreduce_s, tp_collectives_per_token
+from halo_cluster.capacity.catalog import Link, find_model
+from halo_cluster.capacity.estimate import allreduce_s, tp_collectives_per_token
 
 
 def test_sizes() -> None:

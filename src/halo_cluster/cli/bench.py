@@ -337,7 +337,7 @@ def bench_tp(
 
     from halo_cluster.bench.collective import TP_SCHEMA
     from halo_cluster.bench.run import ranked_run
-    from halo_cluster.plan.catalog import find_model, model_from_hf_config
+    from halo_cluster.capacity.catalog import find_model, model_from_hf_config
 
     spec_model = (
         model_from_hf_config(Path(model))

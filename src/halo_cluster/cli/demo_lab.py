@@ -104,7 +104,7 @@ def _monitor(
     from halo_cluster.cli.monitor import scrape
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
-    from halo_cluster.monitor.deploy import exec_start, install_units, plan_units
+    from halo_cluster.monitor.deploy import exec_start, install_units, exporter_units
     from halo_cluster.monitor.frame import build_frame, render_frame
 
     config = load_config(Path(state.dir) / "halo.toml")
@@ -113,7 +113,7 @@ def _monitor(
     # as 'halo monitoring exporter-unit --install' deploys them; lab nodes run no systemd,
     # so each unit's ExecStart is started here, inside its node
     code = halo_node_code()
-    units = plan_units(config, config.nodes, code, "mgmt", 9877, "250ms")
+    units = exporter_units(config, config.nodes, code, "mgmt", 9877, "250ms")
     installed = install_units(ssh_clients(config), units, code)
     for unit, node in zip(units, state.nodes, strict=True):
         if installed[unit.node]["installed"]:

@@ -16,7 +16,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle_plan import (
+from halo_cluster.cluster.ray_start import (
     REGISTER_TIMEOUT_S,
     START_TIMEOUT_S,
     expected_resources,

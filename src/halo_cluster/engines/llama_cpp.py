@@ -39,7 +39,7 @@ def model_layers(model: str) -> int | None:
     path = Path(model)
     if not path.is_file() or importlib.util.find_spec("gguf") is None:
         return None
-    from halo_cluster.plan.gguf_file import read_gguf
+    from halo_cluster.capacity.gguf_file import read_gguf
 
     return read_gguf(path).spec.layers
 

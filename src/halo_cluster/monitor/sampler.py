@@ -119,7 +119,7 @@ class Sampler:
         """Every counter file of the node, from a fresh inventory."""
         signature = self.signature()
         inv = collect_inventory(self.root.path)
-        sources, static, ports = _plan(inv, Root(self.root.path))
+        sources, static, ports = _sources_of(inv, Root(self.root.path))
         self.close()
         resolved: dict[str, str | None] = {}
 
@@ -265,7 +265,7 @@ class Sampler:
         self._dirty = True
 
 
-def _plan(inv: Inventory, root: Root) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
+def _sources_of(inv: Inventory, root: Root) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
     """The sources, constant series and RDMA ports of an inventory."""
     sources: list[_Source] = []
     static: dict[Key, float] = {}

@@ -11,20 +11,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan import catalog
-from halo_cluster.plan.engines import find_engine
-from halo_cluster.plan.model import (
+from halo_cluster.capacity import catalog
+from halo_cluster.capacity.engines import find_engine
+from halo_cluster.capacity.estimate import (
     Request,
     allreduce_s,
     experts_touched,
     kv_bytes_per_token,
-    plan_rows,
+    layout_rows,
     recommend,
     step_seconds,
     total_params,
     weight_bytes,
 )
-from halo_cluster.plan.params import published_active_params
+from halo_cluster.capacity.params import published_active_params
 
 MODELS = catalog.models()
 STRIX = catalog.find_hardware("strix-halo-128")
@@ -108,7 +108,7 @@ def test_the_seed_claim_70b_tp2() -> None:
 
 
 def test_field_sanity_70b_bf16_tp2_strix() -> None:
-    rows = plan_rows(Request(MODELS["llama-3.3-70b"], STRIX, ROCE))
+    rows = layout_rows(Request(MODELS["llama-3.3-70b"], STRIX, ROCE))
     tp2 = next(r for r in rows if r.layout == "TP2")
     assert tp2.fits and abs(tp2.tokens_per_s - 1.8) / 1.8 < 0.15
     assert tp2.tokens_per_s_low < tp2.tokens_per_s < tp2.tokens_per_s_high
@@ -122,11 +122,11 @@ def test_moe_batches_touch_more_experts() -> None:
 
 
 def test_does_not_fit_and_recommendation() -> None:
-    rows = plan_rows(Request(MODELS["llama-3.1-405b"], STRIX, ROCE))
+    rows = layout_rows(Request(MODELS["llama-3.1-405b"], STRIX, ROCE))
     assert not any(r.fits for r in rows)
     best, reason = recommend(rows)
     assert best is None and "no layout fits" in reason
-    rows = plan_rows(Request(MODELS["llama-3.1-405b"], STRIX, ROCE, quant="int4", nodes=4))
+    rows = layout_rows(Request(MODELS["llama-3.1-405b"], STRIX, ROCE, quant="int4", nodes=4))
     assert any(r.fits for r in rows) and recommend(rows)[0] is not None
 
 
@@ -138,8 +138,8 @@ def test_does_not_fit_and_recommendation() -> None:
 )
 def test_more_nodes_never_more_weight_per_node(key: str, nodes: int, quant: str) -> None:
     m = MODELS[key]
-    fewer = plan_rows(Request(m, STRIX, ROCE, nodes=nodes, quant=quant))[0]
-    more = plan_rows(Request(m, STRIX, ROCE, nodes=nodes + 1, quant=quant))[0]
+    fewer = layout_rows(Request(m, STRIX, ROCE, nodes=nodes, quant=quant))[0]
+    more = layout_rows(Request(m, STRIX, ROCE, nodes=nodes + 1, quant=quant))[0]
     assert more.weights_gib_per_node <= fewer.weights_gib_per_node + 1e-9
 
 
@@ -155,8 +155,8 @@ def test_more_latency_never_more_tokens(key: str, alpha: float, extra: float, ba
     fast = replace(ROCE, alpha_us=alpha)
     slow = replace(ROCE, alpha_us=alpha + extra)
     for a, b in zip(
-        plan_rows(Request(m, STRIX, fast, batch=batch)),
-        plan_rows(Request(m, STRIX, slow, batch=batch)),
+        layout_rows(Request(m, STRIX, fast, batch=batch)),
+        layout_rows(Request(m, STRIX, slow, batch=batch)),
         strict=True,
     ):
         assert b.tokens_per_s <= a.tokens_per_s + 1e-12
@@ -274,7 +274,7 @@ def test_hf_config_reads_qwen3_next_hybrid_attention(tmp_path: Path) -> None:
         },
     )
     spec = catalog.model_from_hf_config(path)
-    field_config = catalog.plan_data("field.json")["configs"]["qwen3-next-80b-a3b"]
+    field_config = catalog.capacity_data("field.json")["configs"]["qwen3-next-80b-a3b"]
     assert total_params(spec) == total_params(catalog.ModelSpec(id="f", **field_config))
     # llama-bench reports 79.67 B for Qwen3-Coder-Next
     assert abs(total_params(spec) / 1e9 - 79.67) < 0.01

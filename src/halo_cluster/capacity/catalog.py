@@ -1,5 +1,5 @@
 """Model, hardware and link profiles (data files in halo_cluster/data, extended by
-halo_cluster/plan/data/models.json), and any model read from a local ``config.json``."""
+halo_cluster/capacity/data/models.json), and any model read from a local ``config.json``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.hf_config import model_from_hf_config, read_json_object
-from halo_cluster.plan.spec import Hardware, Link, ModelSpec
+from halo_cluster.capacity.hf_config import model_from_hf_config, read_json_object
+from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
 from halo_cluster.schema import SCHEMAS, require_kind
 
 __all__ = [
@@ -37,9 +37,9 @@ def _data(name: str) -> dict[str, Any]:
     return data
 
 
-def plan_data(*parts: str) -> dict[str, Any]:
-    """A JSON data file of the planner (halo_cluster/plan/data/…)."""
-    node = resources.files("halo_cluster.plan").joinpath("data", *parts)
+def capacity_data(*parts: str) -> dict[str, Any]:
+    """A JSON data file of the planner (halo_cluster/capacity/data/…)."""
+    node = resources.files("halo_cluster.capacity").joinpath("data", *parts)
     data: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
     return data
 
@@ -47,7 +47,7 @@ def plan_data(*parts: str) -> dict[str, Any]:
 def models() -> dict[str, ModelSpec]:
     """The catalog: the shared model file plus the planner's additions and, per model, how
     its vendor counts the published active parameters."""
-    extra = plan_data("models.json")
+    extra = capacity_data("models.json")
     entries: dict[str, dict[str, Any]] = {
         key: {**value, **extra["overrides"].get(key, {})}
         for key, value in _data("models.json")["models"].items()

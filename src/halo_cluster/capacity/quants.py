@@ -1,4 +1,4 @@
-"""Weight formats and their real bits per weight (data file plan/data/quants.json).
+"""Weight formats and their real bits per weight (data file capacity/data/quants.json).
 
 A GGUF quantisation such as Q4_K_M is not one type but llama.cpp's mix: a base type, a
 larger type for part of the attn_v / attn_output / ffn_down tensors, and its own types for
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.catalog import plan_data
+from halo_cluster.capacity.catalog import capacity_data
 
 ROLES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_down")
 
@@ -33,7 +33,7 @@ class Quant:
 @cache
 def type_sizes() -> dict[str, tuple[int, int]]:
     """ggml type -> (weights per block, bytes per block)."""
-    return {k: (v["block"], v["bytes"]) for k, v in plan_data("quants.json")["types"].items()}
+    return {k: (v["block"], v["bytes"]) for k, v in capacity_data("quants.json")["types"].items()}
 
 
 def type_bits(name: str) -> float:
@@ -45,7 +45,7 @@ def type_bits(name: str) -> float:
 def quants() -> dict[str, Quant]:
     return {
         name: Quant(name=name, **entry)
-        for name, entry in plan_data("quants.json")["quants"].items()
+        for name, entry in capacity_data("quants.json")["quants"].items()
     }
 
 

@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from halo_cluster.plan import catalog, field
-from halo_cluster.plan.quants import find_quant
+from halo_cluster.capacity import catalog, field
+from halo_cluster.capacity.quants import find_quant
 
 BENCH = Path(__file__).parents[2] / "benchmarks" / "bench_plan_field.py"
 RESULTS = BENCH.parent / "results" / "plan_field.json"
@@ -71,5 +71,5 @@ def test_committed_results_are_current() -> None:
 
 
 def test_field_configs_are_not_in_the_catalog() -> None:
-    configs = catalog.plan_data("field.json")["configs"]
+    configs = catalog.capacity_data("field.json")["configs"]
     assert not set(configs) & set(catalog.models())

@@ -1,7 +1,7 @@
-"""Inference engines as data (plan/data/engines/*.json): the layouts each can run, how much
+"""Inference engines as data (capacity/data/engines/*.json): the layouts each can run, how much
 of the memory it may use, and — per hardware — the share of the memory bandwidth a decode
 step achieves (dense and MoE) and its fixed cost per layer, derived from the published
-measurements named in the file (the calibration rows of plan/data/field.json)."""
+measurements named in the file (the calibration rows of capacity/data/field.json)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from typing import Any
 
 from halo_cluster.engines import registry
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.catalog import plan_data
-from halo_cluster.plan.rpc import RpcProtocol
-from halo_cluster.plan.spec import Hardware
+from halo_cluster.capacity.catalog import capacity_data
+from halo_cluster.capacity.rpc import RpcProtocol
+from halo_cluster.capacity.spec import Hardware
 
 
 def _modelled(name: str) -> bool:
-    """Whether the planner has a model of this engine (plan/data/engines/<name>.json)."""
+    """Whether the planner has a model of this engine (capacity/data/engines/<name>.json)."""
     from importlib import resources
 
-    data = resources.files("halo_cluster.plan").joinpath("data", "engines")
+    data = resources.files("halo_cluster.capacity").joinpath("data", "engines")
     return data.joinpath(f"{name}.json").is_file()
 
 
@@ -109,7 +109,7 @@ def engines() -> dict[str, Engine]:
     """The planner's model of every engine halo serves with (engines.registry) that it has
     data for."""
     return {
-        name: _engine(plan_data("engines", f"{name}.json"))
+        name: _engine(capacity_data("engines", f"{name}.json"))
         for name in registry.names()
         if _modelled(name)
     }

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from halo_cluster.plan.params import attention_roles, param_counts
-from halo_cluster.plan.quants import Quant, role_bits, type_bits
-from halo_cluster.plan.spec import ModelSpec
+from halo_cluster.capacity.params import attention_roles, param_counts
+from halo_cluster.capacity.quants import Quant, role_bits, type_bits
+from halo_cluster.capacity.spec import ModelSpec
 
 GIB = 2**30
 

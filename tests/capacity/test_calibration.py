@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan import catalog
-from halo_cluster.plan.calibration import Calibration, read_serve_result
-from halo_cluster.plan.engines import find_engine
-from halo_cluster.plan.model import Request, calibrated, plan_rows
+from halo_cluster.capacity import catalog
+from halo_cluster.capacity.calibration import Calibration, read_serve_result
+from halo_cluster.capacity.engines import find_engine
+from halo_cluster.capacity.estimate import Request, calibrated, layout_rows
 
 STRIX = catalog.find_hardware("strix-halo-128")
 ROCE = catalog.find_link("roce")
@@ -79,7 +79,7 @@ def test_calibrated_plan_reproduces_the_measurement_on_one_node(tmp_path: Path) 
         m, STRIX, ROCE, nodes=1, quant="MXFP4", context=cal.context,
         engine=find_engine("llama.cpp"), calibration=cal,
     )  # fmt: skip
-    (row,) = plan_rows(req)
+    (row,) = layout_rows(req)
     assert row.tokens_per_s == pytest.approx(49.0)
     assert row.tokens_per_s_low == pytest.approx(1000 / 21.0)
     assert row.tokens_per_s_high == pytest.approx(1000 / 19.0)
@@ -88,7 +88,7 @@ def test_calibrated_plan_reproduces_the_measurement_on_one_node(tmp_path: Path) 
         == "calibrated from serve.json (2026-05-01T10:00:00+00:00, openai/gpt-oss-120b)"
     )
     # on two nodes the calibrated node runs half the layers each, plus the RPC messages
-    (rpc,) = plan_rows(Request(**{**req.__dict__, "nodes": 2}))
+    (rpc,) = layout_rows(Request(**{**req.__dict__, "nodes": 2}))
     assert rpc.tokens_per_s < 49.0 and rpc.efficiency_source == row.efficiency_source
 
 

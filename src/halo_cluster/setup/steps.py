@@ -1,4 +1,4 @@
-"""The setup plan: a pure function from a node's facts to steps, each saying whether it is
+"""The setup steps: a pure function from a node's facts to steps, each saying whether it is
 done, the exact actions that would do it, and whether a reboot follows."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def family_of(inv: Inventory, opts: SetupOptions) -> str:
     return "fedora" if opts.distro == "fedora" else "debian"
 
 
-def plan_setup(root: Root, inv: Inventory, opts: SetupOptions) -> list[Step]:
+def setup_steps(root: Root, inv: Inventory, opts: SetupOptions) -> list[Step]:
     fam = family_of(inv, opts)
     ctx = NodeContext(inv)
     iface = opts.fabric_iface or (ctx.fabric_iface.name if ctx.fabric_iface else None)

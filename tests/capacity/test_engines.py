@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan import catalog, field
-from halo_cluster.plan.engines import engines, find_engine
-from halo_cluster.plan.model import Request, evaluate, plan_rows, step_seconds
-from halo_cluster.plan.spec import Link
+from halo_cluster.capacity import catalog, field
+from halo_cluster.capacity.engines import engines, find_engine
+from halo_cluster.capacity.estimate import Request, evaluate, layout_rows, step_seconds
+from halo_cluster.capacity.spec import Link
 
 MODELS = catalog.models()
 STRIX = catalog.find_hardware("strix-halo-128")
@@ -31,17 +31,17 @@ def test_engines_and_unknown_engine() -> None:
 
 def test_llama_cpp_layouts_single_and_rpc() -> None:
     m = MODELS["gpt-oss-120b"]
-    single = plan_rows(Request(m, STRIX, ROCE, nodes=1, quant="MXFP4", engine=LLAMA_CPP))
+    single = layout_rows(Request(m, STRIX, ROCE, nodes=1, quant="MXFP4", engine=LLAMA_CPP))
     assert [(r.layout, r.tp, r.pp, r.engine, r.decode_ms_network) for r in single] == [
         ("single", 1, 1, "llama.cpp", 0.0)
     ]
-    rpc = plan_rows(Request(m, STRIX, ROCE, nodes=3, quant="MXFP4", engine=LLAMA_CPP))
+    rpc = layout_rows(Request(m, STRIX, ROCE, nodes=3, quant="MXFP4", engine=LLAMA_CPP))
     assert [(r.layout, r.tp, r.pp) for r in rpc] == [("RPC3", 1, 3)]
     assert rpc[0].weights_gib_per_node == pytest.approx(single[0].weights_gib_per_node / 3)
 
 
 def test_vllm_layouts_unchanged() -> None:
-    rows = plan_rows(Request(MODELS["llama-3.1-8b"], STRIX, ROCE, nodes=4))
+    rows = layout_rows(Request(MODELS["llama-3.1-8b"], STRIX, ROCE, nodes=4))
     assert [(r.layout, r.tp, r.pp, r.engine) for r in rows] == [
         ("TP4", 4, 1, "vllm"),
         ("TP2xPP2", 2, 2, "vllm"),
@@ -97,7 +97,7 @@ def test_hardware_without_measurements_falls_back_to_its_profile() -> None:
 
 
 def test_linear_attention_layers_have_no_kv_and_cost_their_own() -> None:
-    config = catalog.plan_data("field.json")["configs"]["qwen3-next-80b-a3b"]
+    config = catalog.capacity_data("field.json")["configs"]["qwen3-next-80b-a3b"]
     m = catalog.ModelSpec(id="qwen3-next", **config)
     assert m.attention_layers == 12
     row = evaluate(Request(m, STRIX, ROCE, nodes=1, quant="Q4_K_M", engine=LLAMA_CPP), 1, 1, "x")
@@ -127,8 +127,8 @@ def _request(key: str, engine: str, quant: str, nodes: int, bw: float, batch: in
 def test_more_bandwidth_never_fewer_tokens(
     key: str, engine: str, quant: str, nodes: int, bw: float, extra: float, batch: int
 ) -> None:
-    slow = plan_rows(_request(key, engine, quant, nodes, bw, batch))
-    fast = plan_rows(_request(key, engine, quant, nodes, bw + extra, batch))
+    slow = layout_rows(_request(key, engine, quant, nodes, bw, batch))
+    fast = layout_rows(_request(key, engine, quant, nodes, bw + extra, batch))
     for a, b in zip(slow, fast, strict=True):
         assert b.tokens_per_s >= a.tokens_per_s - 1e-12
         assert b.tokens_per_s_batch1 >= a.tokens_per_s_batch1 - 1e-12
@@ -145,8 +145,8 @@ def test_more_bandwidth_never_fewer_tokens(
 def test_more_nodes_never_more_weight_per_node_for_either_engine(
     key: str, engine: str, quant: str, nodes: int
 ) -> None:
-    fewer = plan_rows(_request(key, engine, quant, nodes, 256, 1))
-    more = plan_rows(_request(key, engine, quant, nodes + 1, 256, 1))
+    fewer = layout_rows(_request(key, engine, quant, nodes, 256, 1))
+    more = layout_rows(_request(key, engine, quant, nodes + 1, 256, 1))
     assert min(r.weights_gib_per_node for r in more) <= min(r.weights_gib_per_node for r in fewer)
 
 
@@ -156,6 +156,6 @@ def test_rpc_more_latency_never_more_tokens(alpha: float, extra: float, nodes: i
     m = MODELS["qwen3-235b-a22b"]
     fast = Link("a", "a", alpha, 25.0, "")
     slow = Link("b", "b", alpha + extra, 25.0, "")
-    a = plan_rows(Request(m, STRIX, fast, nodes=nodes, quant="Q3_K_M", engine=LLAMA_CPP))[0]
-    b = plan_rows(Request(m, STRIX, slow, nodes=nodes, quant="Q3_K_M", engine=LLAMA_CPP))[0]
+    a = layout_rows(Request(m, STRIX, fast, nodes=nodes, quant="Q3_K_M", engine=LLAMA_CPP))[0]
+    b = layout_rows(Request(m, STRIX, slow, nodes=nodes, quant="Q3_K_M", engine=LLAMA_CPP))[0]
     assert b.tokens_per_s < a.tokens_per_s

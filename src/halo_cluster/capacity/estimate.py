@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halo_cluster.errors import UsageError
-from halo_cluster.plan.calibration import Calibration
-from halo_cluster.plan.catalog import Hardware, Link, ModelSpec
-from halo_cluster.plan.engines import Efficiency, Engine, find_engine
-from halo_cluster.plan.params import (
+from halo_cluster.capacity.calibration import Calibration
+from halo_cluster.capacity.catalog import Hardware, Link, ModelSpec
+from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
+from halo_cluster.capacity.params import (
     ParamCounts,
     active_params,
     experts_touched,
     param_counts,
     total_params,
 )
-from halo_cluster.plan.quants import find_quant
-from halo_cluster.plan.weights import WeightBytes, from_quant
+from halo_cluster.capacity.quants import find_quant
+from halo_cluster.capacity.weights import WeightBytes, from_quant
 
 __all__ = [
     "ParamCounts",
@@ -37,7 +37,7 @@ __all__ = [
     "experts_touched",
     "kv_bytes_per_token",
     "param_counts",
-    "plan_rows",
+    "layout_rows",
     "recommend",
     "step_seconds",
     "total_params",
@@ -280,7 +280,7 @@ def evaluate(req: Request, tp: int, pp: int, layout: str | None = None) -> Row:
     )
 
 
-def plan_rows(req: Request) -> list[Row]:
+def layout_rows(req: Request) -> list[Row]:
     return [evaluate(req, tp, pp, name) for name, tp, pp in engine_layouts(req)]
 
 

@@ -1,4 +1,4 @@
-"""The field table (plan/data/field.json): published decode measurements on Strix Halo, the
+"""The field table (capacity/data/field.json): published decode measurements on Strix Halo, the
 planner's prediction for each, and the engine efficiencies the calibration rows imply."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from halo_cluster.plan import catalog
-from halo_cluster.plan.engines import Efficiency, Engine, find_engine
-from halo_cluster.plan.model import (
+from halo_cluster.capacity import catalog
+from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
+from halo_cluster.capacity.estimate import (
     Request,
     engine_layouts,
     evaluate,
     fixed_seconds,
     step_seconds,
 )
-from halo_cluster.plan.quants import find_quant
-from halo_cluster.plan.spec import Link, ModelSpec
-from halo_cluster.plan.weights import GIB, from_quant, scaled_to_file
+from halo_cluster.capacity.quants import find_quant
+from halo_cluster.capacity.spec import Link, ModelSpec
+from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
 
 HARDWARE = "strix-halo-128"
 TG_CONTEXT = 128  # llama-bench tg128: 128 tokens decoded from an empty context
@@ -40,11 +40,11 @@ class FieldRow:
 
 
 def rows() -> list[FieldRow]:
-    return [FieldRow(**row) for row in catalog.plan_data("field.json")["rows"]]
+    return [FieldRow(**row) for row in catalog.capacity_data("field.json")["rows"]]
 
 
 def _model(name: str) -> ModelSpec:
-    configs = catalog.plan_data("field.json")["configs"]
+    configs = catalog.capacity_data("field.json")["configs"]
     if name in configs:
         return ModelSpec(id=name, **configs[name])
     return catalog.find_model(name)
@@ -53,7 +53,7 @@ def _model(name: str) -> ModelSpec:
 def _link(name: str | None) -> Link:
     if name is None:
         return catalog.find_link("roce")  # a one-node row crosses no link
-    links: dict[str, Any] = catalog.plan_data("field.json")["links"]
+    links: dict[str, Any] = catalog.capacity_data("field.json")["links"]
     if name in links:
         return Link(id=name, **links[name])
     return catalog.find_link(name)
@@ -149,6 +149,6 @@ def derive(
             round(statistics.median(shares), 3),
             round(min(shares), 3),
             round(max(shares), 3),
-            f"median of {len(shares)} published measurements ({ids}; plan/data/field.json)",
+            f"median of {len(shares)} published measurements ({ids}; capacity/data/field.json)",
         )
     return result

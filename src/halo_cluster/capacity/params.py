@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from halo_cluster.plan.spec import ModelSpec
+from halo_cluster.capacity.spec import ModelSpec
 
 LINEAR_CONV_KERNEL = 4  # Qwen3-Next's gated delta-net short convolution (linear_conv_kernel_dim)
 

@@ -13,11 +13,11 @@ from halo_cluster.cli.output import emit_json, table
 from halo_cluster.engines import registry
 
 if TYPE_CHECKING:
-    from halo_cluster.plan.catalog import Hardware
-    from halo_cluster.plan.engines import Engine
-    from halo_cluster.plan.model import Request, Row
-    from halo_cluster.plan.spec import ModelSpec
-    from halo_cluster.plan.weights import WeightBytes
+    from halo_cluster.capacity.catalog import Hardware
+    from halo_cluster.capacity.engines import Engine
+    from halo_cluster.capacity.estimate import Request, Row
+    from halo_cluster.capacity.spec import ModelSpec
+    from halo_cluster.capacity.weights import WeightBytes
 
 
 
@@ -81,7 +81,7 @@ def plan(**options: Any) -> int:
     recommendation."""
     if options["list_models"]:
         return _list(options["as_json"])
-    return _plan(**options)
+    return _estimate(**options)
 
 
 def _positive(name: str, value: float | None) -> float | None:
@@ -95,10 +95,10 @@ def _positive(name: str, value: float | None) -> float | None:
 def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]:
     """The model spec, its GGUF weights if read from a file, and a note on the bytes."""
     from halo_cluster.errors import UsageError
-    from halo_cluster.plan import catalog
+    from halo_cluster.capacity import catalog
 
     if options["gguf_path"]:
-        from halo_cluster.plan.gguf_file import read_gguf
+        from halo_cluster.capacity.gguf_file import read_gguf
 
         found = read_gguf(Path(options["gguf_path"]))
         return found.spec, found.weights, found.note
@@ -110,7 +110,7 @@ def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]
 
 
 def _hardware(options: dict[str, Any]) -> Hardware:
-    from halo_cluster.plan import catalog
+    from halo_cluster.capacity import catalog
 
     hw = catalog.find_hardware(options["hardware"])
     memory = _positive("memory-gib", options["memory_gib"])
@@ -127,8 +127,8 @@ def _weights(
 ) -> tuple[str, WeightBytes]:
     """(the format name, the weight bytes) from --quant, --weights-gib, --gguf or the catalog."""
     from halo_cluster.errors import UsageError
-    from halo_cluster.plan.quants import find_quant
-    from halo_cluster.plan.weights import GIB, from_quant, scaled_to_file
+    from halo_cluster.capacity.quants import find_quant
+    from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
 
     file_gib = _positive("weights-gib", options["weights_gib"])
     if file_gib is not None and file_gib > 100_000:
@@ -147,10 +147,10 @@ def _weights(
 
 
 def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
-    from halo_cluster.plan import catalog
-    from halo_cluster.plan.calibration import read_serve_result
-    from halo_cluster.plan.engines import find_engine
-    from halo_cluster.plan.model import Request
+    from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.calibration import read_serve_result
+    from halo_cluster.capacity.engines import find_engine
+    from halo_cluster.capacity.estimate import Request
 
     spec, gguf, note = _model(options)
     hw = _hardware(options)
@@ -173,11 +173,11 @@ def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
     return [Request(spec, hw, link, **shared) for link in links], quant, note
 
 
-def _plan(**options: Any) -> int:
-    from halo_cluster.plan.model import plan_rows, recommend
+def _estimate(**options: Any) -> int:
+    from halo_cluster.capacity.estimate import layout_rows, recommend
 
     requests, quant, note = _requests(options)
-    rows = [row for req in requests for row in plan_rows(req)]
+    rows = [row for req in requests for row in layout_rows(req)]
     best, reason = recommend(rows)
     req = requests[0]
     if options["as_json"]:
@@ -190,7 +190,7 @@ def _plan(**options: Any) -> int:
 def _document(
     req: Request, rows: list[Row], best: Row | None, reason: str, quant: str, note: str
 ) -> dict[str, Any]:
-    from halo_cluster.plan.weights import GIB
+    from halo_cluster.capacity.weights import GIB
 
     weights = req.resolved_weights()
     return {
@@ -250,10 +250,10 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
 
 
 def _list(as_json: bool) -> int:
-    from halo_cluster.plan import catalog
-    from halo_cluster.plan.engines import engines
-    from halo_cluster.plan.model import active_params, total_params
-    from halo_cluster.plan.quants import quant_names
+    from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.engines import engines
+    from halo_cluster.capacity.estimate import active_params, total_params
+    from halo_cluster.capacity.quants import quant_names
 
     models = catalog.models()
     if as_json:
