@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from halo_cluster.bench import collective as c
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.catalog import Link, find_model
 from halo_cluster.capacity.estimate import allreduce_s, tp_collectives_per_token
+from halo_cluster.errors import UsageError
 
 
 def test_sizes() -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity import catalog
 from halo_cluster.capacity.calibration import Calibration, read_serve_result
 from halo_cluster.capacity.engines import find_engine
 from halo_cluster.capacity.estimate import Request, calibrated, layout_rows
+from halo_cluster.errors import UsageError
 
 STRIX = catalog.find_hardware("strix-halo-128")
 ROCE = catalog.find_link("roce")

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity import catalog, field
 from halo_cluster.capacity.engines import engines, find_engine
 from halo_cluster.capacity.estimate import Request, evaluate, layout_rows, step_seconds
 from halo_cluster.capacity.spec import Link
+from halo_cluster.errors import UsageError
 
 MODELS = catalog.models()
 STRIX = catalog.find_hardware("strix-halo-128")

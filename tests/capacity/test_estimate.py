@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity import catalog
 from halo_cluster.capacity.engines import find_engine
 from halo_cluster.capacity.estimate import (
@@ -25,6 +24,7 @@ from halo_cluster.capacity.estimate import (
     weight_bytes,
 )
 from halo_cluster.capacity.params import published_active_params
+from halo_cluster.errors import UsageError
 
 MODELS = catalog.models()
 STRIX = catalog.find_hardware("strix-halo-128")

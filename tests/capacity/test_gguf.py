@@ -11,11 +11,11 @@ import gguf
 import numpy as np
 import pytest
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.gguf_file import GgufModel, read_gguf
 from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
+from halo_cluster.errors import UsageError
 
 Q8_0, Q4_K = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_K
 

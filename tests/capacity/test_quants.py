@@ -6,10 +6,10 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity import catalog
 from halo_cluster.capacity.quants import find_quant, quant_names, role_bits, type_bits, type_sizes
 from halo_cluster.capacity.weights import GIB, WeightBytes, from_quant, scaled_to_file
+from halo_cluster.errors import UsageError
 
 MODELS = catalog.models()
 LLAMA3_8B = MODELS["llama-3.1-8b"]  # the same shape as Llama-3-8B

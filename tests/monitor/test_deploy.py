@@ -7,7 +7,7 @@ from pathlib import Path
 
 from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.monitor.deploy import install_units, exporter_units
+from halo_cluster.monitor.deploy import exporter_units, install_units
 from halo_cluster.nodecode import NodeCode
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result

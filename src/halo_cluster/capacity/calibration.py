@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.hf_config import read_json_object
+from halo_cluster.errors import UsageError
 from halo_cluster.schema import SCHEMAS, require_kind
 
 SERVE_SCHEMA = SCHEMAS["serve"]  # what `halo bench serve` writes (bench/serve_load.py)

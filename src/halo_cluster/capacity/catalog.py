@@ -9,9 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.hf_config import model_from_hf_config, read_json_object
 from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
+from halo_cluster.errors import UsageError
 from halo_cluster.schema import SCHEMAS, require_kind
 
 __all__ = [

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from halo_cluster.engines import registry
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.catalog import capacity_data
 from halo_cluster.capacity.rpc import RpcProtocol
 from halo_cluster.capacity.spec import Hardware
+from halo_cluster.engines import registry
+from halo_cluster.errors import UsageError
 
 
 def _modelled(name: str) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.calibration import Calibration
 from halo_cluster.capacity.catalog import Hardware, Link, ModelSpec
 from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
@@ -26,6 +25,7 @@ from halo_cluster.capacity.params import (
 )
 from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.weights import WeightBytes, from_quant
+from halo_cluster.errors import UsageError
 
 __all__ = [
     "ParamCounts",
@@ -36,8 +36,8 @@ __all__ = [
     "evaluate",
     "experts_touched",
     "kv_bytes_per_token",
-    "param_counts",
     "layout_rows",
+    "param_counts",
     "recommend",
     "step_seconds",
     "total_params",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
+from halo_cluster.errors import UsageError
 
 GGUF_MAGIC = b"GGUF"
 KNOWN_VERSIONS = (2, 3)

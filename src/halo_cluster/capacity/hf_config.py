@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.spec import ModelSpec
+from halo_cluster.errors import UsageError
 
 # Hugging Face config keys -> ours (first key present wins)
 HF_KEYS: dict[str, tuple[str, ...]] = {

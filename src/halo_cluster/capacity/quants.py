@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from halo_cluster.errors import UsageError
 from halo_cluster.capacity.catalog import capacity_data
+from halo_cluster.errors import UsageError
 
 ROLES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_down")
 

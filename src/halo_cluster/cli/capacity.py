@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from halo_cluster.capacity.weights import WeightBytes
 
 
-
 @click.command()
 @click.argument("model", required=False)
 @click.option(
@@ -94,8 +93,8 @@ def _positive(name: str, value: float | None) -> float | None:
 
 def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]:
     """The model spec, its GGUF weights if read from a file, and a note on the bytes."""
-    from halo_cluster.errors import UsageError
     from halo_cluster.capacity import catalog
+    from halo_cluster.errors import UsageError
 
     if options["gguf_path"]:
         from halo_cluster.capacity.gguf_file import read_gguf
@@ -126,9 +125,9 @@ def _weights(
     options: dict[str, Any], spec: ModelSpec, gguf: WeightBytes | None, engine: Engine
 ) -> tuple[str, WeightBytes]:
     """(the format name, the weight bytes) from --quant, --weights-gib, --gguf or the catalog."""
-    from halo_cluster.errors import UsageError
     from halo_cluster.capacity.quants import find_quant
     from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
+    from halo_cluster.errors import UsageError
 
     file_gib = _positive("weights-gib", options["weights_gib"])
     if file_gib is not None and file_gib > 100_000:

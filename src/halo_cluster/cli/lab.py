@@ -334,9 +334,10 @@ def model(
 
     Nothing is downloaded: vLLM and transformers load DIR with HF_HUB_OFFLINE=1.
     Example: halo lab model /tmp/tiny && vllm serve /tmp/tiny"""
-    from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
+    from halo_cluster.lab.tiny_model import FORMATS, write_model
+    from halo_cluster.lab.tiny_spec import TinyModelSpec
 
-    spec = ModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
+    spec = TinyModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
     chosen = FORMATS if formats == "both" else (formats,)
     summary = write_model(directory, spec, force=force, formats=chosen)
     if as_json:

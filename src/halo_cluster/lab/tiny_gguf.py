@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halo_cluster.lab.model import (
+from halo_cluster.lab.tiny_spec import (
     BOS_ID,
     CHAT_TEMPLATE,
     EOS_ID,
@@ -25,7 +25,7 @@ from halo_cluster.lab.model import (
     ROPE_THETA,
     SPECIAL_TOKENS,
     UNK_ID,
-    ModelSpec,
+    TinyModelSpec,
     weights,
 )
 
@@ -87,7 +87,7 @@ def vocabulary(tokenizer: Tokenizer) -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def gguf_tensors(spec: ModelSpec) -> Iterator[tuple[str, Any]]:
+def gguf_tensors(spec: TinyModelSpec) -> Iterator[tuple[str, Any]]:
     """(llama.cpp name, numpy array) of every tensor: matrices F16, norms F32."""
     import numpy as np
 
@@ -101,7 +101,7 @@ def gguf_tensors(spec: ModelSpec) -> Iterator[tuple[str, Any]]:
         yield gguf_name(name), np.ascontiguousarray(array.astype(dtype))
 
 
-def write_gguf(path: Path, spec: ModelSpec, tokenizer: Tokenizer) -> None:
+def write_gguf(path: Path, spec: TinyModelSpec, tokenizer: Tokenizer) -> None:
     """One GGUF file of ``spec``'s model and ``tokenizer``'s vocabulary at ``path``."""
     import gguf
 

@@ -265,7 +265,9 @@ class Sampler:
         self._dirty = True
 
 
-def _sources_of(inv: Inventory, root: Root) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
+def _sources_of(
+    inv: Inventory, root: Root
+) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
     """The sources, constant series and RDMA ports of an inventory."""
     sources: list[_Source] = []
     static: dict[Key, float] = {}

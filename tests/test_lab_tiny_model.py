@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.lab.model import ModelSpec, write_model
+from halo_cluster.lab.tiny_model import write_model
+from halo_cluster.lab.tiny_spec import TinyModelSpec
 
 FILES = [
     "config.json",
@@ -23,7 +24,7 @@ FILES = [
     "tokenizer.json",
     "tokenizer_config.json",
 ]
-SMALL = ModelSpec(layers=1, hidden=64, heads=2, kv_heads=1, vocab=512)
+SMALL = TinyModelSpec(layers=1, hidden=64, heads=2, kv_heads=1, vocab=512)
 
 
 def halo(*args: str) -> subprocess.CompletedProcess[str]:
@@ -161,7 +162,7 @@ def test_weight_values(default_model: tuple[Path, dict[str, Any]]) -> None:
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path: Path) -> None:
     one = write_model(tmp_path / "one", SMALL)
     two = write_model(tmp_path / "two", SMALL)
-    other = write_model(tmp_path / "other", ModelSpec(1, 64, 2, 1, 512, seed=1))
+    other = write_model(tmp_path / "other", TinyModelSpec(1, 64, 2, 1, 512, seed=1))
     assert one.files == two.files == other.files
     for name in FILES:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
@@ -278,7 +279,7 @@ def test_file_is_not_a_directory(tmp_path: Path) -> None:
 
 def test_importing_the_command_imports_nothing_heavy() -> None:
     code = (
-        "import sys, halo_cluster.cli.lab, halo_cluster.lab.model\n"
+        "import sys, halo_cluster.cli.lab, halo_cluster.lab.tiny_model\n"
         "print(sorted({'torch', 'tokenizers', 'safetensors'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from halo_cluster.lab.gguf_model import GGUF_FILE, gguf_name, rope_permute
-from halo_cluster.lab.model import EOS_ID, ModelSpec, write_model
+from halo_cluster.lab.tiny_gguf import GGUF_FILE, gguf_name, rope_permute
+from halo_cluster.lab.tiny_model import write_model
+from halo_cluster.lab.tiny_spec import EOS_ID, TinyModelSpec
 
-SMALL = ModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, vocab=512)
+SMALL = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, vocab=512)
 
 
 def test_tensor_names_as_llama_cpp_loads_them() -> None:
