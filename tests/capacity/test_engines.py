@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from halo_cluster.capacity import catalog, field
 from halo_cluster.capacity.engines import engines, find_engine
 from halo_cluster.capacity.estimate import Request, evaluate, layout_rows, step_seconds
-from halo_cluster.capacity.spec import Link
+from halo_cluster.capacity.spec import Link, ModelSpec
 from halo_cluster.errors import UsageError
 
 MODELS = catalog.models()
@@ -98,7 +98,7 @@ def test_hardware_without_measurements_falls_back_to_its_profile() -> None:
 
 def test_linear_attention_layers_have_no_kv_and_cost_their_own() -> None:
     config = catalog.capacity_data("field.json")["configs"]["qwen3-next-80b-a3b"]
-    m = catalog.ModelSpec(id="qwen3-next", **config)
+    m = ModelSpec(id="qwen3-next", **config)
     assert m.attention_layers == 12
     row = evaluate(Request(m, STRIX, ROCE, nodes=1, quant="Q4_K_M", engine=LLAMA_CPP), 1, 1, "x")
     plain = replace(m, full_attention_interval=0)

@@ -15,15 +15,15 @@ from halo_cluster.capacity.engines import find_engine
 from halo_cluster.capacity.estimate import (
     Request,
     allreduce_s,
-    experts_touched,
     kv_bytes_per_token,
     layout_rows,
     recommend,
     step_seconds,
-    total_params,
     weight_bytes,
 )
-from halo_cluster.capacity.params import published_active_params
+from halo_cluster.capacity.hf_config import model_from_hf_config
+from halo_cluster.capacity.params import experts_touched, published_active_params, total_params
+from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.errors import UsageError
 
 MODELS = catalog.models()
@@ -183,7 +183,7 @@ def test_hf_config_reads_a_llama(tmp_path: Path) -> None:
             "max_position_embeddings": 131072,
         },
     )
-    spec = catalog.model_from_hf_config(path)
+    spec = model_from_hf_config(path)
     assert total_params(spec) == total_params(MODELS["llama-3.1-8b"])
     assert spec.head_dim == 128 and spec.context_limit == 131072
 
@@ -204,9 +204,7 @@ def test_hf_config_reads_a_moe(tmp_path: Path) -> None:
             "moe_intermediate_size": 768,
         },
     )
-    assert total_params(catalog.model_from_hf_config(path)) == total_params(
-        MODELS["qwen3-coder-30b-a3b"]
-    )
+    assert total_params(model_from_hf_config(path)) == total_params(MODELS["qwen3-coder-30b-a3b"])
 
 
 @pytest.mark.parametrize(
@@ -229,7 +227,7 @@ def test_hf_config_reads_a_moe(tmp_path: Path) -> None:
 )
 def test_bad_hf_config(tmp_path: Path, content: object, message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        catalog.model_from_hf_config(write(tmp_path, content))
+        model_from_hf_config(write(tmp_path, content))
 
 
 def test_links_and_measured_results(tmp_path: Path) -> None:
@@ -273,9 +271,9 @@ def test_hf_config_reads_qwen3_next_hybrid_attention(tmp_path: Path) -> None:
             "max_position_embeddings": 262144,
         },
     )
-    spec = catalog.model_from_hf_config(path)
+    spec = model_from_hf_config(path)
     field_config = catalog.capacity_data("field.json")["configs"]["qwen3-next-80b-a3b"]
-    assert total_params(spec) == total_params(catalog.ModelSpec(id="f", **field_config))
+    assert total_params(spec) == total_params(ModelSpec(id="f", **field_config))
     # llama-bench reports 79.67 B for Qwen3-Coder-Next
     assert abs(total_params(spec) / 1e9 - 79.67) < 0.01
     assert (spec.attention_layers, spec.shared_experts, spec.attention_output_gate) == (12, 1, True)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.errors import ParseError
+from halo_cluster.errors import ParseError, SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
-from halo_cluster.setup.apply import SetupError, apply_steps, current_steps
+from halo_cluster.setup.apply import apply_steps, current_steps
 from halo_cluster.setup.container import container_argv
 from halo_cluster.setup.grub import edit_grub, grub_args
 from halo_cluster.setup.steps import MEMLOCK_FILE, MEMLOCK_TEXT, SetupOptions

@@ -1,5 +1,6 @@
 """Model, hardware and link profiles (data files in halo_cluster/data, extended by
-halo_cluster/capacity/data/models.json), and any model read from a local ``config.json``."""
+halo_cluster/capacity/data/models.json), and a link measured by ``halo bench collective``.
+A model read from a local ``config.json`` is capacity/hf_config.py's."""
 
 from __future__ import annotations
 
@@ -9,24 +10,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.capacity.hf_config import model_from_hf_config, read_json_object
+from halo_cluster.capacity.hf_config import read_json_object
 from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
 from halo_cluster.errors import UsageError
 from halo_cluster.schema import SCHEMAS, require_kind
-
-__all__ = [
-    "Hardware",
-    "Link",
-    "ModelSpec",
-    "find_hardware",
-    "find_link",
-    "find_model",
-    "hardware_profiles",
-    "link_from_result",
-    "links",
-    "model_from_hf_config",
-    "models",
-]
 
 COLLECTIVE_SCHEMA = SCHEMAS["collective"]  # what `halo bench collective` writes
 

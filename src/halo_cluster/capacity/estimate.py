@@ -14,36 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halo_cluster.capacity.calibration import Calibration
-from halo_cluster.capacity.catalog import Hardware, Link, ModelSpec
 from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
 from halo_cluster.capacity.params import (
-    ParamCounts,
-    active_params,
     experts_touched,
-    param_counts,
-    total_params,
 )
 from halo_cluster.capacity.quants import find_quant
+from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
-
-__all__ = [
-    "ParamCounts",
-    "Request",
-    "Row",
-    "active_params",
-    "allreduce_s",
-    "evaluate",
-    "experts_touched",
-    "kv_bytes_per_token",
-    "layout_rows",
-    "param_counts",
-    "recommend",
-    "step_seconds",
-    "total_params",
-    "tp_collectives_per_token",
-    "weight_bytes",
-]
 
 GIB = 2**30
 ACTIVATION_BYTES = 2  # activations and all-reduce payloads stay in bf16

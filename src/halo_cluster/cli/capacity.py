@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from halo_cluster.cli.output import emit_json, table
+from halo_cluster.cli.output import table
 from halo_cluster.engines import registry
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
-    from halo_cluster.capacity.catalog import Hardware
     from halo_cluster.capacity.engines import Engine
     from halo_cluster.capacity.estimate import Request, Row
-    from halo_cluster.capacity.spec import ModelSpec
+    from halo_cluster.capacity.spec import Hardware, ModelSpec
     from halo_cluster.capacity.weights import WeightBytes
 
 
@@ -94,6 +94,7 @@ def _positive(name: str, value: float | None) -> float | None:
 def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]:
     """The model spec, its GGUF weights if read from a file, and a note on the bytes."""
     from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.hf_config import model_from_hf_config
     from halo_cluster.errors import UsageError
 
     if options["gguf_path"]:
@@ -102,7 +103,7 @@ def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]
         found = read_gguf(Path(options["gguf_path"]))
         return found.spec, found.weights, found.note
     if options["hf_config"]:
-        return catalog.model_from_hf_config(Path(options["hf_config"])), None, ""
+        return model_from_hf_config(Path(options["hf_config"])), None, ""
     if options["model"]:
         return catalog.find_model(options["model"]), None, ""
     raise UsageError("name a MODEL (see 'halo plan --list'), or pass --hf-config or --gguf")
@@ -251,7 +252,7 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
 def _list(as_json: bool) -> int:
     from halo_cluster.capacity import catalog
     from halo_cluster.capacity.engines import engines
-    from halo_cluster.capacity.estimate import active_params, total_params
+    from halo_cluster.capacity.params import active_params, total_params
     from halo_cluster.capacity.quants import quant_names
 
     models = catalog.models()

@@ -29,7 +29,8 @@ def demo(as_json: bool, no_lab: bool) -> int:
     transport plan, transport proof; then, as root, a 2-node lab serving a tiny model with
     the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks."""
     from halo_cluster.cli.demo_lab import lab_demo
-    from halo_cluster.cli.output import console, emit_json
+    from halo_cluster.cli.output import console
+    from halo_cluster.jsonout import emit_json
 
     gathered = gather()
     skipped = {"skipped": "--no-lab"}

@@ -101,11 +101,11 @@ def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
 def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
 ) -> dict[str, Any]:
-    from halo_cluster.cli.monitor import scrape
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
     from halo_cluster.monitor.deploy import exec_start, exporter_units, install_units
     from halo_cluster.monitor.frame import build_frame, render_frame
+    from halo_cluster.monitor.scrape import scrape
 
     config = load_config(Path(state.dir) / "halo.toml")
     local = LocalRunner()

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from halo_cluster.cli.output import emit_json, styled, table
+from halo_cluster.cli.output import styled, table
+from halo_cluster.jsonout import emit_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,10 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import emit_json
-
-# scrape: also imported from here by cli/demo_lab.py
-from halo_cluster.monitor.scrape import scrape as scrape
+from halo_cluster.jsonout import emit_json
 from halo_cluster.monitor.scrape import scrape_all
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import emit_json, styled, table
+from halo_cluster.cli.output import styled, table
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
     from halo_cluster.setup.steps import SetupOptions

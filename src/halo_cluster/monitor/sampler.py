@@ -26,9 +26,7 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.rdma import byte_totals
 from halo_cluster.facts.root import Root
-from halo_cluster.monitor.snapshot import Key as Key
-from halo_cluster.monitor.snapshot import Labels as Labels
-from halo_cluster.monitor.snapshot import Snapshot as Snapshot
+from halo_cluster.monitor.snapshot import Key, Labels, Snapshot
 
 NET_STATS = (
     "rx_bytes",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.atomic import atomic_write
-from halo_cluster.errors import SetupError as SetupError
+from halo_cluster.errors import SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.runner.result import Runner

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from halo_cluster.errors import WireError as WireError  # re-exported: the wire's error
+from halo_cluster.errors import WireError
 from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
 
 
