@@ -191,9 +191,9 @@ try:
                 [a.allreduce.remote(size, spec["iters"], 2) for a in ranks.actors], "sweep", 600)
             sizes[str(size)].append(sweep_row(size, max(times), ranks.world)["time_us"])
         for case in spec["cases"]:
-            plan = tp_schedule(case["layers"], case["hidden"], case["batch"])
+            schedule = tp_schedule(case["layers"], case["hidden"], case["batch"])
             per_rank = ranks.get(
-                [a.decode_steps.remote(plan["bytes"], plan["allreduces"], spec["steps"], 0)
+                [a.decode_steps.remote(schedule["bytes"], schedule["allreduces"], spec["steps"], 0)
                  for a in ranks.actors], "tp", 600)
             steps = [max(v) for v in zip(*per_rank)]
             cases[f"{case['model']}|{case['batch']}"].append(statistics.mean(steps) * 1e3)

@@ -1,5 +1,5 @@
 """The pure part of bench collective / bench tp: sizes, bus bandwidth, the α/β fit (checked
-against the planner's own all-reduce model), the decode schedule and the driver's events."""
+against the capacity planner's own all-reduce model), the decode schedule and the driver's events."""
 
 from __future__ import annotations
 

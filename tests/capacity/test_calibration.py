@@ -72,7 +72,7 @@ def test_reads_the_concurrency_1_level(tmp_path: Path) -> None:
     )
 
 
-def test_calibrated_plan_reproduces_the_measurement_on_one_node(tmp_path: Path) -> None:
+def test_calibrated_estimate_reproduces_the_measurement_on_one_node(tmp_path: Path) -> None:
     cal = read_serve_result(write(tmp_path, serve_result()))
     m = catalog.find_model("gpt-oss-120b")
     req = Request(

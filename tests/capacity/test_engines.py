@@ -1,5 +1,5 @@
 """Engines as data: layouts, the llama.cpp RPC per-token messages worked by hand, the
-efficiencies derived from the field table, and the planner's properties."""
+efficiencies derived from the field table, and the capacity planner's properties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The planner: catalog against published sizes, hand-worked formulas, properties, bad input."""
+"""The capacity planner: catalog against published sizes, hand-worked formulas, properties, bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The field table is data: every row names its source, and the planner meets the accuracy
+"""The field table is data: every row names its source, and the capacity planner meets the accuracy
 targets on it; the benchmark prints it side by side, and its committed results are current."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A ``halo bench serve`` result (schema halo.bench.serve/1) as a calibration point: the
 decode speed one node reached at concurrency 1 (``levels[].output_tokens_per_s``), and the
-spread of its inter-token latencies (p50, p90) for the plan's low/high range."""
+spread of its inter-token latencies (p50, p90) for the estimate's low/high range."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Calibration:
 
     @property
     def context(self) -> int:
-        """The plan context whose average (half of it) is the measurement's average context,
+        """The estimate's context whose average (half of it) is the measurement's average context,
         input_len + output_len / 2."""
         return 2 * self.input_len + self.output_len
 

@@ -25,14 +25,14 @@ def _data(name: str) -> dict[str, Any]:
 
 
 def capacity_data(*parts: str) -> dict[str, Any]:
-    """A JSON data file of the planner (halo_cluster/capacity/data/…)."""
+    """A JSON data file of the capacity planner (halo_cluster/capacity/data/…)."""
     node = resources.files("halo_cluster.capacity").joinpath("data", *parts)
     data: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
     return data
 
 
 def models() -> dict[str, ModelSpec]:
-    """The catalog: the shared model file plus the planner's additions and, per model, how
+    """The catalog: the shared model file plus the capacity planner's additions and, per model, how
     its vendor counts the published active parameters."""
     extra = capacity_data("models.json")
     entries: dict[str, dict[str, Any]] = {

@@ -17,7 +17,7 @@ from halo_cluster.errors import UsageError
 
 
 def _modelled(name: str) -> bool:
-    """Whether the planner has a model of this engine (capacity/data/engines/<name>.json)."""
+    """Whether the capacity planner models this engine (capacity/data/engines/<name>.json)."""
     from importlib import resources
 
     data = resources.files("halo_cluster.capacity").joinpath("data", "engines")
@@ -106,7 +106,7 @@ def _engine(data: dict[str, Any]) -> Engine:
 
 @cache
 def engines() -> dict[str, Engine]:
-    """The planner's model of every engine halo serves with (engines.registry) that it has
+    """The capacity planner's model of every engine halo serves with (engines.registry) that it has
     data for."""
     return {
         name: _engine(capacity_data("engines", f"{name}.json"))

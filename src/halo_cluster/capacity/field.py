@@ -1,5 +1,5 @@
 """The field table (capacity/data/field.json): published decode measurements on Strix Halo, the
-planner's prediction for each, and the engine efficiencies the calibration rows imply."""
+capacity planner's prediction for each, and the engine efficiencies the calibration rows imply."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _link(name: str | None) -> Link:
 
 
 def request(row: FieldRow, engine: Engine | None = None) -> Request:
-    """The planner's request for a field row (``engine``: an engine with other figures)."""
+    """The capacity planner's request for a field row (``engine``: an engine with other figures)."""
     model = _model(row.model)
     weights = from_quant(model, find_quant(row.quant))
     if row.weights_gib is not None:
@@ -87,7 +87,7 @@ def _layout(req: Request, row: FieldRow) -> tuple[str, int, int]:
 
 
 def predict(row: FieldRow, engine: Engine | None = None) -> dict[str, Any]:
-    """The planner's tokens/s (and range) for the row next to the published figure."""
+    """The capacity planner's tokens/s (and range) for the row next to the published figure."""
     req = request(row, engine)
     name, tp, pp = _layout(req, row)
     result = evaluate(req, tp, pp, name)
@@ -118,7 +118,7 @@ def with_fixed(engine: Engine, per_layer_us: float, per_linear_layer_us: float) 
 
 
 def implied_share(row: FieldRow, per_layer_us: float, per_linear_layer_us: float) -> float:
-    """The bandwidth share that makes the planner reproduce the row exactly."""
+    """The bandwidth share that makes the capacity planner reproduce the row exactly."""
     req = request(row, with_fixed(find_engine(row.engine), per_layer_us, per_linear_layer_us))
     _, tp, pp = _layout(req, row)
     compute, network = step_seconds(req, tp, pp, 1, 1.0)  # at the full bandwidth

@@ -89,7 +89,7 @@ def total_params(m: ModelSpec) -> float:
 
 
 def active_params(m: ModelSpec) -> float:
-    """Parameters a token uses, embeddings included (the plan list shows this)."""
+    """Parameters a token uses, embeddings included (``halo plan --list`` shows this)."""
     return param_counts(m).total_with(m.active_experts)
 
 

@@ -1,4 +1,4 @@
-"""The planner's value types: a model's shape, a node's hardware, a link between nodes."""
+"""The capacity planner's value types: a model's shape, a node's hardware, a link between nodes."""
 
 from __future__ import annotations
 
