@@ -42,7 +42,8 @@ BATCHES = (1, 8)
 # by the harness method and by a bare loop, alternately.
 OVERHEAD_INNER = r"""
 import json, sys, time
-from halo_cluster.bench.collective import Ranks, sweep_row
+from halo_cluster.bench.driver import Ranks
+from halo_cluster.bench.allreduce import sweep_row
 
 def bare(worker, nbytes, iters):
     import torch.distributed as dist
@@ -175,7 +176,8 @@ def harness_overhead(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
 
 TP_INNER = r"""
 import json, statistics, sys
-from halo_cluster.bench.collective import Ranks, sweep_row, tp_schedule
+from halo_cluster.bench.driver import Ranks
+from halo_cluster.bench.allreduce import sweep_row, tp_schedule
 
 spec = json.loads(sys.argv[1])
 ranks = Ranks(spec, lambda event: None)
@@ -189,9 +191,9 @@ try:
                 [a.allreduce.remote(size, spec["iters"], 2) for a in ranks.actors], "sweep", 600)
             sizes[str(size)].append(sweep_row(size, max(times), ranks.world)["time_us"])
         for case in spec["cases"]:
-            plan = tp_schedule(case["layers"], case["hidden"], case["batch"])
+            schedule = tp_schedule(case["layers"], case["hidden"], case["batch"])
             per_rank = ranks.get(
-                [a.decode_steps.remote(plan["bytes"], plan["allreduces"], spec["steps"], 0)
+                [a.decode_steps.remote(schedule["bytes"], schedule["allreduces"], spec["steps"], 0)
                  for a in ranks.actors], "tp", 600)
             steps = [max(v) for v in zip(*per_rank)]
             cases[f"{case['model']}|{case['batch']}"].append(statistics.mean(steps) * 1e3)
@@ -205,9 +207,10 @@ def tp_and_planner(cwd: str, lab: str, rounds: int) -> dict[str, Any]:
     """bench tp against the bench collective sweep and against the planner calibrated from
     that sweep, measured interleaved on the same actors (one run of each tool varies by up to
     ±30 % between runs on this VM, so they are compared round by round)."""
-    from halo_cluster.bench.collective import fit_alpha_beta
-    from halo_cluster.plan.catalog import Link, find_model
-    from halo_cluster.plan.model import allreduce_s, tp_collectives_per_token
+    from halo_cluster.bench.allreduce import fit_alpha_beta
+    from halo_cluster.capacity.catalog import find_model
+    from halo_cluster.capacity.estimate import allreduce_s, tp_collectives_per_token
+    from halo_cluster.capacity.spec import Link
 
     shapes = {m: find_model(m) for m in MODELS}
     matching = sorted({b * shapes[m].hidden * 2 for m in MODELS for b in BATCHES})

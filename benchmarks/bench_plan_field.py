@@ -1,5 +1,5 @@
 """halo plan against the field: every published Strix Halo decode measurement of the field
-table (src/halo_cluster/plan/data/field.json) next to the planner's prediction, with the
+table (src/halo_cluster/capacity/data/field.json) next to the planner's prediction, with the
 error of each and the median/worst per role (calibration rows derive the engine
 efficiencies; holdout rows are measurements the planner has not seen).
 
@@ -9,7 +9,7 @@ efficiencies; holdout rows are measurements the planner has not seen).
 ``--fit`` searches each engine's fixed costs (per layer, per gated delta-net layer) on a grid
 by leave-one-out: every calibration row is predicted from efficiencies derived without it;
 the pair with the smallest median + worst error wins. It prints the values to put in
-plan/data/engines/*.json and writes nothing.
+capacity/data/engines/*.json and writes nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.plan import field
-from halo_cluster.plan.engines import Engine, find_engine
+from halo_cluster.capacity import field
+from halo_cluster.capacity.engines import Engine, find_engine
 
 RESULTS = Path(__file__).parent / "results" / "plan_field.json"
 TARGET_MEDIAN, TARGET_WORST = 0.15, 0.30

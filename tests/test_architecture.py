@@ -122,18 +122,20 @@ def test_the_diagram_is_generated_from_the_contracts() -> None:
     assert arch_diagram.documented() == arch_diagram.generated()
 
 
-# Over the limit today, each waiting for its split (files being edited elsewhere).
-TOO_LONG_FOR_NOW: set[str] = set()
+# One concept per file, named for what it is (docs/architecture.md, "One concept, one name"):
+# size is a symptom, not the rule. This is only a backstop for a module that grew past any
+# single concept.
+BACKSTOP_LINES = 600
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_the_600_line_backstop() -> None:
     package = REPO / "src" / "halo_cluster"
     long = {
         str(path.relative_to(package)): count
         for path in package.rglob("*.py")
-        if (count := len(path.read_text(encoding="utf-8").splitlines())) > 400
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > BACKSTOP_LINES
     }
-    assert set(long) <= TOO_LONG_FOR_NOW, long
+    assert long == {}, long
 
 
 TERMINAL = {"cli/setup.py", "cli/lab.py"}  # hand the user's terminal to the program

@@ -25,7 +25,11 @@ from halo_cluster.errors import (
 )
 
 # modules that import heavy or optional packages at module level
-_OPTIONAL = ("halo_cluster.monitor.tui", "halo_cluster.lab.gguf_model", "halo_cluster.lab.model")
+_OPTIONAL = (
+    "halo_cluster.monitor.tui",
+    "halo_cluster.lab.tiny_gguf",
+    "halo_cluster.lab.tiny_model",
+)
 
 
 def _all_modules() -> None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
-from halo_cluster.engines import llama_cpp_argv as llama_plan
+from halo_cluster.engines import llama_cpp_argv as llama_argv
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions
 from halo_cluster.engines.process import background_script, reach_script, stop_script, tcp_probe
 from halo_cluster.engines.request import serve_request
@@ -139,14 +139,14 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
         background_script(env, argv, "lab-x"),
         preflight_script(vllm.command, a, (b, 8000)),
         stop_script("lab-x"),
-        llama_plan.preflight_script(f"/opt/{c}", a, (b, 50052)),
+        llama_argv.preflight_script(f"/opt/{c}", a, (b, 50052)),
         reach_script(b, 50052, 1),
         # the probes themselves, past the checks that stop a script before them here
         f"if {tcp_probe(b, 8000)}; then exit 12; fi\n",
         preflight_script("true", None, (b, 8000)),
-        llama_plan.preflight_script("true", None, (b, 50052)),
-        background_script(env, llama_plan.llama_server_argv(lserve, llama, a, [b, d], 4), "lab-x"),
-        background_script(env, llama_plan.rpc_server_argv(llama, bind), "lab-x"),
+        llama_argv.preflight_script("true", None, (b, 50052)),
+        background_script(env, llama_argv.llama_server_argv(lserve, llama, a, [b, d], 4), "lab-x"),
+        background_script(env, llama_argv.rpc_server_argv(llama, bind), "lab-x"),
     ]
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)

@@ -229,11 +229,11 @@ def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
 
 def test_half_built_lab_goes_down(workdir: Path) -> None:
     from halo_cluster.lab.lab import Lab
-    from halo_cluster.lab.state import plan_lab, write_state
+    from halo_cluster.lab.state import new_lab_state, write_state
 
     directory = workdir / ".halo-lab" / "half"
     directory.mkdir(parents=True)
-    state = plan_lab("half", directory, 2, 9000, 250)
+    state = new_lab_state("half", directory, 2, 9000, 250)
     write_state(state)
     subprocess.run(["ip", "netns", "add", state.nodes[0].netns], check=True)
     subprocess.run(["ip", "link", "add", state.mgmt_bridge, "type", "bridge"], check=True)

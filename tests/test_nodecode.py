@@ -157,7 +157,7 @@ def test_package_files_leave_out_the_controller_and_caches(tmp_path: Path) -> No
         "examples/x.py": "ex",
         "cluster/serve.py": "controller",
         "report/html.py": "controller",
-        "plan/model.py": "controller",
+        "capacity/estimate.py": "controller",
         "__pycache__/a.py": "cache",
         "node/__pycache__/b.py": "cache",
         "data/readme.txt": "not python",

@@ -58,9 +58,9 @@ def _keys(kind: type) -> set[str]:
 @pytest.mark.parametrize(
     ("result", "kind"),
     [
-        (net_result(), schema.NetResult),
-        (collective_result(), schema.CollectiveResult),
-        (tp_result(), schema.TpResult),
+        (net_result(), schema.NetBenchResult),
+        (collective_result(), schema.CollectiveBenchResult),
+        (tp_result(), schema.TpBenchResult),
     ],
 )
 def test_the_types_name_every_key_results_carry(result: dict[str, Any], kind: type) -> None:

@@ -27,7 +27,7 @@ MISSING = 97  # not cached here (or the copy did not match its hash): send it
 TOO_OLD = 98  # python3 is older than MIN_PYTHON
 # the controller's own parts, which the node side does not import (the "node" contract in
 # pyproject.toml); tests/test_node_py39.py checks that every module it runs is packed
-EXCLUDED = ("cli", "lab", "examples", "cluster", "report", "plan", "client")
+EXCLUDED = ("cli", "lab", "examples", "cluster", "report", "capacity", "client")
 _MARK = "halo-node:"  # BOOT's own lines on stderr start with it
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same bytes
 

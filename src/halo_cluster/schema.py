@@ -3,9 +3,10 @@ their shapes as TypedDicts, their kinds as a Literal, and the one validator ever
 uses (``halo results``/``report`` through bench/results.py, ``halo plan --link`` and
 ``--calibrate``, the exporter's latency baseline).
 
-A bottom-layer module: the planner reads results but must not import the bench package.
-Every result is the run's body plus the stamp (bench/results.py ``stamp``). A result cut
-short carries ``incomplete`` (the reason) and the rows measured until then.
+A bottom-layer module: the capacity planner (``halo plan``) reads results but must not
+import the bench package. Every result is the run's body plus the stamp (bench/results.py
+``stamp``). A result cut short carries ``incomplete`` (the reason) and the rows measured
+until then.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class Skipped(TypedDict):
     reason: str
 
 
-class NetResult(Stamp):
+class NetBenchResult(Stamp):
     paths: list[NetPath]
     skipped: list[Skipped]
 
@@ -101,14 +102,14 @@ class Fit(TypedDict):
     max_rel_error: float
 
 
-class RankedResult(Stamp, total=False):
+class RankedBenchResult(Stamp, total=False):
     backend: Literal["nccl", "gloo"]
     ranks: list[Rank]
     world_size: int
     transport: dict[str, Any]  # the verdict: backend, transport, evidence, ...
 
 
-class CollectiveResult(RankedResult, total=False):
+class CollectiveBenchResult(RankedBenchResult, total=False):
     iters: int
     sweep: list[SweepRow]
     fit: Fit | None
@@ -131,7 +132,7 @@ class TpModel(TypedDict):
     hidden: int
 
 
-class TpResult(RankedResult, total=False):
+class TpBenchResult(RankedBenchResult, total=False):
     model: TpModel
     steps: int
     rows: list[TpRow]
@@ -161,7 +162,7 @@ class ServeLevel(TypedDict, total=False):
     e2e_ms: Percentiles
 
 
-class ServeResult(Stamp, total=False):
+class ServeBenchResult(Stamp, total=False):
     url: str
     model: str
     input_len: int
@@ -173,7 +174,8 @@ class ServeResult(Stamp, total=False):
     serve_proof: dict[str, Any]
 
 
-Result = Union[NetResult, CollectiveResult, TpResult, ServeResult]  # evaluated: no X | Y
+# evaluated at run time: no X | Y (Python 3.9)
+BenchResult = Union[NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult]
 
 
 # -- the validator ---------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.bench.allreduce import fallback_error, transport_verdict
 from halo_cluster.bench.cluster import BenchCluster, drive_remote
-from halo_cluster.bench.collective import fallback_error, transport_verdict
-from halo_cluster.bench.net import BenchError
 from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.errors import BenchError
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 from tests.conftest import OUTPUTS

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.bench.net import BenchError, NetBench, legs, pairs_of
+from halo_cluster.bench.net import NetBench
+from halo_cluster.bench.net_legs import legs, pairs_of
 from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import UsageError
+from halo_cluster.errors import BenchError, UsageError
 from halo_cluster.runner.result import TIMED_OUT, LineSink, Result
 from halo_cluster.transport import plan_transport
 from tests.cluster.test_lifecycle import strix_pair

@@ -13,6 +13,14 @@ from hypothesis import strategies as st
 
 from halo_cluster.bench import tools as t
 from halo_cluster.errors import ParseError
+from halo_cluster.perftest import (
+    Bandwidth,
+    Latency,
+    parse_perftest_bw,
+    parse_perftest_json,
+    parse_perftest_lat,
+    perftest_argv,
+)
 from tests.conftest import OUTPUTS
 
 TOOLS = OUTPUTS / "tools"
@@ -23,7 +31,7 @@ def read(name: str) -> str:
 
 
 def test_perftest_latency_table() -> None:
-    assert t.parse_perftest_lat(read("perftest-write-lat-roce.txt")) == t.Latency(
+    assert parse_perftest_lat(read("perftest-write-lat-roce.txt")) == Latency(
         5.23, 6.02, 5.27, 1000, "perftest"
     )
 
@@ -37,26 +45,26 @@ def test_perftest_latency_table() -> None:
     ],
 )
 def test_perftest_bandwidth_units(name: str, gbps: float) -> None:
-    assert t.parse_perftest_bw(read(name)).gbps == pytest.approx(gbps)
+    assert parse_perftest_bw(read(name)).gbps == pytest.approx(gbps)
 
 
 def test_perftest_json_reports() -> None:
-    assert t.parse_perftest_json(read("perftest-write-bw.json")) == t.Bandwidth(
+    assert parse_perftest_json(read("perftest-write-bw.json")) == Bandwidth(
         50.64, None, "perftest"
     )
-    assert t.parse_perftest_json(read("perftest-write-lat.json")) == t.Latency(
+    assert parse_perftest_json(read("perftest-write-lat.json")) == Latency(
         5.23, 6.02, 5.27, 1000, "perftest"
     )
 
 
 def test_sockperf_real_capture() -> None:
-    assert t.parse_sockperf(read("sockperf-pingpong.txt")) == t.Latency(
+    assert t.parse_sockperf(read("sockperf-pingpong.txt")) == Latency(
         33.519, 49.668, 34.245, 8030, "sockperf"
     )
 
 
 def test_qperf_real_capture() -> None:
-    assert t.qperf_latency(read("qperf.txt")) == t.Latency(30.8, None, 30.8, None, "qperf")
+    assert t.qperf_latency(read("qperf.txt")) == Latency(30.8, None, 30.8, None, "qperf")
     assert t.qperf_bandwidth(read("qperf.txt")).gbps == pytest.approx(1.79 * 8)
     verbose = t.parse_qperf(read("qperf-verbose.txt"))
     assert verbose["tcp_lat"]["latency"] == (29.3, "us") and verbose["tcp_lat"][
@@ -75,7 +83,7 @@ def test_iperf3_error_is_named() -> None:
 
 
 def test_argv_builders() -> None:
-    assert t.perftest_argv(
+    assert perftest_argv(
         "ib_write_bw",
         "rocep194s0",
         1,
@@ -108,9 +116,9 @@ def test_argv_builders() -> None:
 
 
 PARSERS: list[Callable[[str], Any]] = [
-    t.parse_perftest_lat,
-    t.parse_perftest_bw,
-    t.parse_perftest_json,
+    parse_perftest_lat,
+    parse_perftest_bw,
+    parse_perftest_json,
     t.parse_sockperf,
     t.parse_qperf,
     t.qperf_latency,
@@ -142,8 +150,8 @@ def test_outputs_captured_in_the_lab() -> None:
     lat = t.parse_sockperf(read("lab-sockperf-pingpong.txt"))
     assert (lat.typical_us, lat.avg_us, lat.samples, lat.tool) == (40.55, 41.411, 18700, "sockperf")
     assert lat.p99_us == 62.212
-    assert t.qperf_latency(read("lab-qperf.txt")) == t.Latency(38.3, None, 38.3, None, "qperf")
+    assert t.qperf_latency(read("lab-qperf.txt")) == Latency(38.3, None, 38.3, None, "qperf")
     assert t.qperf_bandwidth(read("lab-qperf.txt")).gbps == pytest.approx(1.87 * 8)
-    assert t.parse_iperf3(read("lab-iperf3.json")) == t.Bandwidth(
+    assert t.parse_iperf3(read("lab-iperf3.json")) == Bandwidth(
         15882037108.66252 / 1e9, 7, "iperf3"
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.monitor.deploy import install_units, plan_units
+from halo_cluster.monitor.deploy import exporter_units, install_units
 from halo_cluster.nodecode import NodeCode
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
@@ -30,7 +30,7 @@ def test_units_install_on_the_host_and_each_node_answers_for_itself(tmp_path: Pa
         ),
         "c": FakeRunner().on(["bash", "-s"], Result((), 0, "no-systemd\n", "")),
     }
-    units = plan_units(config, config.nodes, code, "mgmt", 9877, "1s")
+    units = exporter_units(config, config.nodes, code, "mgmt", 9877, "1s")
     outcome = install_units(clients_from(config, runners), units, code)
     assert outcome == {
         "a": {"installed": True, "started": True, "error": None},

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.monitor.httpd import ListenError, MetricsServer, _header_end
+from halo_cluster.errors import ListenError
+from halo_cluster.monitor.httpd import MetricsServer, _header_end
 from tests.conftest import free_port
 
 BODY = b"halo_up 1\n"

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from halo_cluster.monitor.alerts import evaluate_alerts
 from halo_cluster.monitor.exposition import parse, render
 from halo_cluster.monitor.rates import rates
-from halo_cluster.monitor.sampler import Sampler, Snapshot
+from halo_cluster.monitor.sampler import Sampler
+from halo_cluster.monitor.snapshot import Snapshot
 
 HW = "sys/class/infiniband/rocep194s0/ports/1/hw_counters"
 PORT = (("device", "rocep194s0"), ("port", "1"))

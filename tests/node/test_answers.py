@@ -86,8 +86,8 @@ def test_inventory(scenario: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_setup(capsys: pytest.CaptureFixture[str]) -> None:
-    from halo_cluster.setup.apply import current_plan
-    from halo_cluster.setup.plan import SetupOptions
+    from halo_cluster.setup.apply import current_steps
+    from halo_cluster.setup.steps import SetupOptions
 
     out = printed(["setup", "--root", STRIX, "--local", "--json", "--distro", "fedora"], capsys)
     opts = SetupOptions("fedora", None, None, 9000, str(Path.home()).lstrip("/"))
@@ -101,7 +101,7 @@ def test_setup(capsys: pytest.CaptureFixture[str]) -> None:
             s.check,
             s.note,
         )
-        for s in current_plan(STRIX, opts)
+        for s in current_steps(STRIX, opts)
     )
     answer = parse_setup(out)
     assert answer == Setup("strix1", steps, False, ())

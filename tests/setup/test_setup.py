@@ -1,4 +1,4 @@
-"""halo setup: golden plans for every root and distro, GRUB editing, apply and verify."""
+"""halo setup: golden steps for every root and distro, GRUB editing, apply and verify."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.errors import ParseError
+from halo_cluster.errors import ParseError, SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
-from halo_cluster.setup.apply import SetupError, apply_plan, current_plan
+from halo_cluster.setup.apply import apply_steps, current_steps
 from halo_cluster.setup.container import container_argv
 from halo_cluster.setup.grub import edit_grub, grub_args
-from halo_cluster.setup.plan import MEMLOCK_FILE, MEMLOCK_TEXT, SetupOptions
+from halo_cluster.setup.steps import MEMLOCK_FILE, MEMLOCK_TEXT, SetupOptions
 from tests.conftest import EXPECTED, OUTPUTS, ROOTS, SCENARIOS
 
 GOLDEN = EXPECTED / "setup"
@@ -24,23 +24,23 @@ GOLDEN = EXPECTED / "setup"
 
 @pytest.mark.parametrize("distro", ["auto", "fedora", "ubuntu"])
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_plan_matches_golden(scenario: str, distro: str) -> None:
-    plan = current_plan(str(ROOTS / scenario), SetupOptions(distro=distro, home="root"))
-    assert [s.to_dict() for s in plan] == json.loads(
+def test_steps_match_golden(scenario: str, distro: str) -> None:
+    steps = current_steps(str(ROOTS / scenario), SetupOptions(distro=distro, home="root"))
+    assert [s.to_dict() for s in steps] == json.loads(
         (GOLDEN / f"{scenario}.{distro}.json").read_text()
     )
 
 
 def test_healthy_node_has_nothing_to_do() -> None:
-    assert all(s.done for s in current_plan(str(ROOTS / "strix-e810"), SetupOptions(home="root")))
+    assert all(s.done for s in current_steps(str(ROOTS / "strix-e810"), SetupOptions(home="root")))
 
 
 def test_gtt_is_computed_from_memory_not_fixed() -> None:
-    plan = {
+    steps = {
         s.id: s
-        for s in current_plan(str(ROOTS / "strix-e810-misconfigured"), SetupOptions(home="root"))
+        for s in current_steps(str(ROOTS / "strix-e810-misconfigured"), SetupOptions(home="root"))
     }
-    command = plan["kernel"].to_dict()["commands"][0]
+    command = steps["kernel"].to_dict()["commands"][0]
     assert "amdgpu.gttsize=126976 ttm.pages_limit=32505856" in command
     assert "--remove-args=amd_iommu=off amdgpu.gttsize=32768" in command
 
@@ -82,7 +82,7 @@ def copy_root(tmp_path: Path, scenario: str) -> str:
 def test_apply_file_steps_then_nothing_changes(tmp_path: Path) -> None:
     root = copy_root(tmp_path, "connectx-roce")
     runner = FakeRunner().on(["update-grub"], Result((), 0, "", ""))
-    outcomes = apply_plan(root, SetupOptions(home="root"), runner, only={"kernel", "memlock"})
+    outcomes = apply_steps(root, SetupOptions(home="root"), runner, only={"kernel", "memlock"})
     assert [(o.step, o.changed) for o in outcomes] == [("kernel", True), ("memlock", False)]
     assert grub_args(Path(root, "etc/default/grub").read_text()) == [
         "quiet",
@@ -91,13 +91,13 @@ def test_apply_file_steps_then_nothing_changes(tmp_path: Path) -> None:
         "pcie_aspm=off",
     ]
     assert runner.calls == [("update-grub",)]
-    again = apply_plan(root, SetupOptions(home="root"), runner, only={"kernel", "memlock"})
+    again = apply_steps(root, SetupOptions(home="root"), runner, only={"kernel", "memlock"})
     assert [o.changed for o in again] == [False, False] and runner.calls == [("update-grub",)]
 
 
 def test_memlock_file_written_and_verified(tmp_path: Path) -> None:
     root = copy_root(tmp_path, "rxe-virtio")
-    outcomes = apply_plan(root, SetupOptions(home="root"), FakeRunner(), only={"memlock"})
+    outcomes = apply_steps(root, SetupOptions(home="root"), FakeRunner(), only={"memlock"})
     assert outcomes[0].changed
     assert Path(root, MEMLOCK_FILE).read_text() == MEMLOCK_TEXT
     assert oct(os.stat(Path(root, MEMLOCK_FILE)).st_mode & 0o777) == "0o644"
@@ -109,7 +109,7 @@ def test_failing_step_stops_with_its_error(tmp_path: Path) -> None:
     with pytest.raises(
         SetupError, match=r"firewall-cmd --permanent --zone=trusted .* FirewallD is not running"
     ):
-        apply_plan(root, SetupOptions(home="root"), runner, only={"firewall", "memlock"})
+        apply_steps(root, SetupOptions(home="root"), runner, only={"firewall", "memlock"})
     assert not Path(root, MEMLOCK_FILE).exists()  # the run stopped before memlock
 
 
@@ -117,7 +117,7 @@ def test_step_that_does_not_take_effect_is_a_failure(tmp_path: Path) -> None:
     root = copy_root(tmp_path, "strix-e810-misconfigured")
     runner = FakeRunner().on(["firewall-cmd"], Result((), 0, "success", ""))
     with pytest.raises(SetupError, match="step firewall ran but is still not done"):
-        apply_plan(root, SetupOptions(home="root"), runner, only={"firewall"})
+        apply_steps(root, SetupOptions(home="root"), runner, only={"firewall"})
 
 
 def test_container_commands() -> None:

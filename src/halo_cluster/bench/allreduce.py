@@ -79,7 +79,7 @@ def _sig(value: float, digits: int = 6) -> float:
 
 def fit_alpha_beta(rows: Sequence[SweepRow], ranks: int) -> Fit | None:
     """Least squares of t(s) = a + b·s, weighted by 1/t² (relative error, so small messages
-    count as much as large ones), mapped onto the planner's ring all-reduce model:
+    count as much as large ones), mapped onto the capacity planner's ring all-reduce model:
     t = 2(n−1)·α + 2(n−1)/n · s / β. None when the sweep cannot determine both."""
     points = [(float(r["bytes"]), float(r["time_us"]) * 1e-6) for r in rows if r["time_us"] > 0]
     if len({s for s, _t in points}) < 2 or ranks < 2:

@@ -13,22 +13,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from halo_cluster.bench import tools
-from halo_cluster.bench.net_legs import Leg as Leg
-from halo_cluster.bench.net_legs import interface_for as interface_for
-from halo_cluster.bench.net_legs import legs as legs
-from halo_cluster.bench.net_legs import link_limits as link_limits
-from halo_cluster.bench.net_legs import pairs_of as pairs_of
-from halo_cluster.bench.net_legs import pct
+from halo_cluster.bench.net_legs import Leg, legs, link_limits, pct
 from halo_cluster.bench.remote import PORT_IN_USE, RemoteJobs
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import BenchError as BenchError
-from halo_cluster.errors import ParseError, UsageError
+from halo_cluster.errors import BenchError, ParseError, UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.node.wire.args import (
     net_probe_ping_args,
     net_probe_serve_args,
     net_probe_stream_args,
+)
+from halo_cluster.perftest import (
+    Bandwidth,
+    Latency,
+    parse_perftest_bw,
+    parse_perftest_json,
+    parse_perftest_lat,
+    perftest_argv,
 )
 from halo_cluster.runner.result import TIMED_OUT
 from halo_cluster.schema import SCHEMAS
@@ -248,16 +250,16 @@ class NetBench:
                 f"{leg.peer.name}) stopped answering: the tool timed out"
             )
 
-    def _latency(self, leg: Leg) -> tools.Latency:
+    def _latency(self, leg: Leg) -> Latency:
         if leg.path == "rdma":
-            latency: tools.Latency = self._perftest(leg, "ib_write_lat")
+            latency: Latency = self._perftest(leg, "ib_write_lat")
             return latency
         tool = self._choose(leg, self.latency_tool, ("sockperf", "qperf"))
         return LATENCY_PARSERS[tool](self._tcp_run(leg, "lat", tool))
 
-    def _bandwidth(self, leg: Leg) -> tools.Bandwidth:
+    def _bandwidth(self, leg: Leg) -> Bandwidth:
         if leg.path == "rdma":
-            bandwidth: tools.Bandwidth = self._perftest(leg, "ib_write_bw")
+            bandwidth: Bandwidth = self._perftest(leg, "ib_write_bw")
             return bandwidth
         tool = self._choose(leg, self.bandwidth_tool, ("iperf3", "qperf"))
         return BANDWIDTH_PARSERS[tool](self._tcp_run(leg, "bw", tool))
@@ -304,7 +306,7 @@ class NetBench:
 
         def commands(port: int) -> tuple[list[str], list[str]]:
             def argv(rdma: PerftestDevice, server: str | None) -> list[str]:
-                return tools.perftest_argv(
+                return perftest_argv(
                     tool,
                     rdma.device,
                     rdma.gid_index,
@@ -324,19 +326,19 @@ class NetBench:
 
         out = self._pair_run(leg, tool, commands)
         if as_json:
-            parsed = tools.parse_perftest_json(out)
-            if isinstance(parsed, tools.Latency) != latency:
+            parsed = parse_perftest_json(out)
+            if isinstance(parsed, Latency) != latency:
                 raise ParseError(f"{tool} wrote a report of the other kind", out[-400:])
             return parsed
-        return tools.parse_perftest_lat(out) if latency else tools.parse_perftest_bw(out)
+        return parse_perftest_lat(out) if latency else parse_perftest_bw(out)
 
 
-LATENCY_PARSERS: dict[str, Callable[[str], tools.Latency]] = {
+LATENCY_PARSERS: dict[str, Callable[[str], Latency]] = {
     "sockperf": tools.parse_sockperf,
     "qperf": tools.qperf_latency,
     "builtin": tools.parse_builtin_latency,
 }
-BANDWIDTH_PARSERS: dict[str, Callable[[str], tools.Bandwidth]] = {
+BANDWIDTH_PARSERS: dict[str, Callable[[str], Bandwidth]] = {
     "iperf3": tools.parse_iperf3,
     "qperf": tools.qperf_bandwidth,
     "builtin": tools.parse_builtin_bandwidth,

@@ -9,12 +9,10 @@ import re
 from typing import Any
 
 from halo_cluster.errors import ParseError
-from halo_cluster.perftest import Bandwidth as Bandwidth
-from halo_cluster.perftest import Latency as Latency
-from halo_cluster.perftest import parse_perftest_bw as parse_perftest_bw
-from halo_cluster.perftest import parse_perftest_json as parse_perftest_json
-from halo_cluster.perftest import parse_perftest_lat as parse_perftest_lat
-from halo_cluster.perftest import perftest_argv as perftest_argv
+from halo_cluster.perftest import (
+    Bandwidth,
+    Latency,
+)
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUMBER = r"(\d+(?:\.\d+)?)"

@@ -26,7 +26,7 @@ COMMANDS = {
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
-    "plan": "halo_cluster.cli.plan:plan",
+    "plan": "halo_cluster.cli.capacity:plan",
     "report": "halo_cluster.cli.results:report",
     "results": "halo_cluster.cli.results:results",
     "logs": "halo_cluster.cli.serve:logs",

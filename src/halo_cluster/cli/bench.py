@@ -17,7 +17,7 @@ from halo_cluster.cli.bench_render import (
     tp_table,
 )
 from halo_cluster.cli.options import config_option, result_options
-from halo_cluster.cli.output import emit_json
+from halo_cluster.jsonout import emit_json
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -193,7 +193,8 @@ def bench_net(
     (perftest, sockperf, qperf, iperf3) started on both ends over SSH."""
     from halo_cluster.bench import results
     from halo_cluster.bench.cluster import prepare
-    from halo_cluster.bench.net import PATHS, NetBench, pairs_of
+    from halo_cluster.bench.net import PATHS, NetBench
+    from halo_cluster.bench.net_legs import pairs_of
     from halo_cluster.bench.run import save
     from halo_cluster.errors import HaloError
 
@@ -269,7 +270,7 @@ def bench_collective(
     """All-reduce sweep on one Ray actor per GPU (per node without GPUs) through
     torch.distributed: time, algorithm and bus bandwidth per size, an α/β fit, and (NCCL/RCCL)
     the transport verdict from the ranks' own debug logs."""
-    from halo_cluster.bench.collective import SCHEMA, parse_sizes
+    from halo_cluster.bench.allreduce import SCHEMA, parse_sizes
     from halo_cluster.bench.run import ranked_run
 
     chosen = parse_sizes(sizes)
@@ -288,7 +289,7 @@ def bench_collective(
     )
     if failure is not None or result is None:
         return fail(failure or RuntimeError("no result"), saved)
-    from halo_cluster.bench.collective import fallback_error
+    from halo_cluster.bench.allreduce import fallback_error
 
     transport = result["transport"]
     assert isinstance(transport, dict)
@@ -335,9 +336,10 @@ def bench_tp(
     ('halo plan --list') or a path to a Hugging Face config.json."""
     from pathlib import Path
 
-    from halo_cluster.bench.collective import TP_SCHEMA
+    from halo_cluster.bench.allreduce import TP_SCHEMA
     from halo_cluster.bench.run import ranked_run
-    from halo_cluster.plan.catalog import find_model, model_from_hf_config
+    from halo_cluster.capacity.catalog import find_model
+    from halo_cluster.capacity.hf_config import model_from_hf_config
 
     spec_model = (
         model_from_hf_config(Path(model))

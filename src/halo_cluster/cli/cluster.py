@@ -8,7 +8,8 @@ import time
 import click
 
 from halo_cluster.cli.options import config_option, require_config
-from halo_cluster.cli.output import emit_json, styled, table
+from halo_cluster.cli.output import styled, table
+from halo_cluster.jsonout import emit_json
 
 
 def cluster_handle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]

@@ -29,7 +29,8 @@ def demo(as_json: bool, no_lab: bool) -> int:
     transport plan, transport proof; then, as root, a 2-node lab serving a tiny model with
     the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks."""
     from halo_cluster.cli.demo_lab import lab_demo
-    from halo_cluster.cli.output import console, emit_json
+    from halo_cluster.cli.output import console
+    from halo_cluster.jsonout import emit_json
 
     gathered = gather()
     skipped = {"skipped": "--no-lab"}
@@ -48,8 +49,8 @@ def gather() -> dict[str, Any]:
     from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
     from halo_cluster.nccl_log import parse_log
-    from halo_cluster.setup.apply import current_plan
-    from halo_cluster.setup.plan import SetupOptions
+    from halo_cluster.setup.apply import current_steps
+    from halo_cluster.setup.steps import SetupOptions
     from halo_cluster.transport import plan_transport
 
     local = collect_inventory("/")
@@ -61,7 +62,7 @@ def gather() -> dict[str, Any]:
     doctors = {name: doctor_local(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)}
     seed = seed_claim()
     setups = {
-        name: current_plan(str(example_root(name)), SetupOptions(home="root"))
+        name: current_steps(str(example_root(name)), SetupOptions(home="root"))
         for name in (HEALTHY, MISCONFIGURED)
     }
     return {
@@ -74,7 +75,7 @@ def gather() -> dict[str, Any]:
         "seed": seed,
         "json": {
             "plan": seed,
-            "setup": {name: [step.to_dict() for step in plan] for name, plan in setups.items()},
+            "setup": {name: [step.to_dict() for step in steps] for name, steps in setups.items()},
             "doctor": {name: report.to_dict() for name, report in doctors.items()},
             "inventory": {
                 "local": local.to_dict(),
@@ -100,7 +101,7 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
     )
     _show_doctor(out, gathered["doctors"])
     _show_setup(out, gathered["setups"])
-    _show_plan(out, gathered["seed"])
+    _show_capacity(out, gathered["seed"])
     out.rule("[bold]6. Transport plan per node (halo env --explain)")
     for name, plan in gathered["plans"].items():
         out.print(
@@ -147,9 +148,9 @@ def _show_setup(out: Console, setups: dict[str, Any]) -> None:
     from rich.markup import escape
 
     out.rule("[bold]4. Host setup as code (halo setup): what the misconfigured node still needs")
-    for name, plan in setups.items():
-        pending = [step for step in plan if not step.done]
-        out.print(f"[bold]{name}[/]: {len(plan) - len(pending)} of {len(plan)} steps done")
+    for name, steps in setups.items():
+        pending = [step for step in steps if not step.done]
+        out.print(f"[bold]{name}[/]: {len(steps) - len(pending)} of {len(steps)} steps done")
         for step in pending:
             reboot = " [yellow](reboot)[/]" if step.reboot else ""
             out.print(f"  {step.id}: {escape(step.title)}{reboot}")
@@ -159,8 +160,8 @@ def _show_setup(out: Console, setups: dict[str, Any]) -> None:
 
 def seed_claim() -> dict[str, Any]:
     """Llama-3.3-70B at TP=2 on two Strix Halo nodes: what the link costs per token."""
-    from halo_cluster.plan.catalog import find_hardware, find_link, find_model
-    from halo_cluster.plan.model import Request, evaluate, tp_collectives_per_token
+    from halo_cluster.capacity.catalog import find_hardware, find_link, find_model
+    from halo_cluster.capacity.estimate import Request, evaluate, tp_collectives_per_token
 
     model, hardware = find_model("llama-3.3-70b"), find_hardware("strix-halo-128")
     rows = {
@@ -173,7 +174,7 @@ def seed_claim() -> dict[str, Any]:
     }
 
 
-def _show_plan(out: Console, seed: dict[str, Any]) -> None:
+def _show_capacity(out: Console, seed: dict[str, Any]) -> None:
     out.rule("[bold]5. The fabric question (halo plan llama-3.3-70b): what 70 µs vs 5 µs costs")
     roce, tcp = seed["rows"]["roce"], seed["rows"]["tcp"]
     count = seed["collectives_per_token"]

@@ -101,11 +101,11 @@ def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
 def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
 ) -> dict[str, Any]:
-    from halo_cluster.cli.monitor import scrape
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
-    from halo_cluster.monitor.deploy import exec_start, install_units, plan_units
+    from halo_cluster.monitor.deploy import exec_start, exporter_units, install_units
     from halo_cluster.monitor.frame import build_frame, render_frame
+    from halo_cluster.monitor.scrape import scrape
 
     config = load_config(Path(state.dir) / "halo.toml")
     local = LocalRunner()
@@ -113,7 +113,7 @@ def _monitor(
     # as 'halo monitoring exporter-unit --install' deploys them; lab nodes run no systemd,
     # so each unit's ExecStart is started here, inside its node
     code = halo_node_code()
-    units = plan_units(config, config.nodes, code, "mgmt", 9877, "250ms")
+    units = exporter_units(config, config.nodes, code, "mgmt", 9877, "250ms")
     installed = install_units(ssh_clients(config), units, code)
     for unit, node in zip(units, state.nodes, strict=True):
         if installed[unit.node]["installed"]:
@@ -156,7 +156,8 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     from halo_cluster.config import load_config
     from halo_cluster.engines.request import serve_request
     from halo_cluster.errors import HaloError
-    from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
+    from halo_cluster.lab.tiny_model import FORMATS, write_model
+    from halo_cluster.lab.tiny_spec import TinyModelSpec
 
     say = out.print if out is not None else (lambda *_a, **_k: None)
     if state.engine is None:
@@ -172,7 +173,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     formats = FORMATS if state.llama_cpp else ("safetensors",)
     llama: dict[str, Any] = {"skipped": "no llama.cpp build ('make llama-cpp' builds it)"}
     try:
-        made = write_model(model, ModelSpec(), formats=formats)
+        made = write_model(model, TinyModelSpec(), formats=formats)
         say(
             f"halo lab model: {made.parameters / 1e6:.1f} M-parameter Llama at {model} "
             f"({' and '.join(formats)}, the same weights)"

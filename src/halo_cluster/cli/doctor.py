@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import dash, emit_json, styled, table
+from halo_cluster.cli.output import dash, styled, table
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from halo_cluster.cli.output import dash, emit_json, safe, styled, table
+from halo_cluster.cli.output import dash, safe, styled, table
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
     from rich.console import Console

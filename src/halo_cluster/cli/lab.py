@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from halo_cluster.cli.output import emit_json, styled, table
+from halo_cluster.cli.output import styled, table
+from halo_cluster.jsonout import emit_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -334,9 +335,10 @@ def model(
 
     Nothing is downloaded: vLLM and transformers load DIR with HF_HUB_OFFLINE=1.
     Example: halo lab model /tmp/tiny && vllm serve /tmp/tiny"""
-    from halo_cluster.lab.model import FORMATS, ModelSpec, write_model
+    from halo_cluster.lab.tiny_model import FORMATS, write_model
+    from halo_cluster.lab.tiny_spec import TinyModelSpec
 
-    spec = ModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
+    spec = TinyModelSpec(layers, hidden, heads, kv_heads, vocab, seed).validate()
     chosen = FORMATS if formats == "both" else (formats,)
     summary = write_model(directory, spec, force=force, formats=chosen)
     if as_json:

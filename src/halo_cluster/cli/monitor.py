@@ -9,10 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import emit_json
-
-# scrape: also imported from here by cli/demo_lab.py
-from halo_cluster.monitor.scrape import scrape as scrape
+from halo_cluster.jsonout import emit_json
 from halo_cluster.monitor.scrape import scrape_all
 
 if TYPE_CHECKING:
@@ -307,13 +304,13 @@ def exporter_unit(
     peers and addresses. Without --install it prints the units."""
     from halo_cluster.cli.options import require_config
     from halo_cluster.config import halo_node_code
-    from halo_cluster.monitor.deploy import plan_units
+    from halo_cluster.monitor.deploy import exporter_units
 
     config = require_config(config_path, "no cluster config: --config halo.toml")
     parse_duration(interval)
     nodes = [config.node(n) for n in names] if names else list(config.nodes)
     code = halo_node_code()
-    units = plan_units(config, nodes, code, listen_on, port, interval)
+    units = exporter_units(config, nodes, code, listen_on, port, interval)
     data: dict[str, Any] = {u.node: u.to_dict() for u in units}
     failed = False
     if do_install:

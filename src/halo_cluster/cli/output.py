@@ -1,12 +1,10 @@
-"""Shared output helpers: JSON to stdout, Rich tables built lazily."""
+"""Shared output helpers for the commands: the Rich console and tables, built lazily (JSON is
+``jsonout.emit_json``)."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
-
-from halo_cluster.jsonout import emit_json as emit_json
-from halo_cluster.jsonout import finite as finite
 
 if TYPE_CHECKING:
     from rich.console import Console

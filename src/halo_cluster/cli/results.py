@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from halo_cluster.cli.output import emit_json, safe, styled, table
+from halo_cluster.cli.output import safe, styled, table
+from halo_cluster.jsonout import emit_json
 
 DIR_HELP = "Results directory (default $XDG_DATA_HOME/halo/results)."
 

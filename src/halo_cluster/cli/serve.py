@@ -8,9 +8,10 @@ import time
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import emit_json, plain
+from halo_cluster.cli.output import plain
 from halo_cluster.engines import registry
 from halo_cluster.engines.vllm_argv import EXECUTORS
+from halo_cluster.jsonout import emit_json
 
 
 def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""``halo setup`` (the guide's host steps as an idempotent plan) and ``halo container``."""
+"""``halo setup`` (the guide's host steps, idempotent) and ``halo container``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import config_option
-from halo_cluster.cli.output import emit_json, styled, table
+from halo_cluster.cli.output import styled, table
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
-    from halo_cluster.setup.plan import SetupOptions
+    from halo_cluster.setup.steps import SetupOptions
 
 STEP_IDS = ["packages", "nic_firmware", "network", "firewall", "kernel", "memlock", "ssh_key"]
 
@@ -72,7 +73,7 @@ def setup(
     firmware check, fabric address and MTU, firewall, kernel command line (GTT sized from
     this node's memory), memlock and SSH key. Each step says whether it is done, the exact
     commands, and whether a reboot follows. Running it twice changes nothing the second time."""
-    from halo_cluster.setup.plan import SetupOptions
+    from halo_cluster.setup.steps import SetupOptions
 
     opts = SetupOptions(distro, fabric_iface, address, mtu, str(Path.home()).lstrip("/"))
     only = set(steps) or None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import click
 
-from halo_cluster.cli.output import emit_json
+from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
     from halo_cluster.nccl_log import LogVerdict

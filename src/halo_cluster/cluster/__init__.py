@@ -6,7 +6,7 @@ served through.
     gather      every node's facts, in parallel
     doctor      the doctor's checks over every node
     plans       every node's transport plan and the doctor's gate (no Ray needed)
-    lifecycle_plan  (pure) each node's ``ray start`` and what registration must show
+    ray_start   (pure) each node's ``ray start`` and what registration must show
     lifecycle   Ray: halo up / down, Ray's node table
     state       the state file (halo.state/1), read once per command
     bringup     halo serve for every engine: start, health, warm-up, both witnesses, stop

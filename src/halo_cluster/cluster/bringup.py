@@ -37,8 +37,8 @@ from halo_cluster.cluster.state import (
 from halo_cluster.config import NodeConfig, ServeConfig, secret
 from halo_cluster.engines import process, registry
 from halo_cluster.engines.protocol import Engine, Prepared, ServeContext, ServeRequest, Witness
-from halo_cluster.errors import LifecycleError, UsageError
-from halo_cluster.node.wire.answers import ServeProbe, WireError, parse_serve_probe
+from halo_cluster.errors import LifecycleError, UsageError, WireError
+from halo_cluster.node.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.node.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.node.wire.commands import SERVE_KEY_ENV
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from halo_cluster.checks.context import NodeReport as NodeReport  # defined with the checks
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig

@@ -15,7 +15,8 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle_plan import (
+from halo_cluster.cluster.plans import make_plans
+from halo_cluster.cluster.ray_start import (
     REGISTER_TIMEOUT_S,
     START_TIMEOUT_S,
     expected_resources,
@@ -25,7 +26,6 @@ from halo_cluster.cluster.lifecycle_plan import (
     registered,
     start_argv,
 )
-from halo_cluster.cluster.plans import make_plans
 from halo_cluster.cluster.state import NodeState, new_state, read_state, write_state
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import LifecycleError

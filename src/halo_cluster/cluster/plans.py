@@ -15,7 +15,7 @@ from halo_cluster.checks.context import NodeContext, NodeReport
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.gather import gather
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle_plan import expected_resources
+from halo_cluster.cluster.ray_start import expected_resources
 from halo_cluster.config import Config
 from halo_cluster.errors import LifecycleError
 from halo_cluster.transport import TransportPlan, plan_transport

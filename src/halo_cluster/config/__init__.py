@@ -23,18 +23,12 @@ for settings (``XDG_CONFIG_HOME``).
     env = { HF_HOME = "/models" }            # optional: extra environment on this node
 """
 
-from halo_cluster.config.load import MAX_CONFIG_BYTES, load_config
+from halo_cluster.config.load import load_config
 from halo_cluster.config.model import (
-    CLUSTER_KEYS,
-    MOVED_SERVE_KEYS,
-    NODE_KEYS,
-    RAY_KEYS,
-    SERVE_KEYS,
     Config,
     NodeConfig,
     RayConfig,
     ServeConfig,
-    cache_dir,
     default_engine,
     default_llama_cpp,
     find_config,
@@ -45,18 +39,11 @@ from halo_cluster.config.model import (
 from halo_cluster.errors import ConfigError
 
 __all__ = [
-    "CLUSTER_KEYS",
-    "MAX_CONFIG_BYTES",
-    "MOVED_SERVE_KEYS",
-    "NODE_KEYS",
-    "RAY_KEYS",
-    "SERVE_KEYS",
     "Config",
     "ConfigError",
     "NodeConfig",
     "RayConfig",
     "ServeConfig",
-    "cache_dir",
     "default_engine",
     "default_llama_cpp",
     "find_config",

@@ -22,10 +22,10 @@ from halo_cluster.engines import llama_cpp_argv as argv
 from halo_cluster.engines import process
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
-from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
 from halo_cluster.nccl_log import parse_logs
-from halo_cluster.node.wire.answers import WireError, parse_gguf_layers
+from halo_cluster.node.wire.answers import parse_gguf_layers
 from halo_cluster.node.wire.args import gguf_layers_args
 
 RPC_READY_S = 30
@@ -41,7 +41,7 @@ def model_layers(model: str) -> int | None:
     path = Path(model)
     if not path.is_file() or importlib.util.find_spec("gguf") is None:
         return None
-    from halo_cluster.plan.gguf_file import read_gguf
+    from halo_cluster.capacity.gguf_file import read_gguf
 
     return read_gguf(path).spec.layers
 

@@ -4,7 +4,7 @@ interfaces (found by their addresses) and the planned RDMA port."""
 from __future__ import annotations
 
 from halo_cluster.facts import parsers as p
-from halo_cluster.facts.model import PathCounters as PathCounters
+from halo_cluster.facts.model import PathCounters
 from halo_cluster.facts.net import CLASS_DIR, read_interfaces
 from halo_cluster.facts.rdma import read_rdma_devices
 from halo_cluster.facts.root import Root

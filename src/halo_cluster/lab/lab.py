@@ -29,7 +29,7 @@ from halo_cluster.lab.state import (
     LabNode,
     LabState,
     control_dir,
-    plan_lab,
+    new_lab_state,
     read_state,
     registered,
     registered_names,
@@ -134,7 +134,7 @@ class Lab:
                     f"--llama-cpp {llama_cpp}: not a llama.cpp build (no bin/llama-server); "
                     "build it with 'make llama-cpp'"
                 )
-        state = plan_lab(
+        state = new_lab_state(
             name,
             directory.resolve(),
             nodes,

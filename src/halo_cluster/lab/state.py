@@ -78,7 +78,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def plan_lab(
+def new_lab_state(
     name: str,
     directory: Path,
     nodes: int,

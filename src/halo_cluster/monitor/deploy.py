@@ -131,7 +131,7 @@ def install_script(unit: ExporterUnit, code: NodeCode) -> str:
     )
 
 
-def plan_units(
+def exporter_units(
     config: Config,
     nodes: Sequence[NodeConfig],
     code: NodeCode,

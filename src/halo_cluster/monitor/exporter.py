@@ -17,7 +17,8 @@ from halo_cluster.monitor.httpd import MetricsServer
 from halo_cluster.monitor.probes import Prober, Target
 from halo_cluster.monitor.rates import rates
 from halo_cluster.monitor.rdma_probe import RdmaProber
-from halo_cluster.monitor.sampler import Labels, Sampler, Snapshot
+from halo_cluster.monitor.sampler import Sampler
+from halo_cluster.monitor.snapshot import Labels, Snapshot
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from halo_cluster.errors import ListenError as ListenError
+from halo_cluster.errors import ListenError
 
 MAX_HEADER_BYTES = 8192
 ACCEPTS_PER_WAKE = 256

@@ -10,8 +10,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-# Re-exported for bench/serve_load.py, which still imports it from here.
-from halo_cluster.stats import quantile as quantile
+from halo_cluster.stats import quantile
 
 PROBE_BYTES = 64
 WINDOW = 600

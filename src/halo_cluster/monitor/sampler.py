@@ -26,9 +26,7 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.rdma import byte_totals
 from halo_cluster.facts.root import Root
-from halo_cluster.monitor.snapshot import Key as Key
-from halo_cluster.monitor.snapshot import Labels as Labels
-from halo_cluster.monitor.snapshot import Snapshot as Snapshot
+from halo_cluster.monitor.snapshot import Key, Labels, Snapshot
 
 NET_STATS = (
     "rx_bytes",
@@ -119,7 +117,7 @@ class Sampler:
         """Every counter file of the node, from a fresh inventory."""
         signature = self.signature()
         inv = collect_inventory(self.root.path)
-        sources, static, ports = _plan(inv, Root(self.root.path))
+        sources, static, ports = _sources_of(inv, Root(self.root.path))
         self.close()
         resolved: dict[str, str | None] = {}
 
@@ -265,7 +263,9 @@ class Sampler:
         self._dirty = True
 
 
-def _plan(inv: Inventory, root: Root) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
+def _sources_of(
+    inv: Inventory, root: Root
+) -> tuple[list[_Source], dict[Key, float], dict[Labels, bool]]:
     """The sources, constant series and RDMA ports of an inventory."""
     sources: list[_Source] = []
     static: dict[Key, float] = {}

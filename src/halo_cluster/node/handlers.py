@@ -118,7 +118,7 @@ def setup(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from halo_cluster.setup.apply import setup_here
-    from halo_cluster.setup.plan import SetupOptions
+    from halo_cluster.setup.steps import SetupOptions
 
     if args.apply and not args.yes:
         raise _usage("setup --apply on a node needs --yes (the controller asks first)")

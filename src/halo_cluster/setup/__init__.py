@@ -1,1 +1,1 @@
-"""Host setup as code: the reference guide's steps as an idempotent plan (show, apply, verify)."""
+"""Host setup as code: the reference guide's steps, idempotent (show, apply, verify)."""

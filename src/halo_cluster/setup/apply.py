@@ -1,5 +1,5 @@
-"""Applying a setup plan: pending steps in order, each verified afterwards by re-reading the
-node and planning again; the first failure stops the run with the command's own error."""
+"""Applying the setup steps: pending steps in order, each verified afterwards by re-reading the
+node and deciding the steps again; the first failure stops the run with the command's own error."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.atomic import atomic_write
-from halo_cluster.errors import SetupError as SetupError
+from halo_cluster.errors import SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.runner.result import Runner
-from halo_cluster.setup.plan import Action, SetupOptions, Step, plan_setup
+from halo_cluster.setup.steps import Action, SetupOptions, Step, setup_steps
 
 APPLY_TIMEOUT_S = 600.0
 
@@ -24,12 +24,12 @@ class Outcome:
     changed: bool
 
 
-def current_plan(root_path: str, opts: SetupOptions) -> list[Step]:
+def current_steps(root_path: str, opts: SetupOptions) -> list[Step]:
     root = Root(root_path)
-    return plan_setup(root, collect_inventory(root_path), opts)
+    return setup_steps(root, collect_inventory(root_path), opts)
 
 
-def apply_plan(
+def apply_steps(
     root_path: str,
     opts: SetupOptions,
     runner: Runner,
@@ -37,7 +37,7 @@ def apply_plan(
     progress: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
     outcomes = []
-    for step in current_plan(root_path, opts):
+    for step in current_steps(root_path, opts):
         if only is not None and step.id not in only:
             continue
         if step.done or not step.actions:
@@ -47,7 +47,7 @@ def apply_plan(
             progress(f"{step.id}: {step.title}")
         for action in step.actions:
             _run(root_path, action, runner)
-        after = next(s for s in current_plan(root_path, opts) if s.id == step.id)
+        after = next(s for s in current_steps(root_path, opts) if s.id == step.id)
         if not after.done:
             raise SetupError(
                 f"step {step.id} ran but is still not done ({after.note or after.check})"
@@ -80,15 +80,15 @@ def setup_here(
     confirm: Callable[[list[str]], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """This machine's setup plan, applied when asked: ``{steps, reboot_needed, applied}``.
+    """This machine's setup steps, applied when asked: ``{steps, reboot_needed, applied}``.
     ``confirm`` sees the pending step ids first (and raises to stop). Applying needs root
     and the real root directory (UsageError otherwise)."""
     from halo_cluster.errors import UsageError
     from halo_cluster.runner.local import LocalRunner
 
-    plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+    steps = [s for s in current_steps(root, opts) if only is None or s.id in only]
     applied: list[str] = []
-    pending = [s for s in plan if not s.done and s.actions]
+    pending = [s for s in steps if not s.done and s.actions]
     if do_apply and pending:
         if root != "/" or os.geteuid() != 0:
             raise UsageError(
@@ -96,11 +96,11 @@ def setup_here(
             )
         if confirm is not None:
             confirm([s.id for s in pending])
-        outcomes = apply_plan(root, opts, LocalRunner(), only, progress)
+        outcomes = apply_steps(root, opts, LocalRunner(), only, progress)
         applied = [o.step for o in outcomes if o.changed]
-        plan = [s for s in current_plan(root, opts) if only is None or s.id in only]
+        steps = [s for s in current_steps(root, opts) if only is None or s.id in only]
     return {
-        "steps": [s.to_dict() for s in plan],
-        "reboot_needed": any(s.reboot and s.id in applied for s in plan),
+        "steps": [s.to_dict() for s in steps],
+        "reboot_needed": any(s.reboot and s.id in applied for s in steps),
         "applied": applied,
     }

@@ -1,6 +1,6 @@
 """The typed fabric path of one node: its rails (RDMA device, port, GID index, IP interface,
 address), whether its GPUs are APUs, and the environment rendered from them; plus the
-constants every part of the planner shares.
+constants every part of the transport shares.
 
 Consumers read the typed fields (``plan.device``, ``plan.port``, ``plan.netdev``) and render
 what their tool needs with ``transport/render.py``; nothing parses ``"dev:port"`` back, except

@@ -11,6 +11,7 @@ node side imports it too. Secrets and large inputs travel in the environment, ne
 ``SERVE_KEY_ENV`` (serve-health, serve-probe) and ``BENCH_SPEC_ENV`` (bench-driver).
 """
 
+from halo_cluster.errors import WireError
 from halo_cluster.node.wire.answers import (
     Counters,
     NodeInfo,
@@ -21,7 +22,6 @@ from halo_cluster.node.wire.answers import (
     Setup,
     SetupStep,
     Stream,
-    WireError,
     parse_counters,
     parse_gguf_layers,
     parse_inventory,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from halo_cluster.errors import WireError as WireError  # re-exported: the wire's error
+from halo_cluster.errors import WireError
 from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
 
 
@@ -275,7 +275,7 @@ def parse_stream(text: str) -> Stream:
 # -- setup -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SetupStep:
-    """One step of a node's setup plan, as ``setup/plan.py``'s ``Step.to_dict`` writes it."""
+    """One setup step of a node, as ``setup/steps.py``'s ``Step.to_dict`` writes it."""
 
     id: str
     title: str
@@ -291,7 +291,7 @@ class SetupStep:
 
 @dataclass(frozen=True)
 class Setup:
-    """``setup``: the node's plan (after applying it, when asked), under its hostname."""
+    """``setup``: the node's setup steps (after applying them, when asked), under its hostname."""
 
     host: str
     steps: tuple[SetupStep, ...]

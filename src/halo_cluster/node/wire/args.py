@@ -83,7 +83,7 @@ def setup_args(
     apply: bool = False,
     root: str | None = None,
 ) -> list[str]:
-    """This node's setup plan (``apply``: applied, the controller having asked first)."""
+    """This node's setup steps (``apply``: applied, the controller having asked first)."""
     return SETUP.argv(
         root=root,
         local=True,

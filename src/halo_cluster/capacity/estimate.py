@@ -1,0 +1,277 @@
+"""Memory and decode-time model (pure arithmetic; see docs/plan.md).
+
+Decode is memory-bound on these machines: a step reads every weight it uses once (shared by
+the whole batch) plus the KV cache of every sequence, at the share of the memory bandwidth
+the engine achieves, and pays the engine's fixed cost per layer. Tensor parallelism (vLLM)
+splits those reads across ranks but adds 2·L + 2 all-reduces of batch × hidden activations
+per step; pipeline parallelism and llama.cpp's RPC layer split do not split a token's reads
+(stages run one after another) but only pass activations between stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from halo_cluster.capacity.calibration import Calibration
+from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
+from halo_cluster.capacity.params import (
+    experts_touched,
+)
+from halo_cluster.capacity.quants import find_quant
+from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
+from halo_cluster.capacity.weights import WeightBytes, from_quant
+from halo_cluster.errors import UsageError
+
+GIB = 2**30
+ACTIVATION_BYTES = 2  # activations and all-reduce payloads stay in bf16
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1}
+
+
+def weight_bytes(m: ModelSpec, quant: str, experts_per_layer: float | None = None) -> float:
+    """Bytes of weights in format ``quant``: all of them, or what a step reads when it
+    routes to ``experts_per_layer`` experts (then the embedding table is not read)."""
+    weights = from_quant(m, find_quant(quant))
+    if experts_per_layer is None:
+        return weights.total
+    return weights.read(experts_per_layer)
+
+
+def kv_bytes_per_token(m: ModelSpec, tp: int, pp: int, kv_dtype: str = "bf16") -> float:
+    """KV cache of one token on one rank. KV heads split over TP down to one head per rank
+    (then replicated); MLA's compressed latent is replicated on every TP rank; linear
+    attention layers (Qwen3-Next) keep a fixed state instead of a KV cache."""
+    layers = m.attention_layers / pp
+    if m.is_mla:
+        return layers * (m.kv_lora_rank + m.qk_rope_head_dim) * KV_BYTES[kv_dtype]
+    heads = max(1.0, m.kv_heads / tp)
+    return layers * 2 * heads * m.head_dim * KV_BYTES[kv_dtype]
+
+
+def allreduce_s(size_bytes: float, ranks: int, link: Link) -> float:
+    """Ring all-reduce: 2(n−1) steps of α plus 2(n−1)/n of the data over β."""
+    if ranks <= 1:
+        return 0.0
+    steps = 2 * (ranks - 1)
+    return steps * link.alpha_us * 1e-6 + steps / ranks * size_bytes * 8 / (link.beta_gbps * 1e9)
+
+
+def p2p_s(size_bytes: float, link: Link) -> float:
+    return link.alpha_us * 1e-6 + size_bytes * 8 / (link.beta_gbps * 1e9)
+
+
+def tp_collectives_per_token(m: ModelSpec) -> int:
+    """Two all-reduces per layer (after attention, after the MLP) plus embedding and logits."""
+    return 2 * m.layers + 2
+
+
+def _default_engine() -> Engine:
+    return find_engine("vllm")
+
+
+@dataclass(frozen=True)
+class Request:
+    model: ModelSpec
+    hardware: Hardware
+    link: Link
+    nodes: int = 2
+    gpus_per_node: int = 1
+    quant: str = "bf16"
+    context: int = 8192
+    batch: int = 1
+    gpu_memory_utilization: float | None = None  # None: the engine's own share
+    kv_dtype: str = "bf16"
+    engine: Engine = field(default_factory=_default_engine)
+    weights: WeightBytes | None = None  # None: the catalog shape in format ``quant``
+    calibration: Calibration | None = None
+
+    def resolved_weights(self) -> WeightBytes:
+        if self.weights is not None:
+            return self.weights
+        source = "catalog" if self.quant == self.model.dtype else "quant"
+        return from_quant(self.model, find_quant(self.quant), source)
+
+    def memory_fraction(self) -> float:
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return self.engine.memory_fraction
+
+
+@dataclass(frozen=True)
+class Row:
+    layout: str
+    tp: int
+    pp: int
+    link: str
+    fits: bool
+    weights_gib_per_node: float
+    kv_gib_per_node: float
+    max_context: int
+    decode_ms_compute: float
+    decode_ms_network: float
+    tokens_per_s: float
+    network_share: float
+    tokens_per_s_batch1: float
+    engine: str
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    weights_source: str
+    efficiency_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def layouts(ranks: int) -> list[tuple[int, int]]:
+    return [(tp, ranks // tp) for tp in range(ranks, 0, -1) if ranks % tp == 0]
+
+
+def engine_layouts(req: Request) -> list[tuple[str, int, int]]:
+    """(name, tp, pp) of every layout the engine can run on these nodes."""
+    if req.engine.rpc is not None:  # llama.cpp: one node, or a layer split over RPC
+        if req.nodes == 1:
+            return [("single", 1, 1)]
+        return [(f"RPC{req.nodes}", 1, req.nodes)]
+    rows = []
+    for tp, pp in layouts(req.nodes * req.gpus_per_node):
+        rows.append((f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}", tp, pp))
+    return rows
+
+
+def efficiency(req: Request) -> Efficiency:
+    """The engine's bandwidth share for this model (dense or MoE), or the calibrated one."""
+    if req.calibration is not None:
+        return calibrated(req, req.calibration)
+    tuning = req.engine.tuning(req.hardware)
+    return tuning.moe if req.model.is_moe else tuning.dense
+
+
+def fixed_seconds(req: Request) -> float:
+    """The engine's fixed cost of a step: per layer, and more per gated delta-net layer."""
+    tuning, m = req.engine.tuning(req.hardware), req.model
+    linear = m.layers - m.attention_layers
+    return (m.layers * tuning.per_layer_us + linear * tuning.per_linear_layer_us) * 1e-6
+
+
+def _read_bytes(req: Request, tp: int, pp: int, batch: int, context: int) -> float:
+    m = req.model
+    read = req.resolved_weights().read(experts_touched(m, batch)) / tp
+    # stages run one after another; each sequence reads the KV of its average context
+    return read + kv_bytes_per_token(m, tp, pp, req.kv_dtype) * pp * context / 2 * batch
+
+
+def network_seconds(req: Request, tp: int, pp: int, batch: int) -> float:
+    m, link = req.model, req.link
+    payload = batch * m.hidden * ACTIVATION_BYTES
+    protocol = req.engine.rpc
+    if protocol is not None:
+        layers = m.layers / pp
+        stage = protocol.stage_seconds(
+            m.hidden, layers, batch, req.context // 2, link.alpha_us, link.beta_gbps
+        )
+        return (req.nodes - 1) * stage
+    network = 0.0
+    if tp > req.gpus_per_node:  # TP group spans nodes
+        network += tp_collectives_per_token(m) * allreduce_s(payload, tp, link)
+    cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
+    return network + cross_stage * p2p_s(payload, link)
+
+
+def step_seconds(
+    req: Request, tp: int, pp: int, batch: int, share: float | None = None
+) -> tuple[float, float]:
+    """(memory-bound compute, network) seconds of one decode step for ``batch`` sequences,
+    at bandwidth share ``share`` (default: the engine's central efficiency)."""
+    share = efficiency(req).central if share is None else share
+    bandwidth = req.hardware.memory_bw_gbs * 1e9 * share
+    compute = _read_bytes(req, tp, pp, batch, req.context) / bandwidth
+    compute += fixed_seconds(req)
+    return compute, network_seconds(req, tp, pp, batch)
+
+
+def calibrated(req: Request, cal: Calibration) -> Efficiency:
+    """The bandwidth share that makes one node of this engine decode this model at the
+    measured speed (batch 1, the measurement's average context)."""
+    bandwidth = req.hardware.memory_bw_gbs * 1e9
+    read = _read_bytes(req, 1, 1, 1, cal.context)
+    fixed = fixed_seconds(req)
+
+    def share(rate: float) -> float:
+        left = 1 / rate - fixed
+        if left <= 0:  # faster than the engine's fixed cost allows: all of it is bandwidth
+            left = 1 / rate
+        return read / bandwidth / left
+
+    central = share(cal.tokens_per_s)
+    if central > 1:
+        raise UsageError(
+            f"{cal.path}: {cal.tokens_per_s:g} tok/s would read "
+            f"{central * req.hardware.memory_bw_gbs:.0f} GB/s, more than the hardware's "
+            f"{req.hardware.memory_bw_gbs:g} GB/s: was it measured with this model and --quant?"
+        )
+    low, high = share(cal.tokens_per_s_low), min(1.0, share(cal.tokens_per_s_high))
+    return Efficiency(central, low, high, cal.label)
+
+
+def _memory(req: Request, tp: int, pp: int) -> tuple[float, float, int, bool]:
+    """(weights per rank, KV per token per rank, max context, fits) in bytes/tokens."""
+    m, hw = req.model, req.hardware
+    weights_rank = req.resolved_weights().total / (tp * pp)
+    usable = min(hw.usable_memory_gib, hw.memory_gib) * GIB * req.memory_fraction()
+    kv_budget = usable / req.gpus_per_node - weights_rank - req.engine.headroom_gib * GIB
+    kv_token = kv_bytes_per_token(m, tp, pp, req.kv_dtype)
+    max_context = int(max(0.0, kv_budget) / kv_token / req.batch) if kv_token else 0
+    if m.context_limit:
+        max_context = min(max_context, m.context_limit) if kv_budget > 0 else 0
+    fits = kv_budget > 0 and max_context >= req.context
+    return weights_rank, kv_token, max_context, fits
+
+
+def evaluate(req: Request, tp: int, pp: int, layout: str | None = None) -> Row:
+    weights_rank, kv_token, max_context, fits = _memory(req, tp, pp)
+    eff = efficiency(req)
+    compute, network = step_seconds(req, tp, pp, req.batch, eff.central)
+    compute1, network1 = step_seconds(req, tp, pp, 1, eff.central)
+    slow = step_seconds(req, tp, pp, req.batch, eff.low)[0]
+    fast = step_seconds(req, tp, pp, req.batch, eff.high)[0]
+    step = compute + network
+    per_node = req.gpus_per_node if req.engine.rpc is None else 1
+    return Row(
+        layout=layout or (f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}"),
+        tp=tp,
+        pp=pp,
+        link=req.link.id,
+        fits=fits,
+        weights_gib_per_node=weights_rank * per_node / GIB,
+        kv_gib_per_node=kv_token * req.context * req.batch * per_node / GIB,
+        max_context=max_context,
+        decode_ms_compute=compute * 1e3,
+        decode_ms_network=network * 1e3,
+        tokens_per_s=req.batch / step,
+        network_share=network / step,
+        tokens_per_s_batch1=1 / (compute1 + network1),
+        engine=req.engine.id,
+        tokens_per_s_low=req.batch / (slow + network),
+        tokens_per_s_high=req.batch / (fast + network),
+        weights_source=req.resolved_weights().source,
+        efficiency_source=eff.source,
+    )
+
+
+def layout_rows(req: Request) -> list[Row]:
+    return [evaluate(req, tp, pp, name) for name, tp, pp in engine_layouts(req)]
+
+
+def recommend(rows: list[Row]) -> tuple[Row | None, str]:
+    fitting = [r for r in rows if r.fits]
+    if not fitting:
+        best = max(rows, key=lambda r: r.max_context) if rows else None
+        return None, "no layout fits: quantise further, shorten the context or add nodes" + (
+            f" (closest: {best.layout}, max context {best.max_context})" if best else ""
+        )
+    best = max(fitting, key=lambda r: r.tokens_per_s)
+    return best, (
+        f"{best.layout} over {best.link}: {best.tokens_per_s:.1f} tok/s "
+        f"({best.tokens_per_s_low:.1f}–{best.tokens_per_s_high:.1f}), network "
+        f"{best.network_share:.1%} of each step, max context {best.max_context}"
+    )

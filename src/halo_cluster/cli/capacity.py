@@ -1,0 +1,304 @@
+"""``halo plan``: will this model fit on these nodes, and how many tokens/s will the fabric cost?"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from halo_cluster.cli.output import table
+from halo_cluster.engines import registry
+from halo_cluster.jsonout import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.capacity.engines import Engine
+    from halo_cluster.capacity.estimate import Request, Row
+    from halo_cluster.capacity.spec import Hardware, ModelSpec
+    from halo_cluster.capacity.weights import WeightBytes
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option(
+    "--list", "list_models", is_flag=True, help="List the model catalog, hardware and links."
+)
+@click.option(
+    "--hf-config", type=click.Path(dir_okay=False), help="Read the model from a local config.json."
+)
+@click.option(
+    "--gguf",
+    "gguf_path",
+    type=click.Path(dir_okay=False),
+    help="Read the model and its exact tensor sizes from a GGUF file (first shard is enough).",
+)
+@click.option(
+    "--engine", type=click.Choice(registry.names()), default=registry.DEFAULT, show_default=True
+)
+@click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64))
+@click.option("--gpus-per-node", default=1, show_default=True, type=click.IntRange(1, 16))
+@click.option("--hardware", default="strix-halo-128", show_default=True)
+@click.option("--memory-gib", type=float, help="Override the GPU-usable memory per node.")
+@click.option("--memory-bw-gbs", type=float, help="Override the memory bandwidth (GB/s).")
+@click.option(
+    "--quant",
+    metavar="FORMAT",
+    help="Weight format: bf16, fp16, fp8, int8, int4, awq, gptq, gptq-int8, mxfp4, q4, or a "
+    "GGUF type (Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, Q4_0, Q3_K_M, Q3_K_S, Q2_K, "
+    "IQ4_XS, IQ3_XXS, IQ2_XXS, MXFP4). Default: the model's release format.",
+)
+@click.option(
+    "--weights-gib",
+    type=float,
+    help="The model file's size in GiB (dynamic quants such as UD-Q3_K_XL).",
+)
+@click.option(
+    "--calibrate",
+    type=click.Path(dir_okay=False),
+    metavar="RESULT.json",
+    help="A one-node halo bench serve result of this model (concurrency 1).",
+)
+@click.option("--context", default=8192, show_default=True, type=click.IntRange(1, 10_000_000))
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, 4096))
+@click.option(
+    "--link",
+    "link_ids",
+    multiple=True,
+    metavar="LINK",
+    help="Link profile (id or alias) or a bench collective result .json; repeatable.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print {model, hardware, rows, recommendation} as JSON."
+)
+def plan(**options: Any) -> int:
+    """Memory per node for each layout (vLLM: TP, PP, TP×PP; llama.cpp: one node or an RPC
+    layer split), whether it fits and the longest context, decode time per token split into
+    memory-bound compute and network, tokens/s (with the range of the measurements behind
+    it) at batch 1 and at --batch, and the network's share — per link — with a
+    recommendation."""
+    if options["list_models"]:
+        return _list(options["as_json"])
+    return _estimate(**options)
+
+
+def _positive(name: str, value: float | None) -> float | None:
+    from halo_cluster.errors import UsageError
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise UsageError(f"--{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]:
+    """The model spec, its GGUF weights if read from a file, and a note on the bytes."""
+    from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.hf_config import model_from_hf_config
+    from halo_cluster.errors import UsageError
+
+    if options["gguf_path"]:
+        from halo_cluster.capacity.gguf_file import read_gguf
+
+        found = read_gguf(Path(options["gguf_path"]))
+        return found.spec, found.weights, found.note
+    if options["hf_config"]:
+        return model_from_hf_config(Path(options["hf_config"])), None, ""
+    if options["model"]:
+        return catalog.find_model(options["model"]), None, ""
+    raise UsageError("name a MODEL (see 'halo plan --list'), or pass --hf-config or --gguf")
+
+
+def _hardware(options: dict[str, Any]) -> Hardware:
+    from halo_cluster.capacity import catalog
+
+    hw = catalog.find_hardware(options["hardware"])
+    memory = _positive("memory-gib", options["memory_gib"])
+    bandwidth = _positive("memory-bw-gbs", options["memory_bw_gbs"])
+    if memory is not None:
+        hw = replace(hw, memory_gib=memory, usable_memory_gib=memory)
+    if bandwidth is not None:
+        hw = replace(hw, memory_bw_gbs=bandwidth)
+    return hw
+
+
+def _weights(
+    options: dict[str, Any], spec: ModelSpec, gguf: WeightBytes | None, engine: Engine
+) -> tuple[str, WeightBytes]:
+    """(the format name, the weight bytes) from --quant, --weights-gib, --gguf or the catalog."""
+    from halo_cluster.capacity.quants import find_quant
+    from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
+    from halo_cluster.errors import UsageError
+
+    file_gib = _positive("weights-gib", options["weights_gib"])
+    if file_gib is not None and file_gib > 100_000:
+        raise UsageError(f"--weights-gib {file_gib:g} is not a plausible model size")
+    given = options["quant"]
+    release = engine.release_formats.get(spec.dtype, spec.dtype)
+    fallback = engine.default_quant if file_gib is not None and gguf is None else release
+    quant = find_quant(given or fallback)
+    if gguf is not None and given is None:
+        weights = gguf
+    else:
+        weights = from_quant(spec, quant, "quant" if given else "catalog")
+    if file_gib is not None:
+        weights = scaled_to_file(weights, file_gib * GIB)
+    return quant.name, weights
+
+
+def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
+    from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.calibration import read_serve_result
+    from halo_cluster.capacity.engines import find_engine
+    from halo_cluster.capacity.estimate import Request
+
+    spec, gguf, note = _model(options)
+    hw = _hardware(options)
+    engine = find_engine(options["engine"])
+    quant, weights = _weights(options, spec, gguf, engine)
+    calibration = read_serve_result(Path(options["calibrate"])) if options["calibrate"] else None
+    links = [catalog.find_link(link) for link in (options["link_ids"] or ("roce", "tcp"))]
+    if options["nodes"] == 1:  # one node crosses no link: one row per layout is enough
+        links = links[:1]
+    shared = {
+        "nodes": options["nodes"],
+        "gpus_per_node": options["gpus_per_node"],
+        "quant": quant,
+        "context": options["context"],
+        "batch": options["batch"],
+        "engine": engine,
+        "weights": weights,
+        "calibration": calibration,
+    }
+    return [Request(spec, hw, link, **shared) for link in links], quant, note
+
+
+def _estimate(**options: Any) -> int:
+    from halo_cluster.capacity.estimate import layout_rows, recommend
+
+    requests, quant, note = _requests(options)
+    rows = [row for req in requests for row in layout_rows(req)]
+    best, reason = recommend(rows)
+    req = requests[0]
+    if options["as_json"]:
+        emit_json(_document(req, rows, best, reason, quant, note))
+        return 0
+    _render(req, rows, reason, quant, note)
+    return 0
+
+
+def _document(
+    req: Request, rows: list[Row], best: Row | None, reason: str, quant: str, note: str
+) -> dict[str, Any]:
+    from halo_cluster.capacity.weights import GIB
+
+    weights = req.resolved_weights()
+    return {
+        "model": {"id": req.model.id, "name": req.model.name, "quant": quant},
+        "hardware": req.hardware.id,
+        "engine": req.engine.id,
+        "nodes": req.nodes,
+        "gpus_per_node": req.gpus_per_node,
+        "context": req.context,
+        "batch": req.batch,
+        "weights": {
+            "source": weights.source,
+            "gib": round(weights.total / GIB, 3),
+            "note": note or None,
+        },
+        "calibration": req.calibration.label if req.calibration else None,
+        "rows": [r.to_dict() for r in rows],
+        "recommendation": {"layout": best.layout, "link": best.link, "reason": reason}
+        if best
+        else {"layout": None, "link": None, "reason": reason},
+    }
+
+
+def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -> None:
+    from rich.text import Text
+
+    from halo_cluster.cli.output import console
+
+    grid = table(
+        f"{req.model.name} ({quant}) with {req.engine.id} on {req.nodes} × {req.hardware.id}, "
+        f"context {req.context}, batch {req.batch}",
+        *("layout", "link", "fits", "weights/node", "KV/node", "max ctx", "compute ms"),
+        *("network ms", "tok/s (range)", "tok/s b=1", "network"),
+    )
+    for r in rows:
+        grid.add_row(
+            r.layout,
+            r.link,
+            Text("yes", style="green") if r.fits else Text("no", style="red"),
+            f"{r.weights_gib_per_node:.1f} GiB",
+            f"{r.kv_gib_per_node:.1f} GiB",
+            str(r.max_context),
+            f"{r.decode_ms_compute:.2f}",
+            f"{r.decode_ms_network:.2f}",
+            f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}–{r.tokens_per_s_high:.1f})",
+            f"{r.tokens_per_s_batch1:.2f}",
+            f"{r.network_share:.1%}",
+        )
+    out = console()
+    out.print(grid)
+    source = rows[0].efficiency_source if rows else ""
+    out.print(
+        f"weights: {rows[0].weights_source if rows else '-'}" + (f" ({note})" if note else "")
+    )
+    out.print(f"efficiency: {source}", markup=False)
+    out.print(f"recommendation: {reason}")
+
+
+def _list(as_json: bool) -> int:
+    from halo_cluster.capacity import catalog
+    from halo_cluster.capacity.engines import engines
+    from halo_cluster.capacity.params import active_params, total_params
+    from halo_cluster.capacity.quants import quant_names
+
+    models = catalog.models()
+    if as_json:
+        emit_json(
+            {
+                "models": {
+                    k: {
+                        "name": m.name,
+                        "params_b": round(total_params(m) / 1e9, 2),
+                        "active_params_b": round(active_params(m) / 1e9, 2),
+                        "layers": m.layers,
+                        "hidden": m.hidden,
+                        "dtype": m.dtype,
+                    }
+                    for k, m in models.items()
+                },
+                "hardware": list(catalog.hardware_profiles()),
+                "links": list(catalog.links()),
+                "engines": list(engines()),
+                "quants": quant_names(),
+            }
+        )
+        return 0
+    from halo_cluster.cli.output import console
+
+    grid = table("Models", "id", "name", "params", "active", "layers", "hidden", "format")
+    for key, m in models.items():
+        grid.add_row(
+            key,
+            m.name,
+            f"{total_params(m) / 1e9:.1f} B",
+            f"{active_params(m) / 1e9:.1f} B",
+            str(m.layers),
+            str(m.hidden),
+            m.dtype,
+        )
+    out = console()
+    out.print(grid)
+    out.print("hardware: " + ", ".join(catalog.hardware_profiles()))
+    out.print(
+        "links: "
+        + ", ".join(
+            f"{k} ({v.alpha_us:g} µs, {v.beta_gbps:g} Gb/s)" for k, v in catalog.links().items()
+        )
+    )
+    out.print("engines: " + ", ".join(engines()))
+    out.print("quants: " + ", ".join(quant_names()))
+    return 0

@@ -1,1 +1,0 @@
-"""The planner: will a model fit on these nodes, and what will the fabric cost per token."""
