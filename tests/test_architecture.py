@@ -118,6 +118,19 @@ def test_no_import_cycle_in_src() -> None:
     assert _cycles(graph, set(graph.modules)) == []
 
 
+def test_every_file_the_architecture_names_exists() -> None:
+    """docs/architecture.md names modules by path (`cluster/bringup.py`, `node/wire/`): each
+    one exists, in the package, the tests or the tools, so a rename cannot leave it behind."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    package = REPO / "src" / "halo_cluster"
+    paths = set(re.findall(r"`((?:[a-z_0-9]+/)+(?:[a-z_0-9]+\.py)?)`", text))
+    missing = sorted(p for p in paths if not any((d / p).exists() for d in (package, REPO)))
+    # a bare file name is named beside its package in the prose: it exists somewhere in it
+    names = set(re.findall(r"`([a-z_0-9]+\.py)`", text))
+    missing += sorted(n for n in names if not any(package.rglob(n)))
+    assert paths and names and missing == []
+
+
 def test_the_diagram_is_generated_from_the_contracts() -> None:
     assert arch_diagram.documented() == arch_diagram.generated()
 

@@ -1,5 +1,6 @@
-"""The transport plan: a pure function from one node's facts (+ the peer's address and the
-wanted transport) to the environment NCCL/RCCL, Gloo, Ray and vLLM need on that node.
+"""The transport plan: each node's typed fabric path (its rails: device, port, GID, netdev,
+address), made by a pure function from that node's facts (+ the peer's address and the
+wanted transport), and rendered for every consumer (NCCL/RCCL, Gloo, the counters, perftest).
 
 Plans are per node: HCA names and GID indexes differ between nodes, so every node
 computes its own (never "auto" decided on the head and pushed to the workers).
