@@ -104,10 +104,11 @@ def status(config_path: str | None, as_json: bool) -> int:
 def _print_serve(serve: dict[str, object]) -> None:
     from halo_cluster.cli.output import plain
     from halo_cluster.engines import registry
+    from halo_cluster.engines.protocol import find_engine
 
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
-    engine = registry.engine(str(serve.get("engine") or registry.DEFAULT))
+    engine = find_engine(str(serve.get("engine") or registry.DEFAULT))
     executor = serve.get("executor")
     label = engine.label(str(executor) if executor else None)
     click.echo(f"serve{model} at {serve['endpoint']} ({label}): {state}")

@@ -104,7 +104,9 @@ def serve(
 
 
 def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-def]
-    for line in registry.engine(engine).describe(result.engine):
+    from halo_cluster.engines.protocol import find_engine
+
+    for line in find_engine(engine).describe(result.engine):
         click.echo(plain(line))
     for rank in result.ranks:
         click.echo(f"  rank {rank['rank']} on {rank['node']} ({rank['address']})")

@@ -35,8 +35,15 @@ from halo_cluster.cluster.state import (
     write_state,
 )
 from halo_cluster.config import NodeConfig, ServeConfig, secret
-from halo_cluster.engines import process, registry
-from halo_cluster.engines.protocol import Engine, Prepared, ServeContext, ServeRequest, Witness
+from halo_cluster.engines import process
+from halo_cluster.engines.protocol import (
+    Engine,
+    Prepared,
+    ServeContext,
+    ServeRequest,
+    Witness,
+    find_engine,
+)
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.node.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.node.wire.args import serve_health_args, serve_probe_args
@@ -69,7 +76,7 @@ class Serving:
 
     # -- start ----------------------------------------------------------------------------
     def start(self, request: ServeRequest) -> ServeResult:
-        engine = registry.engine(request.engine)
+        engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
         engine.check(self.config, request)
         ctx = self._context(engine, request, api_key)

@@ -13,7 +13,8 @@ from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.lifecycle import Lifecycle
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
 from halo_cluster.config import secret
-from halo_cluster.engines import process, registry
+from halo_cluster.engines import process
+from halo_cluster.engines.protocol import find_engine
 from halo_cluster.node.wire.args import serve_health_args
 from halo_cluster.node.wire.commands import SERVE_KEY_ENV
 
@@ -82,7 +83,7 @@ def serve_health(
 
 def _lost(cluster: Cluster, served: ServedState, nodes: list[dict[str, Any]]) -> list[str]:
     members = set(served.nodes)
-    if registry.engine(served.engine).watches_ray(served.executor):
+    if find_engine(served.engine).watches_ray(served.executor):
         return [
             n["name"] for n in nodes if n["name"] in members and not (n["reachable"] and n["ray"])
         ]

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
+from halo_cluster.engines import registry
 from halo_cluster.transport import TransportPlan
 
 
@@ -123,3 +124,11 @@ class Engine(Protocol):
 
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         """Lines for people about the engine's own witness (``Witness.engine``)."""
+
+
+def find_engine(name: str) -> Engine:
+    """The engine called ``name`` in ``engines.registry``, its module imported now."""
+    import importlib
+
+    found: Engine = importlib.import_module(registry.module_of(name)).ENGINE
+    return found

@@ -1,17 +1,12 @@
 """The engines halo knows: a name, the ``[serve.<section>]`` table its options live in, and
 the module that implements ``engines.protocol.Engine``. Adding an engine is one module and
-one line here. The implementation is imported only when it is used, so that the CLI's
-choices and config validation read this table without loading any engine."""
+one line here. This table imports no engine (``engines.protocol.find_engine`` loads one when
+it is used), so that the CLI's choices and config validation read it without loading any,
+and nodes (whose config names the engines) carry only it."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
 from halo_cluster.errors import UsageError
-
-if TYPE_CHECKING:
-    from halo_cluster.engines.protocol import Engine
 
 # name -> the module whose ``ENGINE`` implements it
 ENGINES: dict[str, str] = {
@@ -35,13 +30,13 @@ def by_section(section: str) -> str | None:
     return next((n for n in ENGINES if section_name(n) == section), None)
 
 
-def engine(name: str) -> Engine:
-    """The engine called ``name``; an unknown name is one line listing the known ones."""
+def module_of(name: str) -> str:
+    """The module of the engine called ``name``; an unknown name is one line listing the
+    known ones."""
     module = ENGINES.get(name)
     if module is None:
         raise UsageError(f"unknown engine {name!r}; halo knows {', '.join(ENGINES)}")
-    found: Engine = importlib.import_module(module).ENGINE
-    return found
+    return module
 
 
 def register(name: str, module: str) -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from halo_cluster.config import Config
 from halo_cluster.engines import registry
-from halo_cluster.engines.protocol import ServeRequest
+from halo_cluster.engines.protocol import ServeRequest, find_engine
 from halo_cluster.errors import UsageError
 
 
@@ -28,11 +28,11 @@ def serve_request(
     the engine does not take, is one line before anything runs."""
     serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
     name = engine or serve.engine
-    chosen = registry.engine(name)
+    chosen = find_engine(name)
     for section_name, section in serve.sections.items():  # every table, not only this one's
         other = registry.by_section(section_name)
         if other is not None and other != name:
-            registry.engine(other).options(section, {})
+            find_engine(other).options(section, {})
     options = chosen.options(
         serve.section(registry.section_name(name)), {"tp": tp, "executor": executor}
     )
