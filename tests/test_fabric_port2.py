@@ -250,3 +250,23 @@ def test_the_exporter_samples_each_port_under_its_own_number() -> None:
         for port in ("1", "2")
     }
     assert sent == {"1": 4 * 111_111_111, "2": 4 * 2_222_222_222}
+
+
+# -- halo serve's counters witness, through scripted nodes ----------------------------------------
+
+
+def test_serves_counters_witness_reads_port_2(tmp_path: Path) -> None:
+    """The whole bring-up on a node whose plan is port 2: the counters it asks the node for
+    are port 2's (the defect sent `--rdma mlx4_0:2:2` and the node read port 1)."""
+    from halo_cluster.config import ServeConfig
+    from tests.cluster.test_serve import Node, cluster, serve
+    from tests.conftest import OUTPUTS
+
+    log = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
+    nodes = {"node1": Node(log, (10, 10, 30_000))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="m"), {"node1": plan()})
+    serve(srv, tp=1, allow_fallback=True, wait_s=5)
+    asked = [s for s in nodes["node1"].scripts if " counters" in s]
+    assert asked == [
+        "/h/halo counters --fabric 10.40.0.21 --mgmt 198.18.1.11 --rdma mlx4_0:2",
+    ] * 2  # before and after the probe request
