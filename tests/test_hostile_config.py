@@ -51,6 +51,10 @@ def write(tmp_path: Path, content: str | bytes, name: str = "halo.toml") -> Path
         ("[serve]\nexecutor = 'mp'\n" + NODE,
          "halo.toml:2: serve.executor moved: write it as 'executor = ...' under [serve.vllm]"),
         ("[serve.tgi]\nport = 1\n" + NODE, "unknown table [serve.tgi] (engines: [serve.vllm], [serve.llama_cpp])"),
+        ('[ray]\ncommand = "r"\n[serve]\ncommand = "v"\n' + NODE,
+         "halo.toml:4: serve.command moved: write it as 'command = ...' under [serve.vllm]"),
+        ('[serve]\nhost = "-oProxyCommand=x"\n' + NODE,
+         "halo.toml:2: serve.host '-oProxyCommand=x': give an address to bind"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line(tmp_path: Path, content: str | bytes, message: str) -> None:
@@ -81,6 +85,12 @@ def test_a_bad_engine_table_is_one_line_before_anything_runs(
     with pytest.raises(ConfigError) as err:
         serve_request(config)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_host_flag_that_reads_as_an_option_is_refused(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, '[serve]\nmodel = "/m"\n' + NODE))
+    with pytest.raises(UsageError, match="--host '-x': give an address to bind"):
+        serve_request(config, host="-x")
 
 
 def test_a_bom_is_accepted(tmp_path: Path) -> None:

@@ -253,3 +253,23 @@ def test_node_script_never_injects(env: dict[str, str], argv: list[str]) -> None
     seen = dict(p.decode().split("=", 1) for p in parts[len(argv) :] if b"=" in p)
     for name, value in env.items():
         assert seen[name] == value
+
+
+def test_a_state_file_halo_cannot_read_stops_up_before_ray_and_not_down(tmp_path: Path) -> None:
+    from halo_cluster.cluster.state import state_path
+    from halo_cluster.errors import StateError
+
+    cluster = Cluster(tmp_path)
+    path = state_path(cluster.config)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"schema": "halo.state/0"}')
+    with pytest.raises(StateError, match="its schema is 'halo.state/0'"):
+        Lifecycle(cluster.handle()).up()
+    assert cluster.scripts == [] and cluster.alive == []  # no ray start anywhere
+    cluster.alive = ["192.168.100.1", "192.168.100.2"]
+    said: list[str] = []
+    handle = cluster.handle()
+    handle = type(handle)(handle.config, handle.clients, said.append)
+    assert Lifecycle(handle).down() == {"strix2": "stopped", "strix1": "stopped"}
+    assert any("left the state file as it is" in line for line in said)
+    assert path.read_text() == '{"schema": "halo.state/0"}'

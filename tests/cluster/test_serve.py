@@ -425,3 +425,33 @@ def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:
     assert nodes["node1"].scripts == []
     with pytest.raises(UsageError, match="no model"):
         serve(cluster(tmp_path / "c", nodes, ServeConfig()))
+
+
+def test_the_ray_executor_needs_ray_even_after_a_serve_without_it(tmp_path: Path) -> None:
+    """A serve without Ray keeps its plans in the state file; that is not 'halo up'."""
+    nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"))
+    state = srv.state
+    assert state is not None
+    state.ray_started_at = None  # as a serve of llama.cpp or the mp executor leaves it
+    write_state(srv.config, state)
+    with pytest.raises(LifecycleError, match=r"Ray is not up .*run 'halo up' first"):
+        serve(Serving(srv.cluster), tp=2, wait_s=5)
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_the_doctors_gate_stops_a_serve_without_ray_unless_forced(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    logs = [(VLLM / f"mp-tp2-node{i}.log").read_text() for i in (1, 2)]
+    nodes = {"node1": Node(logs[0], (24_000, 40, None)), "node2": Node(logs[1], (24_000, 9, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(executor="mp")))
+    # nodes that should have GPUs (gpus unset) but whose facts show none: a blocking finding
+    config = replace(srv.config, nodes=tuple(replace(n, gpus=None) for n in srv.config.nodes))
+    clients = {name: replace(c, node=config.node(name)) for name, c in srv.cluster.clients.items()}
+    gated = Serving(Cluster(config, clients))
+    with pytest.raises(LifecycleError, match="blocking finding.*gpu.present"):
+        serve(gated, tp=2, wait_s=5)
+    assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+    result = serve(gated, tp=2, wait_s=5, force=True)
+    assert (result.executor, result.proven) == ("mp", "socket")

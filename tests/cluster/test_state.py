@@ -4,6 +4,7 @@ a file of another schema, or garbage, is one line that says what to do."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,36 @@ def test_status_on_a_foreign_state_is_one_line_exit_2(tmp_path: Path) -> None:
     done = halo("status", "--config", str(cfg.path), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "its schema is 'other/9'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("serve", "reason"),
+    [
+        ({"nodes": None}, "serve.nodes is None"),
+        ({"nodes": ["a"], "engine": ["vllm"]}, "serve.engine is ['vllm']"),
+        ({"nodes": ["a"], "host": "-x"}, "serve.host is '-x'"),
+        ({"nodes": ["a"], "port": "8000"}, "serve.port is '8000'"),
+        ({"nodes": [1]}, "serve.nodes is [1]"),
+    ],
+)
+def test_a_served_record_of_the_wrong_kind_is_one_line(
+    tmp_path: Path, serve: dict[str, object], reason: str
+) -> None:
+    cfg = config(tmp_path)
+    state_path(cfg).parent.mkdir()
+    data = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {}, "serve": serve}
+    state_path(cfg).write_text(json.dumps(data))
+    with pytest.raises(StateError, match=re.escape(reason)):
+        read_state(cfg)
+
+
+def test_a_plan_halo_cannot_read_or_a_deep_file_is_one_line(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    state_path(cfg).parent.mkdir()
+    plan = {"transport": "roce", "hca": "mlx5_0", "gid_index": 1, "env": {}, "reasons": {}}
+    data = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {"a": {"plan": plan}}}
+    for text in (json.dumps(data), "[" * 100_000 + "]" * 100_000):
+        state_path(cfg).write_text(text)
+        with pytest.raises(StateError) as err:
+            read_state(cfg)
+        assert "\n" not in str(err.value) and str(state_path(cfg)) in str(err.value)

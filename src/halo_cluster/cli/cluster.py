@@ -105,16 +105,20 @@ def _print_serve(serve: dict[str, object]) -> None:
     from halo_cluster.cli.output import plain
     from halo_cluster.engines import registry
     from halo_cluster.engines.protocol import find_engine
+    from halo_cluster.errors import UsageError
 
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
-    engine = find_engine(str(serve.get("engine") or registry.DEFAULT))
     executor = serve.get("executor")
-    label = engine.label(str(executor) if executor else None)
+    name = str(serve.get("engine") or registry.DEFAULT)
+    try:
+        engine = find_engine(name)
+        label, word = engine.label(str(executor) if executor else None), engine.member
+    except UsageError:  # served by a halo that knows another engine
+        label, word = name, "rank"
     click.echo(f"serve{model} at {serve['endpoint']} ({label}): {state}")
     ranks = serve.get("ranks") or []
     if isinstance(ranks, list) and ranks:
-        word = engine.member
         shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
         click.echo(f"  {word}s: {shown}; transport proven: {serve.get('proven') or 'no'}")
 

@@ -36,6 +36,12 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 )
 @click.option("--insecure", is_flag=True, help="Allow 0.0.0.0 without an API key.")
 @click.option(
+    "--force",
+    is_flag=True,
+    help="Serve even when the doctor finds blocking problems (engines without Ray, whose "
+    "plans halo makes now; vLLM's ray executor uses what 'halo up' decided).",
+)
+@click.option(
     "--executor",
     type=click.Choice(EXECUTORS),
     help="vLLM's distributed executor (default [serve.vllm] executor, ray): ray places ranks "
@@ -66,6 +72,7 @@ def serve(
     port: int | None,
     allow_fallback: bool,
     insecure: bool,
+    force: bool,
     executor: str | None,
     engine: str | None,
     wait_s: float,
@@ -94,6 +101,7 @@ def serve(
         wait_s=wait_s,
         allow_fallback=allow_fallback,
         insecure=insecure,
+        force=force,
     )
     result = serving.start(request)
     if as_json:

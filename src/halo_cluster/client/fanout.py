@@ -35,8 +35,12 @@ class Outcome(Generic[T, R]):
         return self.error is None
 
 
-def fan_out(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> list[Outcome[T, R]]:
-    """``work(item)`` for every item, at most ``limit`` at once; the outcomes in item order."""
+def fan_out(
+    items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT, settle: bool = False
+) -> list[Outcome[T, R]]:
+    """``work(item)`` for every item, at most ``limit`` at once; the outcomes in item order.
+    ``settle``: on Ctrl-C, let the items already running finish before it goes on (work that
+    starts something, so that what cleans up afterwards sees everything that was started)."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
     chosen = list(items)
@@ -47,16 +51,18 @@ def fan_out(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> l
         futures = [pool.submit(_attempt, work, item) for item in chosen]
         outcomes = [_wait(future) for future in futures]
     except BaseException:  # Ctrl-C while waiting: stop now, not when every item is done
-        pool.shutdown(wait=False, cancel_futures=True)
+        pool.shutdown(wait=settle, cancel_futures=True)
         raise
     pool.shutdown()
     return outcomes
 
 
-def each(items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT) -> list[R]:
+def each(
+    items: Iterable[T], work: Callable[[T], R], limit: int = LIMIT, settle: bool = False
+) -> list[R]:
     """``work(item)`` for every item, at most ``limit`` at once; the values in item order.
     When any item raised, the first item's error is raised once all have finished."""
-    outcomes = fan_out(items, work, limit)
+    outcomes = fan_out(items, work, limit, settle)
     for outcome in outcomes:
         if outcome.error is not None:
             raise outcome.error

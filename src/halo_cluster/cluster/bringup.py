@@ -92,13 +92,13 @@ class Serving:
             warm = self._complete(request.serve, WARMUP_TOKENS)
             witness = engine.witness(ctx, prepared)
             traffic = self.probe_traffic(request.serve, ctx, prepared.witnesses, prepared.rdma)
+            result = self._result(request, prepared, witness, traffic)
+            result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
+            self._record_proof(request, prepared, witness, result)
         except BaseException:
             self.progress("stopping the server on every node")
             self.stop()
             raise
-        result = self._result(request, prepared, witness, traffic)
-        result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
-        self._record_proof(request, prepared, witness, result)
         if result.problems and not request.allow_fallback:
             self.stop()
             result.stopped = True
@@ -109,15 +109,15 @@ class Serving:
         made now from the nodes' facts, gated by the doctor."""
         state = self.state
         if engine.uses_ray(request.options):
-            if state is None or self.head.name not in state.nodes:
+            if state is None or state.ray_started_at is None or self.head.name not in state.nodes:
                 raise LifecycleError(
-                    "the cluster is not up (no state): run 'halo up' first "
-                    "(or serve without Ray: --executor mp, or --engine llama.cpp)"
+                    "Ray is not up (halo up has not run, or halo down has): run 'halo up' "
+                    "first (or serve without Ray: --executor mp, or --engine llama.cpp)"
                 )
             plans, capacity = state.plans(), state.capacity()
             env = ray_env(self.config)
         else:
-            made = make_plans(self.cluster)
+            made = make_plans(self.cluster, request.force)
             plans, capacity, env = made.plans, made.capacity, {}
             fresh = state or new_state(self.config)
             if fresh.ray_started_at is None:  # Ray's plans stay what Ray was started with

@@ -26,9 +26,15 @@ from halo_cluster.cluster.ray_start import (
     registered,
     start_argv,
 )
-from halo_cluster.cluster.state import NodeState, new_state, read_state, write_state
+from halo_cluster.cluster.state import (
+    ClusterState,
+    NodeState,
+    new_state,
+    read_state,
+    write_state,
+)
 from halo_cluster.config import NodeConfig
-from halo_cluster.errors import LifecycleError
+from halo_cluster.errors import LifecycleError, StateError
 from halo_cluster.node.wire.answers import RayNode
 from halo_cluster.node.wire.args import ray_nodes_args
 from halo_cluster.runner.quote import node_script
@@ -73,6 +79,7 @@ class Lifecycle:
 
     # -- up -------------------------------------------------------------------------------
     def up(self, force: bool = False) -> UpResult:
+        previous = read_state(self.config)  # a file halo cannot read stops it before Ray starts
         made = make_plans(self.cluster, force)
         result = UpResult(plans=made.plans)
         self.gpus_found = made.gpus_found()
@@ -118,12 +125,11 @@ class Lifecycle:
             self.rollback(result.started)
             raise
         result.ranks = {name: int(amount) for name, _kind, amount in self.wanted().values()}
-        self._record(result)
+        self._record(result, previous)
         return result
 
-    def _record(self, result: UpResult) -> None:
+    def _record(self, result: UpResult, previous: ClusterState | None) -> None:
         """Every node's plan and ranks, and when Ray started (kept when it already ran)."""
-        previous = read_state(self.config)
         state = new_state(self.config)
         state.nodes = {
             name: NodeState(plan, result.ranks.get(name, 1)) for name, plan in result.plans.items()
@@ -188,12 +194,16 @@ class Lifecycle:
             self.progress(f"stopping Ray on {node.name}")
             result = self.stop_node(node)
             outcome[node.name] = "stopped" if result.ok else f"failed: {result.error_text()}"
-        state = read_state(self.config)
+        # the shared SSH connections halo kept open to the nodes end with the cluster
+        close_connections([n.ssh for n in self.config.nodes], self.config.ssh_config)
+        try:
+            state = read_state(self.config)
+        except StateError as err:  # Ray is down all the same; the file is the user's to fix
+            self.progress(f"left the state file as it is: {err}")
+            return outcome
         if state is not None and state.ray_started_at is not None:
             state.ray_started_at = None
             write_state(self.config, state)
-        # the shared SSH connections halo kept open to the nodes end with the cluster
-        close_connections([n.ssh for n in self.config.nodes], self.config.ssh_config)
         return outcome
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.config import Config
-from halo_cluster.errors import StateError
+from halo_cluster.errors import ParseError, StateError
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.state/1"
@@ -48,8 +48,28 @@ class ServedState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServedState:
+        """The record as written; a field of the wrong kind is a ValueError naming it."""
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**{"nodes": [], **known})
+        served = cls(**{"nodes": [], **known})
+        kinds: dict[str, tuple[type, ...]] = {
+            "nodes": (list,),
+            "engine": (str,),
+            "model": (str, type(None)),
+            "executor": (str, type(None)),
+            "host": (str, type(None)),
+            "port": (int, type(None)),
+            "ranks": (list,),
+            "bytes_per_token": (dict,),
+            "problems": (list,),
+        }
+        for name, kind in kinds.items():
+            if not isinstance(getattr(served, name), kind) or isinstance(served.port, bool):
+                raise ValueError(f"serve.{name} is {getattr(served, name)!r}")
+        if not all(isinstance(n, str) for n in served.nodes):
+            raise ValueError(f"serve.nodes is {served.nodes!r}")
+        if served.host is not None and served.host.startswith("-"):
+            raise ValueError(f"serve.host is {served.host!r}")
+        return served
 
 
 @dataclass
@@ -100,7 +120,7 @@ def read_state(config: Config) -> ClusterState | None:
         raise StateError(f"cannot read {path}: {err.strerror or err}") from None
     try:
         return _parse(json.loads(text))
-    except ValueError as err:
+    except (ValueError, ParseError, RecursionError) as err:
         raise StateError(
             f"{path}: not a {SCHEMA} state file halo can read ({err}): "
             "remove it, then run 'halo up' (or 'halo serve') again"
@@ -128,6 +148,8 @@ def _parse(data: Any) -> ClusterState:
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"missing or wrong field {err}") from None
+    except ParseError as err:
+        raise ValueError(str(err).replace("\n", " ")[:200]) from None
 
 
 def _number(value: Any) -> float | None:

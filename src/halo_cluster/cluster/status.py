@@ -15,6 +15,7 @@ from halo_cluster.cluster.state import ClusterState, ServedState, read_state
 from halo_cluster.config import secret
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import find_engine
+from halo_cluster.errors import UsageError
 from halo_cluster.node.wire.args import serve_health_args
 from halo_cluster.node.wire.commands import SERVE_KEY_ENV
 
@@ -81,9 +82,18 @@ def serve_health(
     }
 
 
+def _watches_ray(served: ServedState) -> bool:
+    """Whether the served engine's members are lost with their Ray; an engine this halo does
+    not know (served by another) is judged by its processes."""
+    try:
+        return find_engine(served.engine).watches_ray(served.executor)
+    except UsageError:
+        return False
+
+
 def _lost(cluster: Cluster, served: ServedState, nodes: list[dict[str, Any]]) -> list[str]:
     members = set(served.nodes)
-    if find_engine(served.engine).watches_ray(served.executor):
+    if _watches_ray(served):
         return [
             n["name"] for n in nodes if n["name"] in members and not (n["reachable"] and n["ray"])
         ]

@@ -193,13 +193,16 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         raise where.error(
             "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
         )
+    host = _string(where, raw, "host", "serve", default="127.0.0.1")
+    if host.startswith("-") or not host.strip():
+        raise where.error("host", f"serve.host {host!r}: give an address to bind, e.g. 127.0.0.1")
     engine = _string(where, raw, "engine", "serve", default=registry.DEFAULT)
     if engine not in registry.names():
         known = " or ".join(f'"{n}"' for n in registry.names())
         raise where.error("engine", f"serve.engine must be {known}")
     return ServeConfig(
         model=_string(where, raw, "model", "serve", default="") or None,
-        host=_string(where, raw, "host", "serve", default="127.0.0.1"),
+        host=host,
         port=ints["port"] or 8000,
         api_key_env=key_env,
         engine=engine,
@@ -228,10 +231,11 @@ def _moved(where: _Locator, raw: dict[str, Any]) -> None:
     """A key that moved to an engine's table: one line saying where it lives now."""
     for key, (table, new) in MOVED_SERVE_KEYS.items():
         if key in raw and not isinstance(raw[key], dict):
-            raise where.error(
-                key,
-                f"serve.{key} moved: write it as '{new} = ...' under [serve.{table}] "
-                f"(each engine's options have their own table)",
+            line = Section(where.path, "", lines=tuple(where.lines)).line_in("serve", key)
+            at = f":{line}" if line else ""
+            raise ConfigError(
+                f"{where.path}{at}: serve.{key} moved: write it as '{new} = ...' under "
+                f"[serve.{table}] (each engine's options have their own table)"
             )
 
 

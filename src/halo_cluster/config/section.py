@@ -32,7 +32,12 @@ class Section:
 
     def _line(self, key: str) -> int | None:
         """The line of ``key`` after the ``[serve.<name>]`` header (or the header's own)."""
-        header = re.compile(rf"^\s*\[\s*serve\s*\.\s*\"?{re.escape(self.name)}\"?\s*\]")
+        return self.line_in(f"serve.{self.name}", key)
+
+    def line_in(self, table: str, key: str) -> int | None:
+        """The line of ``key`` in the table ``[table]`` (else the header's, else None)."""
+        dotted = r"\s*\.\s*".join(rf"\"?{re.escape(part)}\"?" for part in table.split("."))
+        header = re.compile(rf"^\s*\[\s*{dotted}\s*\]")
         wanted = re.compile(rf"^\s*{re.escape(key)}\s*=")
         inside, found = False, None
         for number, line in enumerate(self.lines, start=1):

@@ -250,7 +250,7 @@ class LlamaCpp:
                     f"from {ctx.head.name}: {line}"
                 )
 
-        each(workers, start)
+        each(workers, start, settle=True)  # Ctrl-C: the stop that follows sees every start
 
     # -- witness --------------------------------------------------------------------------
     def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:

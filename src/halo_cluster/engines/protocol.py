@@ -37,6 +37,7 @@ class ServeRequest:
     wait_s: float = 900.0
     allow_fallback: bool = False
     insecure: bool = False
+    force: bool = False  # serve despite the doctor's blocking findings (no Ray: plans made now)
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,13 @@ def serve_request(
     wait_s: float = 900.0,
     allow_fallback: bool = False,
     insecure: bool = False,
+    force: bool = False,
 ) -> ServeRequest:
     """The request, every option checked: an engine's table that does not parse, or a flag
     the engine does not take, is one line before anything runs."""
     serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
+    if serve.host.startswith("-") or not serve.host.strip():
+        raise UsageError(f"--host {serve.host!r}: give an address to bind, e.g. 127.0.0.1")
     name = engine or serve.engine
     chosen = find_engine(name)
     for section_name, section in serve.sections.items():  # every table, not only this one's
@@ -47,4 +50,5 @@ def serve_request(
         wait_s=wait_s,
         allow_fallback=allow_fallback,
         insecure=insecure,
+        force=force,
     )
