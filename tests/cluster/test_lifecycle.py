@@ -263,7 +263,7 @@ def test_a_state_file_halo_cannot_read_stops_up_before_ray_and_not_down(tmp_path
     path = state_path(cluster.config)
     path.parent.mkdir(parents=True)
     path.write_text('{"schema": "halo.state/0"}')
-    with pytest.raises(StateError, match="its schema is 'halo.state/0'"):
+    with pytest.raises(StateError, match=r"its schema is 'halo\.state/0'"):
         Lifecycle(cluster.handle()).up()
     assert cluster.scripts == [] and cluster.alive == []  # no ray start anywhere
     cluster.alive = ["192.168.100.1", "192.168.100.2"]

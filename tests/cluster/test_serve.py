@@ -450,7 +450,7 @@ def test_the_doctors_gate_stops_a_serve_without_ray_unless_forced(tmp_path: Path
     config = replace(srv.config, nodes=tuple(replace(n, gpus=None) for n in srv.config.nodes))
     clients = {name: replace(c, node=config.node(name)) for name, c in srv.cluster.clients.items()}
     gated = Serving(Cluster(config, clients))
-    with pytest.raises(LifecycleError, match="blocking finding.*gpu.present"):
+    with pytest.raises(LifecycleError, match=r"blocking finding.*gpu\.present"):
         serve(gated, tp=2, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
     result = serve(gated, tp=2, wait_s=5, force=True)
