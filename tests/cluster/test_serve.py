@@ -455,3 +455,20 @@ def test_the_doctors_gate_stops_a_serve_without_ray_unless_forced(tmp_path: Path
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
     result = serve(gated, tp=2, wait_s=5, force=True)
     assert (result.executor, result.proven) == ("mp", "socket")
+
+
+def test_each_start_reads_the_state_as_it_is_then(tmp_path: Path) -> None:
+    """One Serving for several commands (the demo): a 'halo up' in between is seen."""
+    nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"))
+    up = srv.state
+    assert up is not None
+    down = new_state(srv.config)
+    write_state(srv.config, down)  # Ray down
+    with pytest.raises(LifecycleError, match="Ray is not up"):
+        serve(srv, tp=2, wait_s=5)
+    write_state(srv.config, up)  # 'halo up' ran meanwhile
+    log = (VLLM / "ray-tp2-head.log").read_text()
+    nodes["node1"].log = log
+    nodes["node1"].per_token = nodes["node2"].per_token = (24_000, 40, None)
+    assert serve(srv, tp=2, wait_s=5).proven == "socket"

@@ -223,7 +223,9 @@ def test_dashboard_stays_live_while_an_exporter_hangs() -> None:
             started = time.monotonic()
             await pilot.press("s")  # sort by throughput, and back
             await pilot.press("s")
-            assert time.monotonic() - started < 0.3 and not app.sort_by_rate
+            # far less than the 20 s the slow exporter hangs: the keys did not wait for it
+            # (no tighter bound: a loaded CI machine takes its time)
+            assert time.monotonic() - started < 10 and not app.sort_by_rate
             rows = table(app, "#links")
             assert rows[0] == ["slow:9877", "-", "slow to answer", "-", "-", "", "-", "-"]
             assert [row[:3] for row in rows[1:]] == [

@@ -65,7 +65,8 @@ class Serving:
 
     @property
     def state(self) -> ClusterState | None:
-        """The state file, read once for this command."""
+        """The state file, read once for this command (``start``, ``stop``: each reads it
+        afresh, since another command, such as 'halo up', may have written it since)."""
         if not self._loaded:
             self._state, self._loaded = read_state(self.config), True
         return self._state
@@ -76,11 +77,12 @@ class Serving:
 
     # -- start ----------------------------------------------------------------------------
     def start(self, request: ServeRequest) -> ServeResult:
+        self._loaded = False  # one command: the state as it is now, read once
         engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
         engine.check(self.config, request)
         ctx = self._context(engine, request, api_key)
-        self.stop()
+        self._stop()
         prepared = engine.prepare(ctx)
         started = time.monotonic()
         try:
@@ -97,10 +99,10 @@ class Serving:
             self._record_proof(request, prepared, witness, result)
         except BaseException:
             self.progress("stopping the server on every node")
-            self.stop()
+            self._stop()
             raise
         if result.problems and not request.allow_fallback:
-            self.stop()
+            self._stop()
             result.stopped = True
         return result
 
@@ -274,6 +276,10 @@ class Serving:
 
     def stop(self) -> bool:
         """Stop the server on every node; True when one was running."""
+        self._loaded = False  # one command: the state as it is now
+        return self._stop()
+
+    def _stop(self) -> bool:
         name = self.config.name
         stopped = each(
             list(self.config.nodes), lambda n: process.stop(self.cluster.client(n), name)
