@@ -119,7 +119,7 @@ def test_no_import_cycle_in_src() -> None:
 
 
 def test_every_file_the_architecture_names_exists() -> None:
-    """docs/architecture.md names modules by path (`cluster/bringup.py`, `node/wire/`): each
+    """docs/architecture.md names modules by path (`cluster/bringup.py`, `wire/`): each
     one exists, in the package, the tests or the tools, so a rename cannot leave it behind."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     package = REPO / "src" / "halo_cluster"

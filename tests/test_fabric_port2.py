@@ -24,11 +24,11 @@ from halo_cluster.monitor.exposition import parse
 from halo_cluster.monitor.probes import Target
 from halo_cluster.monitor.run import ExporterSpec, once, rdma_prober
 from halo_cluster.node.main import main
-from halo_cluster.node.wire.commands import read_rdma
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from halo_cluster.transport.render import PerftestDevice, counters_args, perftest_device
+from halo_cluster.wire.commands import read_rdma
 from tests.bench.test_net import ANSWERS, ScriptedNode
 from tests.conftest import OUTPUTS, ROOTS
 

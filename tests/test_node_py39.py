@@ -23,7 +23,7 @@ def test_ruff_lints_every_file_the_node_side_runs_as_python_3_9() -> None:
     relative = {f.relative_to(REPO).as_posix() for f in files}
     assert {
         "src/halo_cluster/node/main.py",
-        "src/halo_cluster/node/wire/answers.py",
+        "src/halo_cluster/wire/answers.py",
         "src/halo_cluster/facts/inventory.py",
         "src/halo_cluster/monitor/run.py",
         "src/halo_cluster/setup/apply.py",

@@ -1,7 +1,7 @@
 """Print the generated part of docs/architecture.md: the Mermaid diagram of halo's layers
 and the table of contracts (from the import-linter contracts in pyproject.toml, so the
 picture cannot drift from what ``make lint`` enforces), the table of packages (each
-package's own docstring), and the table of engines (``engines.registry``).
+package's own docstring), and the table of engines (``engine_registry``).
 tests/test_architecture.py compares it with the document.
 
     python tools/arch_diagram.py            # the generated part
@@ -97,12 +97,12 @@ def packages_table(package: Path = REPO / "src" / "halo_cluster") -> str:
 
 
 def engines_table() -> str:
-    """One row per engine halo knows (``engines.registry``): its name, its [serve.*] table,
+    """One row per engine halo knows (``engine_registry``): its name, its [serve.*] table,
     its module and that module's first sentence."""
     import importlib
 
     sys.path.insert(0, str(REPO / "src"))
-    from halo_cluster.engines import registry
+    from halo_cluster import engine_registry as registry
 
     rows = ["| engine | options | module | what it is |", "|---|---|---|---|"]
     for name, module in registry.ENGINES.items():

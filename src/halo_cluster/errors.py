@@ -66,7 +66,7 @@ class ParseError(HaloError):
 
 
 class WireError(ParseError, ValueError):
-    """A node command's answer that is not what the command prints (node/wire/answers.py):
+    """A node command's answer that is not what the command prints (wire/answers.py):
     one line, the command, where in the answer, what was wrong and what came. A ValueError
     too, for the code that reads answers with ``except ValueError``."""
 

@@ -1,6 +1,6 @@
 """A third engine, for tests only: what adding an engine to halo takes (docs/architecture.md
 walks through it). One module with ``ENGINE``, registered with
-``engines.registry.register("relay", "tests.engines.relay_engine")``; its options come from
+``engine_registry.register("relay", "tests.engines.relay_engine")``; its options come from
 ``[serve.relay]``. It drives a real program (``relay_server.py``): a worker on every node but
 the head, bound to its fabric address, and the head's API server, which moves bytes to every
 worker for each token. halo's bring-up does the rest: plans without Ray, /health, warm-up,

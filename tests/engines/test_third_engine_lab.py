@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster import engine_registry
 from halo_cluster.cluster.bringup import Serving
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import load_config
-from halo_cluster.engines import registry
 from halo_cluster.engines.request import serve_request
 from tests.conftest import halo, require
 
@@ -28,11 +28,11 @@ HERE = Path(__file__).parent
 
 @pytest.fixture
 def relay() -> Iterator[None]:
-    registry.register("relay", "tests.engines.relay_engine")
+    engine_registry.register("relay", "tests.engines.relay_engine")
     try:
         yield
     finally:
-        registry.unregister("relay")
+        engine_registry.unregister("relay")
 
 
 def _node(lab: Path, node: str, script: str) -> str:

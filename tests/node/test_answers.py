@@ -1,4 +1,4 @@
-"""The wire's answers (halo_cluster.node.wire.answers): each parser reads what the node side
+"""The wire's answers (halo_cluster.wire.answers): each parser reads what the node side
 really prints (the commands run on the fixture roots, on loopback servers, on a stand-in for
 Ray's table) into complete expected objects, whose ``to_dict()`` is that JSON again; anything
 else is one WireError of one line, never another exception."""
@@ -24,7 +24,7 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import PathCounters
 from halo_cluster.node import net_probe, ray_nodes
 from halo_cluster.node.main import main
-from halo_cluster.node.wire import (
+from halo_cluster.wire import (
     Counters,
     NodeInfo,
     RayNode,

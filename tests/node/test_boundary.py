@@ -12,11 +12,11 @@ from tests.test_architecture import REPO, _lint
 
 PLANTED = {
     # allowed: the controller builds argv with the wire
-    "cluster/gather.py": "from halo_cluster.node.wire import inventory_args",
+    "cluster/gather.py": "from halo_cluster.wire import inventory_args",
     # the node side reaching into the controller
     "node/handlers.py": "from halo_cluster.cluster import gather",
     # the wire reaching up
-    "node/wire/answers.py": "from halo_cluster import transport",
+    "wire/answers.py": "from halo_cluster import transport",
     # the controller reaching past the wire into the node side
     "cluster/doctor.py": "from halo_cluster.node import main",
 }
@@ -43,6 +43,6 @@ def test_lint_imports_keeps_the_node_boundary(tmp_path: Path) -> None:
     assert {
         "halo_cluster.cluster.doctor -> halo_cluster.node.main",
         "halo_cluster.node.handlers -> halo_cluster.cluster.gather",
-        "halo_cluster.node.wire.answers -> halo_cluster.transport",
+        "halo_cluster.wire.answers -> halo_cluster.transport",
     } <= chains
-    assert not any(chain.endswith("-> halo_cluster.node.wire") for chain in chains)
+    assert not any(chain.endswith("-> halo_cluster.wire") for chain in chains)

@@ -1,4 +1,4 @@
-"""The wire's argv (halo_cluster.node.wire): every builder writes what the node's parser
+"""The wire's argv (halo_cluster.wire): every builder writes what the node's parser
 (node/main.py, built from the same definitions) reads back as the values given, for any
 values (hypothesis); the builders write the bytes the controller's call sites write today;
 an installed halo's own commands (inventory, setup) read them too."""
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.node import wire
+from halo_cluster import wire
 from halo_cluster.node.main import parser
-from halo_cluster.node.wire import commands
+from halo_cluster.wire import commands
 
 
 def parsed(argv: list[str]) -> dict[str, Any]:

@@ -18,9 +18,9 @@ from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, NodeLost, UsageError
 from halo_cluster.facts.model import Inventory
-from halo_cluster.node.wire.args import bench_driver_args
-from halo_cluster.node.wire.commands import BENCH_SPEC_ENV
 from halo_cluster.transport import TransportPlan
+from halo_cluster.wire.args import bench_driver_args
+from halo_cluster.wire.commands import BENCH_SPEC_ENV
 
 
 @dataclass

@@ -19,11 +19,6 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import BenchError, ParseError, UsageError
 from halo_cluster.facts.model import Inventory
-from halo_cluster.node.wire.args import (
-    net_probe_ping_args,
-    net_probe_serve_args,
-    net_probe_stream_args,
-)
 from halo_cluster.perftest import (
     Bandwidth,
     Latency,
@@ -36,6 +31,11 @@ from halo_cluster.runner.result import TIMED_OUT
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import PerftestDevice, perftest_device
+from halo_cluster.wire.args import (
+    net_probe_ping_args,
+    net_probe_serve_args,
+    net_probe_stream_args,
+)
 
 SCHEMA = SCHEMAS["net"]
 PATHS = ("mgmt", "fabric", "rdma")

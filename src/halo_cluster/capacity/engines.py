@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from halo_cluster import engine_registry
 from halo_cluster.capacity.catalog import capacity_data
 from halo_cluster.capacity.rpc import RpcProtocol
 from halo_cluster.capacity.spec import Hardware
-from halo_cluster.engines import registry
 from halo_cluster.errors import UsageError
 
 
@@ -106,11 +106,11 @@ def _engine(data: dict[str, Any]) -> Engine:
 
 @cache
 def engines() -> dict[str, Engine]:
-    """The capacity planner's model of every engine halo serves with (engines.registry) that it has
+    """The capacity planner's model of every engine halo serves with (engine_registry) that it has
     data for."""
     return {
         name: _engine(capacity_data("engines", f"{name}.json"))
-        for name in registry.names()
+        for name in engine_registry.names()
         if _modelled(name)
     }
 

@@ -41,12 +41,12 @@ COMMANDS = {
 
 
 def _node_only(args: list[str]) -> bool:
-    """A node-side command (halo_cluster.node.wire) that this CLI has no command of its own for
+    """A node-side command (halo_cluster.wire) that this CLI has no command of its own for
     (it has ``inventory``, ``setup``, ``exporter``): run on nodes over SSH, not for people. An
     installed halo hands it over, so a node runs the same code with or without halo."""
     if not args or args[0].startswith("-") or args[0] in COMMANDS:
         return False
-    from halo_cluster.node.wire import NAMES
+    from halo_cluster.wire import NAMES
 
     return args[0] in NAMES
 

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from halo_cluster import engine_registry
 from halo_cluster.cli.output import table
-from halo_cluster.engines import registry
 from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
@@ -35,7 +35,10 @@ if TYPE_CHECKING:
     help="Read the model and its exact tensor sizes from a GGUF file (first shard is enough).",
 )
 @click.option(
-    "--engine", type=click.Choice(registry.names()), default=registry.DEFAULT, show_default=True
+    "--engine",
+    type=click.Choice(engine_registry.names()),
+    default=engine_registry.DEFAULT,
+    show_default=True,
 )
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option("--gpus-per-node", default=1, show_default=True, type=click.IntRange(1, 16))

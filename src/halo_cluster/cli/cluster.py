@@ -102,15 +102,15 @@ def status(config_path: str | None, as_json: bool) -> int:
 
 
 def _print_serve(serve: dict[str, object]) -> None:
+    from halo_cluster import engine_registry
     from halo_cluster.cli.output import plain
-    from halo_cluster.engines import registry
     from halo_cluster.engines.protocol import find_engine
     from halo_cluster.errors import UsageError
 
     state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
     model = f" {plain(serve['model'])}" if serve.get("model") else ""
     executor = serve.get("executor")
-    name = str(serve.get("engine") or registry.DEFAULT)
+    name = str(serve.get("engine") or engine_registry.DEFAULT)
     try:
         engine = find_engine(name)
         label, word = engine.label(str(executor) if executor else None), engine.member

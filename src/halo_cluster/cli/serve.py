@@ -7,9 +7,9 @@ import time
 
 import click
 
+from halo_cluster import engine_registry
 from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import plain
-from halo_cluster.engines import registry
 from halo_cluster.engines.vllm_argv import EXECUTORS
 from halo_cluster.jsonout import emit_json
 
@@ -50,7 +50,7 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 )
 @click.option(
     "--engine",
-    type=click.Choice(registry.names()),
+    type=click.Choice(engine_registry.names()),
     help="The engine (default [serve] engine, vllm): vllm runs tensor parallel; llama.cpp "
     "splits a GGUF model's layers over ggml-rpc-server workers, llama-server on the head.",
 )

@@ -118,7 +118,7 @@ def _remote(
     from halo_cluster.cli.options import require_config
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.errors import NodeCallError, SetupError
-    from halo_cluster.node.wire.args import setup_args
+    from halo_cluster.wire.args import setup_args
 
     config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
     for name in names:

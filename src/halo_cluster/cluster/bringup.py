@@ -45,9 +45,9 @@ from halo_cluster.engines.protocol import (
     find_engine,
 )
 from halo_cluster.errors import LifecycleError, UsageError, WireError
-from halo_cluster.node.wire.answers import ServeProbe, parse_serve_probe
-from halo_cluster.node.wire.args import serve_health_args, serve_probe_args
-from halo_cluster.node.wire.commands import SERVE_KEY_ENV
+from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
+from halo_cluster.wire.args import serve_health_args, serve_probe_args
+from halo_cluster.wire.commands import SERVE_KEY_ENV
 
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4

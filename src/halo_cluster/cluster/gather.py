@@ -10,8 +10,8 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
-from halo_cluster.node.wire.args import inventory_args
 from halo_cluster.nodecode import problem
+from halo_cluster.wire.args import inventory_args
 
 INVENTORY_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0

@@ -35,12 +35,12 @@ from halo_cluster.cluster.state import (
 )
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import LifecycleError, StateError
-from halo_cluster.node.wire.answers import RayNode
-from halo_cluster.node.wire.args import ray_nodes_args
 from halo_cluster.runner.quote import node_script
 from halo_cluster.runner.result import Result
 from halo_cluster.runner.sharing import close_connections
 from halo_cluster.transport import TransportPlan
+from halo_cluster.wire.answers import RayNode
+from halo_cluster.wire.args import ray_nodes_args
 
 
 @dataclass

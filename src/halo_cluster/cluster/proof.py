@@ -13,10 +13,10 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import WireError
 from halo_cluster.facts.model import PathCounters
-from halo_cluster.node.wire.answers import parse_counters
 from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import counters_args
+from halo_cluster.wire.answers import parse_counters
 
 
 def mgmt_address(node: NodeConfig) -> str | None:

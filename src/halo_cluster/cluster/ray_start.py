@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import WireError
-from halo_cluster.node.wire.answers import RayNode, parse_ray_nodes
 from halo_cluster.runner.result import Result
 from halo_cluster.transport import TransportPlan
+from halo_cluster.wire.answers import RayNode, parse_ray_nodes
 
 START_TIMEOUT_S = 120.0
 # The Ray resource a CPU-only node declares: one unit per engine rank it takes. halo's

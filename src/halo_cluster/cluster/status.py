@@ -16,8 +16,8 @@ from halo_cluster.config import secret
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import UsageError
-from halo_cluster.node.wire.args import serve_health_args
-from halo_cluster.node.wire.commands import SERVE_KEY_ENV
+from halo_cluster.wire.args import serve_health_args
+from halo_cluster.wire.commands import SERVE_KEY_ENV
 
 
 def cluster_status(cluster: Cluster) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from halo_cluster import engine_registry
 from halo_cluster.config.model import (
     _CLUSTER_NAME,
     _ENV_NAME,
@@ -25,7 +26,6 @@ from halo_cluster.config.model import (
     ServeConfig,
 )
 from halo_cluster.config.section import Section
-from halo_cluster.engines import registry
 from halo_cluster.errors import ConfigError
 from halo_cluster.transport import WANTED
 
@@ -196,9 +196,9 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
     host = _string(where, raw, "host", "serve", default="127.0.0.1")
     if host.startswith("-") or not host.strip():
         raise where.error("host", f"serve.host {host!r}: give an address to bind, e.g. 127.0.0.1")
-    engine = _string(where, raw, "engine", "serve", default=registry.DEFAULT)
-    if engine not in registry.names():
-        known = " or ".join(f'"{n}"' for n in registry.names())
+    engine = _string(where, raw, "engine", "serve", default=engine_registry.DEFAULT)
+    if engine not in engine_registry.names():
+        known = " or ".join(f'"{n}"' for n in engine_registry.names())
         raise where.error("engine", f"serve.engine must be {known}")
     return ServeConfig(
         model=_string(where, raw, "model", "serve", default="") or None,
@@ -220,8 +220,10 @@ def _engine_sections(where: _Locator, raw: dict[str, Any]) -> dict[str, Section]
     for key, value in raw.items():
         if not isinstance(value, dict):
             continue
-        if registry.by_section(key) is None:
-            known = ", ".join(f"[serve.{registry.section_name(n)}]" for n in registry.names())
+        if engine_registry.by_section(key) is None:
+            known = ", ".join(
+                f"[serve.{engine_registry.section_name(n)}]" for n in engine_registry.names()
+            )
             raise where.error(key, f"unknown table [serve.{key}] (engines: {known})")
         sections[key] = Section(where.path, key, value, tuple(where.lines))
     return sections

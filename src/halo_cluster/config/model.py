@@ -111,7 +111,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key_env: str | None = None  # the NAME of the environment variable holding the key
-    engine: str = "vllm"  # a name of engines.registry
+    engine: str = "vllm"  # a name of engine_registry
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     extra_args: tuple[str, ...] = ()  # appended to the engine's own command line

@@ -1,3 +1,3 @@
 """The engines halo serves with, one module each behind one protocol (``engines.protocol``):
-vLLM (``engines.vllm``) and llama.cpp over RPC (``engines.llama_cpp``). ``engines.registry``
+vLLM (``engines.vllm``) and llama.cpp over RPC (``engines.llama_cpp``). ``engine_registry``
 names them; the CLI's choices, config validation, ``plan``, ``status`` and rendering read it."""

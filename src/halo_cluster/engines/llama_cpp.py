@@ -25,8 +25,8 @@ from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, 
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.llama_log import check_rpc, parse_llama_logs
 from halo_cluster.nccl_log import parse_logs
-from halo_cluster.node.wire.answers import parse_gguf_layers
-from halo_cluster.node.wire.args import gguf_layers_args
+from halo_cluster.wire.answers import parse_gguf_layers
+from halo_cluster.wire.args import gguf_layers_args
 
 RPC_READY_S = 30
 NO_NCCL = parse_logs([]).to_dict()  # llama.cpp has no NCCL: its verdict is empty

@@ -1,7 +1,7 @@
 """The seam between halo's bring-up and an engine.
 
 An engine is an object with the methods of ``Engine``; its module exposes it as ``ENGINE``
-and ``engines.registry`` names the module. ``cluster.bringup`` drives every engine the same
+and ``engine_registry`` names the module. ``cluster.bringup`` drives every engine the same
 way: ``options`` (config table + flags -> one typed value), ``check`` (refusals that need
 no node), ``prepare`` (checks on every node,
 nothing started), ``launch`` (start its processes), then /health, a warm-up request,
@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from halo_cluster import engine_registry
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
-from halo_cluster.engines import registry
 from halo_cluster.transport import TransportPlan
 
 
@@ -128,8 +128,8 @@ class Engine(Protocol):
 
 
 def find_engine(name: str) -> Engine:
-    """The engine called ``name`` in ``engines.registry``, its module imported now."""
+    """The engine called ``name`` in ``engine_registry``, its module imported now."""
     import importlib
 
-    found: Engine = importlib.import_module(registry.module_of(name)).ENGINE
+    found: Engine = importlib.import_module(engine_registry.module_of(name)).ENGINE
     return found

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from halo_cluster import engine_registry
 from halo_cluster.config import Config
-from halo_cluster.engines import registry
 from halo_cluster.engines.protocol import ServeRequest, find_engine
 from halo_cluster.errors import UsageError
 
@@ -33,11 +33,11 @@ def serve_request(
     name = engine or serve.engine
     chosen = find_engine(name)
     for section_name, section in serve.sections.items():  # every table, not only this one's
-        other = registry.by_section(section_name)
+        other = engine_registry.by_section(section_name)
         if other is not None and other != name:
             find_engine(other).options(section, {})
     options = chosen.options(
-        serve.section(registry.section_name(name)), {"tp": tp, "executor": executor}
+        serve.section(engine_registry.section_name(name)), {"tp": tp, "executor": executor}
     )
     chosen_model = model or serve.model
     if not chosen_model:

@@ -12,8 +12,8 @@ from typing import Any
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.node.wire.args import exporter_args
 from halo_cluster.nodecode import NodeCode
+from halo_cluster.wire.args import exporter_args
 
 UNIT_NAME = "halo-exporter.service"
 UNIT_DIR = "/etc/systemd/system"

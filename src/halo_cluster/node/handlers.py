@@ -1,5 +1,5 @@
-"""Each node command's body, short: take the parsed arguments (``node/wire/commands.py``), call
-the code that does the work, print the answer (``node/wire/answers.py``). The work's own
+"""Each node command's body, short: take the parsed arguments (``wire/commands.py``), call
+the code that does the work, print the answer (``wire/answers.py``). The work's own
 modules are imported inside each handler, so a command loads only what it uses."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from halo_cluster.jsonout import emit_json
-from halo_cluster.node.wire.answers import Counters, NodeInfo
-from halo_cluster.node.wire.commands import BENCH_SPEC_ENV, SERVE_KEY_ENV
+from halo_cluster.wire.answers import Counters, NodeInfo
+from halo_cluster.wire.commands import BENCH_SPEC_ENV, SERVE_KEY_ENV
 
 if TYPE_CHECKING:
     from halo_cluster.monitor.run import ExporterSpec

@@ -4,7 +4,7 @@ codes. The same argv works through an installed ``halo`` (its hidden commands ha
 and through the zipapp halo sends (``python3 -c BOOT HASH COMMAND…``).
 
 This module only dispatches: the commands and their arguments are the wire's
-(``node/wire/commands.py``), each command's body is in ``node/handlers.py``."""
+(``wire/commands.py``), each command's body is in ``node/handlers.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from halo_cluster.node.handlers import HANDLERS
-from halo_cluster.node.wire.commands import COMMANDS, FLAG, METAVARS, STR, Arg, Command, read_value
+from halo_cluster.wire.commands import COMMANDS, FLAG, METAVARS, STR, Arg, Command, read_value
 
 
 class _Parser(argparse.ArgumentParser):

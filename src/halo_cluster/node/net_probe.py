@@ -14,8 +14,8 @@ import struct
 import threading
 import time
 
-from halo_cluster.node.wire.answers import Ping, Stream
 from halo_cluster.stats import quantile  # nearest rank, as everywhere in halo
+from halo_cluster.wire.answers import Ping, Stream
 
 PING, STREAM = b"P", b"S"
 CHUNK = 1 << 20

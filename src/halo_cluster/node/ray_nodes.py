@@ -1,6 +1,6 @@
 """The Ray node table, read on the head (the node command ``ray-nodes``): which nodes are
 registered and alive, straight from the GCS when this Ray allows it, else through a
-short-lived driver. Each node is the wire's ``RayNode`` (``node/wire/answers.py``).
+short-lived driver. Each node is the wire's ``RayNode`` (``wire/answers.py``).
 
 Imports Ray only inside the functions: the node side must stay light."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from halo_cluster.errors import RayNodesError
-from halo_cluster.node.wire.answers import RayNode
+from halo_cluster.wire.answers import RayNode
 
 
 def wait_for_nodes(wanted: set[str], timeout_s: float) -> list[RayNode]:

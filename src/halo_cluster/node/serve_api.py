@@ -1,6 +1,6 @@
 """Node side: talk to the OpenAI-compatible server on this node (``serve-health``,
 ``serve-probe``). Run on the head over SSH, so a server bound to 127.0.0.1 is reached too.
-The answers are the wire's (``node/wire/answers.py``)."""
+The answers are the wire's (``wire/answers.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import urllib.request
 from typing import Any
 
 from halo_cluster.httpget import http_get
-from halo_cluster.node.wire.answers import ServeHealth, ServeProbe
+from halo_cluster.wire.answers import ServeHealth, ServeProbe
 
 PROBE_PROMPT = "The fabric between the nodes carries"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from halo_cluster.node.wire.args import counters_args as wire_counters_args
 from halo_cluster.transport.path import RDMA_TRANSPORTS, Rail, TransportPlan
+from halo_cluster.wire.args import counters_args as wire_counters_args
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def put_env(
 
 
 def counters_args(plan: TransportPlan, mgmt: str | None = None) -> list[str]:
-    """The node's ``counters`` command for this plan's paths (``node.wire``): the fabric
+    """The node's ``counters`` command for this plan's paths (``wire``): the fabric
     interface by its address and, on an RDMA plan, the planned port (``--rdma DEV:PORT``);
     ``mgmt``, the management address, when it is another interface."""
     rdma = None

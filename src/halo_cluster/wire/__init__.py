@@ -12,7 +12,7 @@ node side imports it too. Secrets and large inputs travel in the environment, ne
 """
 
 from halo_cluster.errors import WireError
-from halo_cluster.node.wire.answers import (
+from halo_cluster.wire.answers import (
     Counters,
     NodeInfo,
     Ping,
@@ -33,7 +33,7 @@ from halo_cluster.node.wire.answers import (
     parse_setup,
     parse_stream,
 )
-from halo_cluster.node.wire.args import (
+from halo_cluster.wire.args import (
     bench_driver_args,
     counters_args,
     exporter_args,
@@ -48,7 +48,7 @@ from halo_cluster.node.wire.args import (
     serve_probe_args,
     setup_args,
 )
-from halo_cluster.node.wire.commands import (
+from halo_cluster.wire.commands import (
     BENCH_SPEC_ENV,
     COMMANDS,
     NAMES,

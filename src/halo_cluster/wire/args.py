@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from halo_cluster.node.wire.commands import (
+from halo_cluster.wire.commands import (
     BENCH_DRIVER,
     COUNTERS,
     EXPORTER,
