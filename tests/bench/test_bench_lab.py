@@ -9,7 +9,6 @@ import os
 import shutil
 import struct
 import subprocess
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -192,30 +191,21 @@ def test_collective_tp_cut_and_report_in_chromium(lab: tuple[Path, str, str]) ->
     ]
     assert all(r["network_ms_per_token"] > 0 for r in tp["rows"])
 
-    # the fabric of node2 is cut mid-run: a clear error naming it, within the timeout
-    cutter = threading.Timer(6.0, lambda: halo("lab", "cut", "--name", name, "node2", cwd=cwd))
-    cutter.start()
-    start = time.monotonic()
-    cut = halo(
-        "bench",
-        "collective",
-        "--config",
-        config,
-        "--sizes",
-        "8KiB",
-        "--iters",
-        "100000",
-        "--timeout",
-        "10",
-        cwd=cwd,
-        env=env,
-    )
-    took = time.monotonic() - start
-    cutter.join()
-    assert cut.returncode == 1
-    assert "node2" in cut.stderr and "does not answer on the fabric" in cut.stderr, cut.stderr
-    assert "Traceback" not in cut.stderr
-    assert took < 6 + 10 + 20
+    # the fabric of node2 is cut mid-run (once its rank runs): a clear error naming it,
+    # within the timeout
+    code, err, took = act_when(
+        ["bench", "collective", "--config", config, "--sizes", "8KiB", "--iters", "100000",
+         "--timeout", "10"],
+        cwd,
+        env,
+        "ranks running",
+        lambda: "ray::Worker" in leftovers(cwd, name, "node2"),
+        lambda _proc: halo("lab", "cut", "--name", name, "node2", cwd=cwd),
+    )  # fmt: skip
+    assert code == 1
+    assert "node2" in err and "does not answer on the fabric" in err, err
+    assert "Traceback" not in err
+    assert took < 10 + 20  # its timeout, plus SSH and the checks
     assert halo("lab", "heal", "--name", name, "node2", cwd=cwd).returncode == 0
     for node in ("node1", "node2"):
         assert "bench-driver" not in leftovers(cwd, name, node)
@@ -267,17 +257,17 @@ def test_collective_tp_cut_and_report_in_chromium(lab: tuple[Path, str, str]) ->
     assert any(blue in row[i : i + 3] for row in rows for i in range(0, len(row), channels))
 
 
-def interrupt_when(
+def act_when(
     args: list[str],
     cwd: Path,
     env: dict[str, str],
     ready: str,
     check: Callable[[], bool],
-) -> tuple[int, str]:
-    """Start halo in its own session, press Ctrl-C (SIGINT to the whole group, as a terminal
-    does) once ``check()`` is true, and return (exit code, stderr)."""
-    import signal
-
+    act: Callable[[subprocess.Popen[str]], object],
+) -> tuple[int, str, float]:
+    """Start halo in its own session, ``act`` on it once ``check()`` is true (an observable
+    state, never a fixed wait), and return (exit code, stderr, seconds from the act to its
+    end)."""
     proc = subprocess.Popen(
         [HALO, *args],
         cwd=cwd,
@@ -292,9 +282,26 @@ def interrupt_when(
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"never {ready}"
         time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    return proc.returncode, err
+    acted = time.monotonic()
+    act(proc)
+    _out, err = proc.communicate(timeout=120)
+    return proc.returncode, err, time.monotonic() - acted
+
+
+def interrupt_when(
+    args: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    ready: str,
+    check: Callable[[], bool],
+) -> tuple[int, str]:
+    """Ctrl-C (SIGINT to the whole group, as a terminal does) once ``check()`` is true."""
+    import signal
+
+    code, err, _took = act_when(
+        args, cwd, env, ready, check, lambda proc: os.killpg(proc.pid, signal.SIGINT)
+    )
+    return code, err
 
 
 def test_ctrl_c_stops_every_remote_tool(lab: tuple[Path, str, str]) -> None:
@@ -336,17 +343,18 @@ def test_bench_net_cut_mid_run_names_the_path(lab: tuple[Path, str, str]) -> Non
     cwd, name, config = lab
     require(shutil.which("iperf3") is not None, "iperf3 is not installed")
     env = {"XDG_DATA_HOME": str(cwd / "data")}
-    cutter = threading.Timer(4.0, lambda: halo("lab", "cut", "--name", name, "node2", cwd=cwd))
-    cutter.start()
-    start = time.monotonic()
-    done = halo(
-        "bench", "net", "--config", config, "--path", "fabric", "--seconds", "3", cwd=cwd, env=env
+    tools = ("sockperf", "qperf", "iperf3", "net-probe")
+    code, err, took = act_when(
+        ["bench", "net", "--config", config, "--path", "fabric", "--seconds", "3"],
+        cwd,
+        env,
+        "a tool running on node2",
+        lambda: any(tool in leftovers(cwd, name, "node2") for tool in tools),
+        lambda _proc: halo("lab", "cut", "--name", name, "node2", cwd=cwd),
     )
-    took = time.monotonic() - start
-    cutter.join()
-    assert done.returncode == 1
-    assert "fabric path" in done.stderr and "(node1 → node2) stopped answering" in done.stderr
-    assert "partial result kept in" in done.stderr and "Traceback" not in done.stderr
+    assert code == 1
+    assert "fabric path" in err and "(node1 → node2) stopped answering" in err
+    assert "partial result kept in" in err and "Traceback" not in err
     assert took < 3 * 3 + 15 + 20  # the tools' limit, plus SSH and the checks
     saved = json.loads(next((cwd / "data" / "halo" / "results").glob("net-*.json")).read_text())
     assert saved["incomplete"].startswith("fabric path")

@@ -31,7 +31,6 @@ from halo_cluster.cluster.state import (
     ServedState,
     new_state,
     read_state,
-    served_now,
     write_state,
 )
 from halo_cluster.config import NodeConfig, ServeConfig, secret
@@ -60,24 +59,22 @@ class Serving:
         self.config = cluster.config
         self.head = cluster.head
         self.progress = cluster.progress
+        # the state file as this command read it, once (start and stop each read it: another
+        # command, such as 'halo up', may have written it since)
         self._state: ClusterState | None = None
-        self._loaded = False
 
     @property
     def state(self) -> ClusterState | None:
-        """The state file, read once for this command (``start``, ``stop``: each reads it
-        afresh, since another command, such as 'halo up', may have written it since)."""
-        if not self._loaded:
-            self._state, self._loaded = read_state(self.config), True
-        return self._state
+        """The state file as it is now."""
+        return read_state(self.config)
 
     def _save(self, state: ClusterState) -> None:
-        self._state, self._loaded = state, True
+        self._state = state
         write_state(self.config, state)
 
     # -- start ----------------------------------------------------------------------------
     def start(self, request: ServeRequest) -> ServeResult:
-        self._loaded = False  # one command: the state as it is now, read once
+        self._state = self.state
         engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
         engine.check(self.config, request)
@@ -109,7 +106,7 @@ class Serving:
     def _context(self, engine: Engine, request: ServeRequest, api_key: str | None) -> ServeContext:
         """The plans and ranks: Ray's (from 'halo up') when the engine runs on Ray, else
         made now from the nodes' facts, gated by the doctor."""
-        state = self.state
+        state = self._state
         if engine.uses_ray(request.options):
             if state is None or state.ray_started_at is None or self.head.name not in state.nodes:
                 raise LifecycleError(
@@ -151,9 +148,12 @@ class Serving:
 
     def _record_launch(self, ctx: ServeContext, prepared: Prepared) -> None:
         state = self._state or new_state(self.config)
-        served = served_now([m.name for m in prepared.members])
-        served.engine, served.model = ctx.request.engine, ctx.request.model
-        state.serve = served
+        state.serve = ServedState(  # what to stop should halo be cut short from here on
+            nodes=[m.name for m in prepared.members],
+            engine=ctx.request.engine,
+            model=ctx.request.model,
+            started_at=time.time(),
+        )
         self._save(state)
 
     # -- health and requests --------------------------------------------------------------
@@ -276,7 +276,7 @@ class Serving:
 
     def stop(self) -> bool:
         """Stop the server on every node; True when one was running."""
-        self._loaded = False  # one command: the state as it is now
+        self._state = self.state
         return self._stop()
 
     def _stop(self) -> bool:
@@ -284,7 +284,7 @@ class Serving:
         stopped = each(
             list(self.config.nodes), lambda n: process.stop(self.cluster.client(n), name)
         )
-        state = self.state
+        state = self._state
         if state is not None and state.serve is not None:  # no server: status shows none
             state.serve = None
             self._save(state)

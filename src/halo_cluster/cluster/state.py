@@ -7,7 +7,6 @@ the last ``halo serve`` where Ray plays no part), when Ray was started, and what
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,7 +160,3 @@ def write_state(config: Config, state: ClusterState) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(state.to_dict(), indent=2), prefix=".state.")
 
-
-def served_now(result_nodes: list[str]) -> ServedState:
-    """The serve record written at launch: which nodes to stop should halo be cut short."""
-    return ServedState(nodes=result_nodes, started_at=time.time())
