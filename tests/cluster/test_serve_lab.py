@@ -105,7 +105,7 @@ def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
         assert all(SECRET not in p.read_text() for p in (lab / ".halo").glob("*.json"))
         argv = _node(tmp_path, "D", "node1", "pgrep -af 'vllm serve'")
         assert "vllm serve" in argv and SECRET not in argv
-        logs = halo("logs", "--config", str(config), cwd=tmp_path).stdout
+        logs = halo("logs", "--config", str(config), "-n", "100000", cwd=tmp_path).stdout
         assert "backend=gloo" in logs and SECRET not in logs
         status = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
         assert status["serve"]["healthy"] and len(status["serve"]["ranks"]) == 2
