@@ -17,6 +17,7 @@
     │   ├── NodeCallError     a node-side command failed or answered what halo cannot read
     │   ├── SetupError        a setup step failed, or its verification did
     │   ├── RayNodesError     the local Ray node table cannot be read, or nodes did not register
+    │   ├── ModelError        a model cannot be read, hashed, stored or synced (names the file)
     ├── LabError              a lab operation could not be done
     └── OutsideRoot           a path whose links climb out of a filesystem root (never escapes)
 
@@ -133,6 +134,11 @@ class SetupError(OperationError):
 
 class RayNodesError(OperationError):
     """The local Ray cluster's node table cannot be read, or nodes did not register."""
+
+
+class ModelError(OperationError):
+    """A model's files cannot be read, hashed, stored or sent: one line naming the file or
+    the node, and what to do."""
 
 
 class NodeCallError(OperationError):

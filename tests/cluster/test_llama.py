@@ -43,11 +43,12 @@ ENDPOINT = "198.19.1.12:50052"
 def test_rpc_server_binds_the_fabric_address_never_every_interface() -> None:
     options = LlamaCppOptions(build="/opt/llama/", rpc_port=50099, threads=1)
     assert rpc_server_argv(options, "198.19.1.12") == [
-        "/opt/llama/bin/ggml-rpc-server", "-H", "198.19.1.12", "-p", "50099", "-t", "1",
+        "/opt/llama/bin/ggml-rpc-server", "-H", "198.19.1.12", "-p", "50099", "-c", "-t", "1",
     ]  # fmt: skip
     assert rpc_server_argv(LlamaCppOptions(), "10.0.0.2") == [
-        "ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052",
+        "ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052", "-c",
     ]  # fmt: skip
+    assert rpc_server_argv(LlamaCppOptions(), "10.0.0.2", cache=False)[-1] == "50052"
     for everywhere in ("0.0.0.0", "::", ""):
         with pytest.raises(ValueError, match="fabric address"):
             rpc_server_argv(options, everywhere)

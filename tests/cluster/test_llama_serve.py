@@ -62,7 +62,8 @@ def test_layers_over_rpc_proven_by_the_logs_and_the_counters(tmp_path: Path) -> 
     assert (result.engine["transport"], result.engine["offloaded_layers"]) == ("tcp", 2)
     worker = next(s for s in nodes["node2"].scripts if "setsid" in s)
     assert "export GGML_RPC_NO_RDMA=1" in worker
-    assert "setsid /l/bin/ggml-rpc-server -H 198.19.1.12 -p 50052 >" in worker
+    assert "setsid /l/bin/ggml-rpc-server -H 198.19.1.12 -p 50052 -c >" in worker
+    assert "export LLAMA_CACHE=/var/lib/halo/models/.rpc-cache" in worker
     head = next(s for s in nodes["node1"].scripts if "setsid" in s)
     assert "--rpc 198.19.1.12:50052 --n-gpu-layers 2 --tensor-split 1" in head
     assert "export LLAMA_API_KEY=k-secret" in head

@@ -385,7 +385,7 @@ def test_rdma_planned_but_socket_logged_is_refused(
     srv = cluster(
         tmp_path,
         nodes,
-        ServeConfig(model="m", api_key_env="HALO_KEY"),
+        ServeConfig(model="/m", api_key_env="HALO_KEY"),
         {"node1": strix_plan()},
     )
     result = serve(srv, tp=1, wait_s=5)
@@ -403,7 +403,7 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
 ) -> None:
     good = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
     nodes = {"node1": Node(good, (10, 10, 30_000))}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="m"), {"node1": strix_plan()})
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"), {"node1": strix_plan()})
     result = serve(srv, tp=1, wait_s=5)
     assert not result.stopped and nodes["node1"].running and result.verdict["transport"] == "roce"
     counted = next(s for s in nodes["node1"].scripts if " counters" in s)
@@ -412,14 +412,14 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
     )
     bad = (OUTPUTS / "nccl" / "nccl-socket-fallback.log").read_text()
     nodes = {"node1": Node(bad, (30_000, 10, 0))}
-    srv = cluster(tmp_path / "b", nodes, ServeConfig(model="m"), {"node1": strix_plan()})
+    srv = cluster(tmp_path / "b", nodes, ServeConfig(model="/m"), {"node1": strix_plan()})
     kept = serve(srv, tp=1, allow_fallback=True, wait_s=5)
     assert not kept.stopped and nodes["node1"].running and kept.problems
 
 
 def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:
     nodes = {"node1": Node("", (0, 0, None))}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="m", host="0.0.0.0"))
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", host="0.0.0.0"))
     with pytest.raises(UsageError, match=r"refusing to serve on 0\.0\.0\.0 without an API key"):
         serve(srv, wait_s=5)
     assert nodes["node1"].scripts == []

@@ -49,6 +49,7 @@ class RelayOptions:
 class Relay:
     name = "relay"
     member = "relay-worker"
+    weights_on_head = True
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> RelayOptions:
         if any(value is not None for value in flags.values()):

@@ -25,6 +25,7 @@ COMMANDS = {
     "exporter": "halo_cluster.cli.monitor:exporter",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
+    "model": "halo_cluster.cli.model:model",
     "monitoring": "halo_cluster.cli.monitor:monitoring",
     "plan": "halo_cluster.cli.capacity:plan",
     "report": "halo_cluster.cli.results:report",

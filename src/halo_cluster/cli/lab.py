@@ -96,6 +96,18 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     "as a container offers it); halo sends its node code over SSH. Installed: nodes run this "
     "halo (halo.toml names it).",
 )
+@click.option(
+    "--fabric-rate",
+    metavar="RATE",
+    help="Limit every node's fabric link to RATE both ways (the kernel's tbf qdisc), e.g. 1gbit, "
+    "2.5gbit, 10gbit: a lab that behaves like that Ethernet (bandwidth only: no latency added).",
+)
+@click.option(
+    "--store-size",
+    metavar="SIZE",
+    help="Make every node's model store a tmpfs of SIZE (e.g. 64m): a small disk that fills. "
+    "Default: a directory on the host's disk, seen only by its node.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
 def up(
     nodes: int,
@@ -107,9 +119,13 @@ def up(
     llama_cpp: str | None,
     no_llama_cpp: bool,
     bare: bool,
+    fabric_rate: str | None,
+    store_size: str | None,
     as_json: bool,
 ) -> int:
-    """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys."""
+    """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys.
+    Each node has its own model store (/var/lib/halo/models), invisible to the host's other
+    nodes, so 'halo model sync' copies for real."""
     from halo_cluster.config import default_engine, default_llama_cpp
     from halo_cluster.lab.lab import Lab
 
@@ -119,7 +135,7 @@ def up(
     engine = None if no_engine else engine or default_engine()
     llama_cpp = None if no_llama_cpp else llama_cpp or default_llama_cpp()
     state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
-        lab_name, path, nodes, fabric_mtu, halo, engine, llama_cpp
+        lab_name, path, nodes, fabric_mtu, halo, engine, llama_cpp, fabric_rate, store_size
     )
     if as_json:
         emit_json(_status(state))
@@ -140,6 +156,10 @@ def up(
             if state.halo is None
             else f"  nodes: halo installed ({state.halo})"
         )
+        if state.fabric_rate:
+            click.echo(f"  fabric: {state.fabric_rate} per node, both ways (tbf)")
+        if state.store_size:
+            click.echo(f"  model stores: tmpfs of {state.store_size} per node")
         click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
         click.echo(f"  ssh -F {Path(state.dir) / 'ssh_config'} node1")
     return 0
@@ -177,6 +197,8 @@ def _status(state) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "dir": state.dir,
         "config": str(Path(state.dir) / "halo.toml"),
         "halo": state.halo,  # null: bare nodes
+        "fabric_rate": state.fabric_rate,  # null: unlimited
+        "store_size": state.store_size,  # null: a directory on the host's disk
         "nodes": [
             {
                 "name": n.name,

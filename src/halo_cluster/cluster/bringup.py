@@ -16,6 +16,7 @@ When the witnesses show another path than the plans asked for, the server is sto
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.cluster import proof
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.models import is_store_name, resolve
 from halo_cluster.cluster.plans import make_plans
 from halo_cluster.cluster.serve_result import ServeResult
 from halo_cluster.cluster.state import (
@@ -77,6 +79,7 @@ class Serving:
         self._state = self.state
         engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
+        request = self._from_store(engine, request)
         engine.check(self.config, request)
         ctx = self._context(engine, request, api_key)
         self._stop()
@@ -102,6 +105,19 @@ class Serving:
             self._stop()
             result.stopped = True
         return result
+
+    def _from_store(self, engine: Engine, request: ServeRequest) -> ServeRequest:
+        """A model named as in the nodes' stores (``halo model``): its path there, once every
+        node that opens the weights holds it complete and the same (else one line naming the
+        node and the sync that fixes it). Paths and Hugging Face ids pass as they are."""
+        if not is_store_name(request.model):
+            return request
+        readers = (
+            [self.head.name] if engine.weights_on_head else [n.name for n in self.config.nodes]
+        )
+        self.progress(f"checking model {request.model} in the store of {', '.join(readers)}")
+        found = resolve(self.cluster, request.model, readers)
+        return dataclasses.replace(request, model=found.path)
 
     def _context(self, engine: Engine, request: ServeRequest, api_key: str | None) -> ServeContext:
         """The plans and ranks: Ray's (from 'halo up') when the engine runs on Ray, else

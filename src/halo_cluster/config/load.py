@@ -16,11 +16,13 @@ from halo_cluster.config.model import (
     _ENV_NAME,
     _NAME,
     CLUSTER_KEYS,
+    DEFAULT_MODELS_DIR,
     MOVED_SERVE_KEYS,
     NODE_KEYS,
     RAY_KEYS,
     SERVE_KEYS,
     Config,
+    ModelsConfig,
     NodeConfig,
     RayConfig,
     ServeConfig,
@@ -68,9 +70,10 @@ def _read_config(path: Path) -> str:
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
     for key in data:
-        if key not in ("cluster", "node", "ray", "serve"):
+        if key not in ("cluster", "node", "ray", "serve", "models"):
             raise where.error(
-                key, f"unknown section [{key}] (known: [cluster], [ray], [serve], [[node]])"
+                key,
+                f"unknown section [{key}] (known: [cluster], [ray], [serve], [models], [[node]])",
             )
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -105,7 +108,18 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         ssh_config=(path.parent / ssh_config) if ssh_config else None,
         ray=_ray(where, data.get("ray", {})),
         serve=_serve(where, data.get("serve", {})),
+        models=_models(where, data.get("models", {})),
     )
+
+
+def _models(where: _Locator, raw: Any) -> ModelsConfig:
+    if not isinstance(raw, dict):
+        raise where.error("models", "[models] must be a table")
+    _unknown(where, raw, {"dir"}, "models")
+    folder = _string(where, raw, "dir", "models", default=DEFAULT_MODELS_DIR)
+    if not folder.startswith(("/", "~")) or "\x00" in folder or len(folder) > 1024:
+        raise where.error("dir", f"models.dir {folder[:80]!r} must be an absolute path (or ~/...)")
+    return ModelsConfig(folder.rstrip("/") or "/")
 
 
 def _ray(where: _Locator, raw: Any) -> RayConfig:

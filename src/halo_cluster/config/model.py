@@ -121,6 +121,16 @@ class ServeConfig:
         return self.sections.get(name)
 
 
+DEFAULT_MODELS_DIR = "/var/lib/halo/models"
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    """``[models]``: where each node keeps its models (``halo model``), on its own disk."""
+
+    dir: str = DEFAULT_MODELS_DIR
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path
@@ -130,6 +140,7 @@ class Config:
     ssh_config: Path | None = None
     ray: RayConfig = RayConfig()
     serve: ServeConfig = ServeConfig()
+    models: ModelsConfig = ModelsConfig()
 
     @property
     def head(self) -> NodeConfig:

@@ -49,6 +49,7 @@ def model_layers(model: str) -> int | None:
 class LlamaCpp:
     name = "llama.cpp"
     member = "rpc-server"
+    weights_on_head = True
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
         if flags.get("tp") is not None or flags.get("executor") is not None:
@@ -228,7 +229,8 @@ class LlamaCpp:
         def start(worker: Worker) -> None:
             node, client = worker.node, ctx.client(worker.node)
             command = argv.rpc_server_argv(options, worker.address)
-            env = {**dict(node.env), **argv.rpc_env(worker.transport)}
+            cache = argv.rpc_cache_dir(ctx.config.models.dir)
+            env = {**dict(node.env), **argv.rpc_env(worker.transport, cache)}
             endpoint = worker.endpoint(options.rpc_port)
             ctx.progress(
                 f"starting rpc-server on {node.name} at {endpoint} ({worker.transport.upper()})"

@@ -75,16 +75,30 @@ def rpc_transport(planned_rdma: bool, build_rdma: bool) -> str:
     return "rdma" if planned_rdma and build_rdma else "tcp"
 
 
-def rpc_env(transport: str) -> dict[str, str]:
-    """Environment that holds an RDMA-capable build on TCP when TCP was chosen."""
-    return {} if transport == "rdma" else {"GGML_RPC_NO_RDMA": "1"}
+def rpc_env(transport: str, cache: str | None = None) -> dict[str, str]:
+    """Environment that holds an RDMA-capable build on TCP when TCP was chosen, and puts
+    rpc-server's tensor cache (``-c``) in ``cache``, a directory of the node's own (the
+    default, ~/.cache/llama.cpp, may be shared between nodes or belong to someone else)."""
+    env = {} if transport == "rdma" else {"GGML_RPC_NO_RDMA": "1"}
+    if cache:
+        env["LLAMA_CACHE"] = cache
+    return env
 
 
-def rpc_server_argv(options: LlamaCppOptions, address: str) -> list[str]:
-    """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address)."""
+def rpc_cache_dir(models_dir: str) -> str:
+    """Where a worker's rpc-server keeps the tensors it received: beside the node's models."""
+    return models_dir.rstrip("/") + "/.rpc-cache"
+
+
+def rpc_server_argv(options: LlamaCppOptions, address: str, cache: bool = True) -> list[str]:
+    """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address); with ``cache``,
+    its local tensor cache on (``-c``): a second load takes the big tensors from the worker's
+    disk instead of the wire."""
     if address in ("0.0.0.0", "::", ""):
         raise ValueError("rpc-server must bind a fabric address, not every interface")
     argv = [binary(options, RPC_SERVER), "-H", address, "-p", str(options.rpc_port)]
+    if cache:
+        argv.append("-c")
     if options.threads:
         argv += ["-t", str(options.threads)]
     return argv

@@ -96,6 +96,9 @@ class Witness:
 class Engine(Protocol):
     name: str
     member: str  # what one of its ranks is called in status lines: "rank", "rpc-server"
+    # where the weights are opened: True, the head alone (it sends them on); False, every
+    # node (each rank opens its shard): the nodes whose stores must hold a model served by name
+    weights_on_head: bool
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
         """The engine's typed options from its [serve.<engine>] table and the command-line

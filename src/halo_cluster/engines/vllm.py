@@ -42,6 +42,7 @@ MP_MASTER_PORT = 29517
 class Vllm:
     name = "vllm"
     member = "rank"
+    weights_on_head = False
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
         options = VllmOptions.from_section(section)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from halo_cluster.errors import LabError
-from halo_cluster.lab.state import LabState, control_dir
+from halo_cluster.lab.state import NODE_STORE, LabState, control_dir
 from halo_cluster.runner.local import LocalRunner
 
 
@@ -97,7 +97,9 @@ def _halo_toml(state: LabState) -> str:
     )
     return (
         f'# written by halo lab up: lab nodes are CPU-only\n[cluster]\nname = "lab-{state.name}"\n'
-        f'transport = "ethernet"\nssh_config = "ssh_config"\n{engine}{nodes}'
+        f'transport = "ethernet"\nssh_config = "ssh_config"\n'
+        "\n# each node's own model store (halo model sync); only that node sees it\n"
+        f'[models]\ndir = "{NODE_STORE}"\n{engine}{nodes}'
     )
 
 

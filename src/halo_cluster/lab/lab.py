@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -20,12 +21,19 @@ from pathlib import Path
 
 from halo_cluster.errors import LabError, UsageError
 from halo_cluster.lab.files import write_lab_files
-from halo_cluster.lab.mounts import hidden_script, keep_paths, private_tmp_script, read_only_script
+from halo_cluster.lab.mounts import (
+    hidden_script,
+    keep_paths,
+    private_tmp_script,
+    read_only_script,
+    store_script,
+)
 from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
 from halo_cluster.lab.registry import find_leftovers, forget, sweep
 from halo_cluster.lab.state import (
     FABRIC_IF,
     MGMT_IF,
+    NODE_STORE,
     LabNode,
     LabState,
     control_dir,
@@ -105,13 +113,21 @@ class Lab:
         halo: str | None,
         engine: str | None = None,
         llama_cpp: str | None = None,
+        fabric_rate: str | None = None,
+        store_size: str | None = None,
     ) -> LabState:
         """``halo``: the installed halo the nodes run; None for bare nodes (halo's environment
         hidden from them: only the system Python, and the engine environment as a container
-        would offer it)."""
+        would offer it). ``fabric_rate``: every node's fabric link limited to it, both ways;
+        ``store_size``: every node's model store a tmpfs of that size."""
         tools = require_tools()
         if not 2 <= nodes <= 8:
             raise UsageError("--nodes must be between 2 and 8")
+        if fabric_rate is not None:
+            fabric_rate = check_rate(fabric_rate)
+            tools["tc"] = _tool("tc", "iproute2 (Debian and Fedora)")
+        if store_size is not None:
+            store_size = check_size(store_size)
         other = registered(name)
         if read_state(directory) is not None or find_leftovers(name, tools["ip"]):
             where = directory if other is None else Path(other.dir)
@@ -143,6 +159,8 @@ class Lab:
             engine,
             llama_cpp,
             halo,
+            fabric_rate,
+            store_size,
         )
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
@@ -152,6 +170,7 @@ class Lab:
             for node in state.nodes:
                 self.progress(f"starting {node.name}")
                 self._links(state, node)
+                self._store(state, node)
                 started.append(self._start(state, node, tools))
                 state = _with_nodes(state, started + list(state.nodes[len(started) :]))
                 write_state(state)
@@ -202,6 +221,43 @@ class Lab:
             self.sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", inner)
             self.sh("ip", "-n", ns, "link", "set", inner, "up")
         self.sh("ip", "-n", ns, "link", "set", "lo", "up")
+        self._rate(state, node)
+
+    def _store(self, state: LabState, node: LabNode) -> None:
+        """The host directory behind the node's model store; a tmpfs of ``store_size``
+        mounted on it when the lab has one (a disk that can fill)."""
+        path = Path(state.store(node))
+        path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if state.store_size and not _mounted(str(path)):
+            self.sh(
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={state.store_size},mode=755",
+                "tmpfs",
+                str(path),
+            )
+
+    def _rate(self, state: LabState, node: LabNode) -> None:
+        """tbf on both ends of the node's fabric link: what the node sends (its interface)
+        and what it receives (the host's end, whose egress goes into the node)."""
+        if not state.fabric_rate:
+            return
+        for prefix, device in (
+            (("ip", "netns", "exec", node.netns), FABRIC_IF),
+            ((), node.host_fabric_veth),
+        ):
+            self.sh(
+                *prefix,
+                "tc",
+                "qdisc",
+                "replace",
+                "dev",
+                device,
+                "root",
+                *tbf_args(state.fabric_rate, state.fabric_mtu),
+            )
 
     def _start(self, state: LabState, node: LabNode, tools: dict[str, str]) -> LabNode:
         """The node's init: its own PID, mount and UTS namespaces inside its network
@@ -222,6 +278,7 @@ class Lab:
             "mount -t tmpfs -o mode=755 tmpfs /etc/systemd/system\n"
             "ulimit -l unlimited 2>/dev/null || true\n"  # as on an RDMA host, where allowed
             f"{private_tmp_script(keep_paths(state))}"
+            f"{store_script(state.store(node), NODE_STORE)}"
             f"{read_only_script(state.engine)}"
             f"{read_only_script(state.llama_cpp)}"
             f"{hidden_script(None if state.halo else sys.prefix)}"
@@ -273,6 +330,9 @@ class Lab:
                 self.sh("ip", "link", "del", veth, check=False)
         for bridge in (state.mgmt_bridge, state.fabric_bridge):
             self.sh("ip", "link", "del", bridge, check=False)
+        for node in state.nodes:  # a store's tmpfs, before its directory goes
+            if _mounted(state.store(node)):
+                self.sh("umount", "-l", state.store(node), check=False)
         shutil.rmtree(state.dir, ignore_errors=True)
         sweep(state.name)
 
@@ -335,6 +395,59 @@ class Lab:
             *env,
             *command,
         ]
+
+
+_RATE = re.compile(r"^(\d{1,6})(\.\d{1,3})?(k|m|g)bit$")
+_SIZE = re.compile(r"^\d{1,9}[kmg]?$", re.I)
+
+
+def check_rate(text: str) -> str:
+    """A rate as tc writes it: ``1gbit``, ``2.5gbit``, ``100mbit`` (at least 1 Mbit/s)."""
+    found = _RATE.match(text.strip().lower())
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9}
+    if (
+        found is None
+        or float(found.group(1) + (found.group(2) or "")) * scale[found.group(3)] < 1e6
+    ):
+        raise UsageError(f"--fabric-rate {text!r}: use a rate such as 1gbit, 2.5gbit or 100mbit")
+    return text.strip().lower()
+
+
+def check_size(text: str) -> str:
+    if not _SIZE.match(text.strip()):
+        raise UsageError(f"--store-size {text!r}: use a size such as 64m or 2g")
+    return text.strip().lower()
+
+
+def tbf_args(rate: str, mtu: int) -> list[str]:
+    """A token bucket at ``rate``: a burst of 10 ms of the rate (at least a few jumbo
+    frames), packets queued at most 100 ms."""
+    found = _RATE.match(rate)
+    assert found is not None
+    bits = (
+        float(found.group(1) + (found.group(2) or ""))
+        * {"k": 1e3, "m": 1e6, "g": 1e9}[found.group(3)]
+    )
+    burst = max(int(bits / 8 / 100), 4 * (mtu + 100), 16384)
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
+
+
+def _mounted(path: str) -> bool:
+    real = os.path.realpath(path)
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as handle:
+            return any(line.split()[1] == real for line in handle if len(line.split()) > 1)
+    except OSError:
+        return False
+
+
+def _tool(tool: str, package: str) -> str:
+    path = shutil.which(tool) or (
+        f"/usr/sbin/{tool}" if os.path.exists(f"/usr/sbin/{tool}") else None
+    )
+    if path is None:
+        raise LabError(f"'{tool}' not found: install {package}")
+    return path
 
 
 def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:

@@ -60,3 +60,16 @@ def hidden_script(path: str | None) -> str:
         return ""
     quoted = shlex.quote(os.path.realpath(path))
     return f"mount -t tmpfs -o ro,mode=755,size=4k tmpfs {quoted}\n"
+
+
+def store_script(host_dir: str, inside: str) -> str:
+    """The node's own model store: its host directory bound at ``inside``, then the
+    directory of every node's stores hidden (an empty read-only tmpfs over it), so a node
+    sees only its own disk, as a separate machine would."""
+    quoted, target = shlex.quote(host_dir), shlex.quote(inside)
+    stores = shlex.quote(os.path.dirname(os.path.realpath(host_dir)))
+    return (
+        f"mkdir -p {target}\n"
+        f"mount --bind {quoted} {target}\n"
+        f"mount -t tmpfs -o ro,mode=755,size=4k tmpfs {stores}\n"
+    )

@@ -16,6 +16,7 @@ FABRIC_NET = "198.19"
 MGMT_IF = "eno1"
 RUN_DIR = Path("/run/halo/lab")
 FABRIC_IF = "enp194s0np0"
+NODE_STORE = "/var/lib/halo/models"  # where a node sees its own model store
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
 
@@ -44,6 +45,12 @@ class LabState:
     # the host's halo that nodes run (--installed); None (--bare, the default): nodes do not
     # see halo's environment at all and get halo's node code over SSH
     halo: str | None = None
+    # each node's fabric link limited to this rate both ways (the kernel's tbf qdisc), e.g.
+    # "1gbit"; None: as fast as the host copies
+    fabric_rate: str | None = None
+    # each node's model store a tmpfs of this size (a small disk that can fill); None: a
+    # directory of the lab's on the host's disk
+    store_size: str | None = None
 
     @property
     def host_address(self) -> str:
@@ -59,6 +66,11 @@ class LabState:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def store(self, node: LabNode) -> str:
+        """The host directory behind the node's model store (only that node sees it, at
+        ``NODE_STORE``; inside every node the lab's ``stores`` directory is hidden)."""
+        return str(Path(self.dir) / "stores" / node.name)
 
     def home(self, node: LabNode) -> str:
         """The node's own HOME (state, caches, logs): hosts do not share theirs."""
@@ -87,6 +99,8 @@ def new_lab_state(
     engine: str | None = None,
     llama_cpp: str | None = None,
     halo: str | None = None,
+    fabric_rate: str | None = None,
+    store_size: str | None = None,
 ) -> LabState:
     """Names and addresses, computed before anything is created. Interface names stay
     within the kernel's 15 characters."""
@@ -112,6 +126,8 @@ def new_lab_state(
         engine,
         llama_cpp,
         halo,
+        fabric_rate,
+        store_size,
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from halo_cluster.jsonout import emit_json
 from halo_cluster.wire.answers import Counters, NodeInfo
-from halo_cluster.wire.commands import BENCH_SPEC_ENV, SERVE_KEY_ENV
+from halo_cluster.wire.commands import BENCH_SPEC_ENV, MODEL_SPEC_ENV, SERVE_KEY_ENV
 
 if TYPE_CHECKING:
     from halo_cluster.monitor.run import ExporterSpec
@@ -180,6 +180,34 @@ def node_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def model_store(args: argparse.Namespace) -> int:
+    """model-list, model-state, model-verify, model-rm."""
+    from halo_cluster.node.models import run
+
+    run(args.command, args.store, getattr(args, "name", ""))
+    return 0
+
+
+def model_hash(args: argparse.Namespace) -> int:
+    from halo_cluster.node.models import hash_source
+
+    emit_json(hash_source(args.store, args.path, args.name or "", args.prefix))
+    return 0
+
+
+def model_pipe(args: argparse.Namespace) -> int:
+    from halo_cluster.node.models import pipe
+
+    return pipe(os.environ.get(MODEL_SPEC_ENV, ""))
+
+
+def model_stop(args: argparse.Namespace) -> int:
+    from halo_cluster.node.models import stop
+
+    emit_json({"stopped": stop(args.run)})
+    return 0
+
+
 def _usage(message: str) -> Exception:
     from halo_cluster.errors import UsageError
 
@@ -198,4 +226,11 @@ HANDLERS: dict[str, Handler] = {
     "setup": setup,
     "exporter": exporter,
     "node-info": node_info,
+    "model-list": model_store,
+    "model-state": model_store,
+    "model-verify": model_store,
+    "model-rm": model_store,
+    "model-hash": model_hash,
+    "model-pipe": model_pipe,
+    "model-stop": model_stop,
 }

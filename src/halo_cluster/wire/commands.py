@@ -10,6 +10,7 @@ from typing import Any
 
 SERVE_KEY_ENV = "HALO_SERVE_KEY"  # serve-health, serve-probe: the API key, never in argv
 BENCH_SPEC_ENV = "HALO_BENCH_SPEC"  # bench-driver: the run's spec (JSON)
+MODEL_SPEC_ENV = "HALO_MODEL_SPEC"  # model-pipe: the hop's spec (JSON, with its secrets)
 
 # -- the commands and their arguments ------------------------------------------------------
 # An argument's kind: how its value is written in argv and read back on the node.
@@ -127,6 +128,25 @@ EXPORTER = Command(
     ),
 )
 NODE_INFO = Command("node-info")
+_STORE = Arg("--store", required=True, help="the node's model store ([models] dir)")
+_MODEL = Arg("name", help="the model's name in the store")
+MODEL_LIST = Command("model-list", (_STORE,))
+MODEL_STATE = Command("model-state", (_STORE, _MODEL))
+MODEL_VERIFY = Command("model-verify", (_STORE, _MODEL))
+MODEL_RM = Command("model-rm", (_STORE, _MODEL))
+MODEL_HASH = Command(
+    "model-hash",
+    (
+        _STORE,
+        Arg("--name"),
+        Arg(
+            "--prefix", many=True, help="REL:SIZE: also the sha256 of that file's first SIZE bytes"
+        ),
+        Arg("path", help="the model on this node: a directory or a GGUF file"),
+    ),
+)
+MODEL_PIPE = Command("model-pipe")  # the spec in $HALO_MODEL_SPEC
+MODEL_STOP = Command("model-stop", (Arg("--run", required=True),))
 
 COMMANDS = (
     INVENTORY,
@@ -140,6 +160,13 @@ COMMANDS = (
     SETUP,
     EXPORTER,
     NODE_INFO,
+    MODEL_LIST,
+    MODEL_STATE,
+    MODEL_VERIFY,
+    MODEL_RM,
+    MODEL_HASH,
+    MODEL_PIPE,
+    MODEL_STOP,
 )
 NAMES = tuple(c.name for c in COMMANDS)
 METAVARS = {RDMA: "DEVICE:PORT", TARGET: "ADDRESS:PORT", PEER: "NAME,PATH,ADDR", CSV: "A,B,..."}

@@ -1,0 +1,248 @@
+"""``halo model``: the same weights on every node's own disk, sent once over the fabric and
+verified (``sync``); what each node holds (``ls``); a re-hash everywhere (``verify``);
+removal (``rm``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from halo_cluster.cli.options import config_option, json_option
+from halo_cluster.jsonout import emit_json
+
+MIB = 1 << 20
+
+
+def _cluster(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    from halo_cluster.cli.cluster import cluster_handle
+
+    return cluster_handle(config_path, quiet)
+
+
+def _nodes(cluster: Any, nodes: str | None) -> list[str]:
+    """--nodes a,b (each a configured node), else every node."""
+    if not nodes:
+        return [n.name for n in cluster.config.nodes]
+    chosen = [n.strip() for n in nodes.split(",") if n.strip()]
+    for name in chosen:
+        cluster.config.node(name)  # a UsageError naming the known nodes
+    return list(dict.fromkeys(chosen))
+
+
+_NODES = click.option("--nodes", metavar="A,B", help="Only these nodes (default: every node).")
+
+
+@click.group()
+def model() -> None:
+    """Models on every node's own disk ([models] dir, default /var/lib/halo/models): sent
+    once over the fabric, verified by sha256, resumable; 'halo serve NAME' then serves a
+    model by its name from each node's store."""
+
+
+class _Meter:
+    """Progress lines on stderr: hashing, then bytes, rate and ETA per node."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.every = 1.0 if sys.stderr.isatty() else 5.0
+        self.last = 0.0
+        self.hashed = 0
+        self.started = time.monotonic()
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            click.echo(f"  {text}", err=True)
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            return False
+        self.last = now
+        return True
+
+    def hashing(self, size: int) -> None:
+        self.hashed += size
+        if self._due():
+            rate = self.hashed / max(time.monotonic() - self.started, 1e-6) / 1e6
+            self.say(f"hashing the source: {self.hashed / MIB:.0f} MiB ({rate:.0f} MB/s)")
+
+    def hops(self, hops: dict[str, Any]) -> None:
+        if not self._due():
+            return
+        parts = []
+        for name, hop in hops.items():
+            if not name or not hop.total:
+                continue
+            seconds = max(time.monotonic() - self.started, 1e-6)
+            rate = hop.received / seconds
+            left = (hop.total - hop.received) / rate if rate > 0 else float("inf")
+            eta = f"ETA {left:.0f} s" if left != float("inf") else "waiting"
+            parts.append(
+                f"{name} {hop.received / MIB:.0f}/{hop.total / MIB:.0f} MiB "
+                f"{rate / 1e6:.0f} MB/s {eta}"
+            )
+        if parts:
+            self.say("; ".join(parts))
+
+
+@model.command()
+@click.argument("source")
+@click.option("--name", help="The model's name in the stores (default: from SOURCE).")
+@_NODES
+@config_option()
+@json_option("Print {name, digest, size, files, source, seconds, sent, ok, nodes} as JSON.")
+def sync(
+    source: str, name: str | None, nodes: str | None, config_path: str | None, as_json: bool
+) -> int:
+    """Copy SOURCE to every node's store. SOURCE: a directory or GGUF file here (a split
+    GGUF's first shard brings the rest), NODE:PATH on a node, or a Hugging Face repo id
+    (org/name[@revision]) from the local Hugging Face cache, downloaded where the hub is
+    reachable. Hashed once (sha256, kept by size, mtime and inode); only the files a node
+    lacks or holds different are sent, through one chain over the nodes' fabric addresses
+    (each node writes and forwards at once); a node holding the same model costs one round
+    trip. Files land as partials, verified, then renamed; an interrupted sync resumes.
+    Exit 1 when a node could not be synced."""
+    from halo_cluster.cluster.model_source import resolve_source
+    from halo_cluster.cluster.model_sync import Sync
+
+    cluster = _cluster(config_path, as_json)
+    targets = _nodes(cluster, nodes)
+    meter = _Meter(as_json)
+    meter.say(f"hashing {source}")
+    found = resolve_source(cluster, source, name, meter.hashing)
+    manifest = found.manifest
+    meter.say(
+        f"{manifest.name}: {len(manifest.files)} file(s), {manifest.size / MIB:.1f} MiB, "
+        f"sha256 of the whole {manifest.digest[:12]}…"
+    )
+    meter.started = time.monotonic()
+    result = Sync(cluster, found, targets, meter.hops).run()
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        _print_sync(result.to_dict())
+    return 0 if result.ok else 1
+
+
+def _print_sync(data: dict[str, Any]) -> None:
+    from halo_cluster.cli.output import plain
+
+    click.echo(
+        f"{data['name']} ({data['files']} file(s), {data['size'] / MIB:.1f} MiB) from "
+        f"{plain(data['source'])} in {data['seconds']:.1f} s"
+    )
+    for node, row in data["nodes"].items():
+        if row["status"] == "same":
+            click.echo(f"  {node}: already the same")
+        elif row["status"] == "synced":
+            rate = row["written"] / row["seconds"] / 1e6 if row["seconds"] else 0.0
+            resumed = f", {row['resumed'] / MIB:.1f} MiB resumed" if row["resumed"] else ""
+            click.echo(
+                f"  {node}: synced {row['files']} file(s), {row['written'] / MIB:.1f} MiB "
+                f"written ({rate:.0f} MB/s){resumed}"
+            )
+        else:
+            click.echo(f"  {node}: {row['status'].upper()}: {plain(row['reason'])}")
+
+
+@model.command(name="ls")
+@_NODES
+@config_option()
+@json_option(
+    "Print {models: [{name, size, source, digest, nodes: {node: {state}}}], nodes} as JSON."
+)
+def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int:
+    """Every model in the nodes' stores: on each node same (as the others), different,
+    incomplete, missing, or unreachable. Reads no file's content (see 'verify')."""
+    from halo_cluster.cluster.models import model_table, store_listing
+
+    cluster = _cluster(config_path, True)
+    chosen = _nodes(cluster, nodes)
+    listing = store_listing(cluster, chosen)
+    rows = model_table(listing)
+    errors = {n: v["error"] for n, v in listing.items() if "error" in v}
+    if as_json:
+        emit_json({"store": cluster.config.models.dir, "models": rows, "unreachable": errors})
+        return 0
+    from halo_cluster.cli.output import console, table
+
+    grid = table(f"Models in {cluster.config.models.dir}", "model", "size", *chosen, "source")
+    for row in rows:
+        size = "-" if row["size"] is None else f"{row['size'] / MIB:.1f} MiB"
+        grid.add_row(
+            row["name"],
+            size,
+            *(_state(row["nodes"][n]) for n in chosen),
+            row["source"] or "-",
+        )
+    console().print(grid)
+    for node, error in errors.items():
+        click.echo(f"{node}: unreachable: {error}", err=True)
+    return 0
+
+
+def _state(held: dict[str, Any]) -> str:
+    if held["state"] == "changed":
+        return f"{len(held['changed'])} file(s) changed"
+    return str(held["state"])
+
+
+@model.command()
+@click.argument("name")
+@_NODES
+@config_option()
+@json_option("Print {node: {name, digest, files, differ: [{path, reason}]} or {error}} as JSON.")
+def verify(name: str, nodes: str | None, config_path: str | None, as_json: bool) -> int:
+    """Re-read every file of NAME on every node (in parallel) against its manifest, and
+    name each file that differs. Exit 1 when one differs or a node cannot tell."""
+    from halo_cluster.cli.output import plain
+    from halo_cluster.cluster.models import verify as verify_all
+    from halo_cluster.modelstore.manifest import check_name
+
+    check_name(name)
+    cluster = _cluster(config_path, True)
+    answers = verify_all(cluster, name, _nodes(cluster, nodes))
+    bad = False
+    if as_json:
+        emit_json(answers)
+    for node, answer in answers.items():
+        if "error" in answer:
+            bad = True
+            if not as_json:
+                click.echo(f"{node}: {plain(answer['error'])}")
+            continue
+        differ = answer.get("differ") or []
+        bad = bad or bool(differ)
+        if as_json:
+            continue
+        if not differ:
+            click.echo(f"{node}: {answer['files']} file(s) verified")
+        for item in differ:
+            click.echo(f"{node}: DIFFERS {plain(item['path'])}: {plain(item['reason'])}")
+    return 1 if bad else 0
+
+
+@model.command()
+@click.argument("name")
+@_NODES
+@config_option()
+@json_option("Print {node: {removed} or {error}} as JSON.")
+def rm(name: str, nodes: str | None, config_path: str | None, as_json: bool) -> int:
+    """Remove NAME from the nodes' stores (partials too). Exit 1 when a node could not."""
+    from halo_cluster.cli.output import plain
+    from halo_cluster.cluster.models import remove
+    from halo_cluster.modelstore.manifest import check_name
+
+    check_name(name)
+    cluster = _cluster(config_path, True)
+    answers = remove(cluster, name, _nodes(cluster, nodes))
+    if as_json:
+        emit_json(answers)
+    else:
+        for node, answer in answers.items():
+            what = answer.get("error") or ("removed" if answer["removed"] else "not there")
+            click.echo(f"{node}: {plain(what)}")
+    return 1 if any("error" in a for a in answers.values()) else 0

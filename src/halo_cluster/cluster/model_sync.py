@@ -1,0 +1,402 @@
+"""``halo model sync``: the same model on every node, sent once.
+
+1. The source is hashed into a manifest (``model_source``).
+2. Each node says what it holds (``model-state``: one round trip); a node that holds the
+   same complete manifest is done. For the others: the files missing or different, and
+   where a partial left by an earlier sync may resume (its prefix checked against the
+   source's).
+3. One chain: the source (this machine, or the node holding it) -> the first node -> the
+   next…; every hop writes what it needs and forwards the stream while it arrives, over the
+   nodes' fabric addresses (the first hop from this machine over whatever reaches it). The
+   hops start from the end of the chain, so each one's listener exists before the hop
+   before it connects; each admits one peer with its own one-time secret (environment,
+   never argv).
+4. A node that failed (killed, disk full) does not stop the others; a second round resumes
+   what a broken chain left unfinished, while it makes progress.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from halo_cluster.client.fanout import fan_out
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.model_source import Source
+from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.manifest import Manifest
+from halo_cluster.modelstore.pipe import new_secret, relay
+from halo_cluster.wire.commands import MODEL_PIPE, MODEL_SPEC_ENV, MODEL_STATE, MODEL_STOP
+
+PIPE_TIMEOUT_S = 7 * 24 * 3600.0  # the hops end on their own (idle and wait limits)
+WAIT_S = 120.0  # a hop's listener waits this long for the hop before it
+IDLE_S = 60.0  # and the stream may stall this long
+MAX_ROUNDS = 3
+
+
+@dataclass
+class NodeSync:
+    """One node's part in a sync: what it needed, what happened."""
+
+    name: str
+    status: str = "pending"  # same, synced, failed, unreachable
+    files: int = 0  # files it needed
+    bytes: int = 0  # bytes it needed
+    written: int = 0  # bytes written to its store
+    received: int = 0  # bytes that reached it (its own and those it forwarded)
+    seconds: float = 0.0
+    reason: str | None = None
+    resumed: int = 0  # bytes not sent again: verified prefixes of partials
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "files": self.files,
+            "bytes": self.bytes,
+            "written": self.written,
+            "received": self.received,
+            "resumed": self.resumed,
+            "seconds": round(self.seconds, 3),
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class SyncResult:
+    name: str
+    manifest: Manifest
+    source: str
+    nodes: dict[str, NodeSync]
+    seconds: float = 0.0
+    rounds: int = 0
+    sent: int = 0  # bytes read from the source into the chain
+
+    @property
+    def ok(self) -> bool:
+        return all(n.status in ("same", "synced") for n in self.nodes.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "digest": self.manifest.digest,
+            "size": self.manifest.size,
+            "files": len(self.manifest.files),
+            "source": self.source,
+            "seconds": round(self.seconds, 3),
+            "rounds": self.rounds,
+            "sent": self.sent,
+            "ok": self.ok,
+            "nodes": {name: n.to_dict() for name, n in self.nodes.items()},
+        }
+
+
+@dataclass
+class _Need:
+    want: dict[str, int]  # file -> the offset it resumes from
+    complete: bool  # already holds this manifest, complete
+
+
+def node_state(cluster: Cluster, node: str, name: str) -> dict[str, Any]:
+    client = cluster.client(node)
+    answer = client.call_json(*MODEL_STATE.argv(store=cluster.config.models.dir, name=name))
+    if not isinstance(answer, dict):
+        raise ModelError(f"{node}: model-state answered no object")
+    return answer
+
+
+def _needs(manifest: Manifest, state: dict[str, Any], prefixes: dict[str, dict[int, str]]) -> _Need:
+    held = state.get("manifest") or {}
+    files = state.get("files") or {}
+    partials = state.get("partials") or {}
+    want: dict[str, int] = {}
+    for entry in manifest.files:
+        have = files.get(entry.path) or {}
+        if have.get("sha256") == entry.sha256 and have.get("size") == entry.size:
+            continue
+        partial = partials.get(entry.path) or {}
+        size = partial.get("size")
+        good = isinstance(size, int) and 0 < size < entry.size
+        if good and isinstance(size, int):
+            ok = prefixes.get(entry.path, {}).get(size) == partial.get("sha256")
+            want[entry.path] = size if ok else 0
+        else:
+            want[entry.path] = 0
+    extra = set(files) - {f.path for f in manifest.files}
+    complete = bool(state.get("complete")) and held.get("digest") == manifest.digest
+    return _Need(want, complete and not want and not extra)
+
+
+def _asked_prefixes(manifest: Manifest, states: dict[str, dict[str, Any]]) -> dict[str, set[int]]:
+    sizes = manifest.by_path()
+    asked: dict[str, set[int]] = {}
+    for state in states.values():
+        for rel, partial in (state.get("partials") or {}).items():
+            size = partial.get("size") if isinstance(partial, dict) else None
+            if rel in sizes and isinstance(size, int) and 0 < size <= sizes[rel].size:
+                asked.setdefault(rel, set()).add(size)
+    return asked
+
+
+@dataclass
+class _Hop:
+    node: str | None  # None: this machine
+    spec: dict[str, Any]
+    listening: threading.Event = field(default_factory=threading.Event)
+    address: str | None = None
+    port: int | None = None
+    done: dict[str, Any] | None = None
+    error: str | None = None
+    received: int = 0
+    written: int = 0
+    total: int = 0
+    thread: threading.Thread | None = None
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "listening":
+            self.address, self.port = str(event.get("address")), int(event.get("port") or 0)
+            self.listening.set()
+        elif kind == "progress":
+            self.received = int(event.get("received") or 0)
+            self.written = int(event.get("written") or 0)
+            self.total = int(event.get("total") or 0)
+        elif kind == "done":
+            self.done = event
+
+
+class Sync:
+    def __init__(
+        self,
+        cluster: Cluster,
+        source: Source,
+        targets: list[str],
+        on_progress: Callable[[dict[str, _Hop]], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.source = source
+        self.targets = targets
+        self.on_progress = on_progress or (lambda _hops: None)
+        self.manifest = source.manifest
+        self.run_id = new_secret()[:16]
+
+    def run(self) -> SyncResult:
+        started = time.monotonic()
+        result = SyncResult(
+            self.manifest.name,
+            self.manifest,
+            self.source.label,
+            {n: NodeSync(n) for n in self.targets},
+        )
+        pending = list(self.targets)
+        for round_number in range(1, MAX_ROUNDS + 1):
+            result.rounds = round_number
+            needs = self._plan(pending, result)
+            chain = [n for n in pending if n in needs]
+            if not chain:
+                break
+            before = sum(result.nodes[n].written for n in chain)
+            self._round(chain, needs, result)
+            pending = [n for n in chain if result.nodes[n].status == "failed"]
+            retry = [n for n in pending if _resumable(result.nodes[n].reason)]
+            gained = sum(result.nodes[n].written for n in chain) - before
+            if not retry or gained <= 0:
+                break
+            pending = retry
+        result.seconds = time.monotonic() - started
+        return result
+
+    # -- planning ---------------------------------------------------------------------------
+    def _plan(self, nodes: list[str], result: SyncResult) -> dict[str, _Need]:
+        """What each node needs (one round trip per node, in parallel); nodes that hold
+        the manifest already are marked ``same``; unreachable ones ``unreachable``."""
+        outcomes = fan_out(nodes, lambda n: node_state(self.cluster, n, self.manifest.name))
+        states: dict[str, dict[str, Any]] = {}
+        for outcome in outcomes:
+            if outcome.error is not None or outcome.value is None:
+                node = result.nodes[outcome.item]
+                node.status, node.reason = "unreachable", str(outcome.error)
+                continue
+            states[outcome.item] = outcome.value
+        prefixes = self.source.prefixes(self.cluster, _asked_prefixes(self.manifest, states))
+        needs: dict[str, _Need] = {}
+        sizes = self.manifest.by_path()
+        for name, state in states.items():
+            need = _needs(self.manifest, state, prefixes)
+            node = result.nodes[name]
+            if need.complete:
+                if node.status == "pending":
+                    node.status = "same"
+                continue
+            node.files = len(need.want)
+            node.bytes = sum(sizes[rel].size for rel in need.want)
+            node.resumed = sum(need.want.values())
+            needs[name] = need
+        return needs
+
+    # -- one chain --------------------------------------------------------------------------
+    def _round(self, chain: list[str], needs: dict[str, _Need], result: SyncResult) -> None:
+        stream = self._stream(chain, needs)
+        source_node = self.source.node
+        hops: dict[str, _Hop] = {}
+        downstream: dict[str, Any] | None = None
+        order = [n for n in chain if n != source_node]
+        first_from_here = source_node is None
+        try:
+            for index in range(len(order) - 1, -1, -1):
+                node = order[index]
+                secret = new_secret()
+                listen = self._listen_address(node, index == 0 and first_from_here)
+                spec = self._spec(stream, needs[node], {"listen": listen, "secret": secret})
+                spec["next"] = downstream
+                hop = _Hop(node, spec)
+                hops[node] = hop
+                self._start(hop)
+                while not hop.listening.wait(0.2):
+                    if hop.thread is not None and not hop.thread.is_alive():
+                        break
+                if hop.listening.is_set() and hop.port:
+                    downstream = {"address": hop.address, "port": hop.port, "secret": secret}
+            files = {"files": self.source.files}
+            if source_node is None:
+                head = _Hop(None, self._spec(stream, None, files))
+                head.spec["next"] = downstream
+                hops[""] = head
+                head.thread = threading.Thread(target=self._local, args=(head,), daemon=True)
+                head.thread.start()
+            else:
+                need = needs.get(source_node)
+                hop = _Hop(source_node, self._spec(stream, need, files))
+                hop.spec["next"] = downstream
+                hops[source_node] = hop
+                self._start(hop)
+            self._watch(hops)
+        except BaseException:
+            self._stop(hops)
+            raise
+        finally:
+            self._record(hops, result)
+
+    def _stream(self, chain: list[str], needs: dict[str, _Need]) -> list[dict[str, Any]]:
+        out = []
+        for entry in self.manifest.files:
+            offsets = [needs[n].want[entry.path] for n in chain if entry.path in needs[n].want]
+            if offsets:
+                out.append({**entry.to_dict(), "offset": min(offsets)})
+        return out
+
+    def _spec(
+        self, stream: list[dict[str, Any]], need: _Need | None, source: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "store": self.cluster.config.models.dir,
+            "target": need is not None,
+            "manifest": self.manifest.to_dict(),
+            "stream": stream,
+            "want": need.want if need is not None else {},
+            "input": source,
+            "next": None,
+            "wait_s": WAIT_S,
+            "idle_s": IDLE_S,
+        }
+
+    def _listen_address(self, node: str, from_here: bool) -> str:
+        """The fabric address; for the chain's first node when the source is this machine,
+        the address this machine's SSH reached it at (whatever reaches it)."""
+        if from_here:
+            return "ssh"
+        config = self.cluster.config.node(node)
+        return config.fabric_address or config.host
+
+    def _start(self, hop: _Hop) -> None:
+        assert hop.node is not None
+        client = self.cluster.client(hop.node)
+
+        def work() -> None:
+            def line(text: str) -> None:
+                try:
+                    event = json.loads(text)
+                except ValueError:
+                    return
+                if isinstance(event, dict):
+                    hop.on_event(event)
+
+            try:
+                done = client.call(
+                    *MODEL_PIPE.argv(),
+                    env={MODEL_SPEC_ENV: json.dumps(hop.spec)},
+                    timeout=PIPE_TIMEOUT_S,
+                    on_line=line,
+                )
+            except Exception as err:
+                hop.error = str(err)
+                return
+            if hop.done is None:
+                hop.error = done.error_text() if not done.ok else "the hop ended without a result"
+
+        hop.thread = threading.Thread(target=work, daemon=True, name=f"model-{hop.node}")
+        hop.thread.start()
+
+    def _local(self, hop: _Hop) -> None:
+        try:
+            relay(hop.spec, hop.on_event)
+        except Exception as err:
+            hop.error = str(err)
+
+    def _watch(self, hops: dict[str, _Hop]) -> None:
+        while any(h.thread is not None and h.thread.is_alive() for h in hops.values()):
+            self.on_progress(hops)
+            for hop in hops.values():
+                if hop.thread is not None:
+                    hop.thread.join(0.5 / max(1, len(hops)))
+        self.on_progress(hops)
+
+    def _stop(self, hops: dict[str, _Hop]) -> None:
+        """Ctrl-C: end every hop this run started on the nodes (they would end on their own
+        within the idle limit; this does not wait for that)."""
+        nodes = [n for n in hops if n]
+        fan_out(
+            nodes,
+            lambda n: self.cluster.client(n).call(*MODEL_STOP.argv(run=self.run_id), timeout=15),
+        )
+
+    def _record(self, hops: dict[str, _Hop], result: SyncResult) -> None:
+        local = hops.get("")
+        if local is not None:
+            result.sent += local.received
+        elif self.source.node in hops:
+            result.sent += hops[self.source.node].received
+        for name, hop in hops.items():
+            if not name or name not in result.nodes or not hop.spec.get("target"):
+                continue  # this machine, or the source node only sending
+            node = result.nodes[name]
+            done = hop.done or {}
+            node.written += int(done.get("written") or hop.written)
+            node.received += int(done.get("received") or hop.received)
+            node.seconds += float(done.get("seconds") or 0.0)
+            if done.get("complete"):
+                node.status, node.reason = "synced", None
+                continue
+            node.status = "failed"
+            node.reason = _reason(hop, done)
+
+
+def _reason(hop: _Hop, done: dict[str, Any]) -> str:
+    if hop.error:
+        return hop.error
+    if done.get("failed"):
+        rel, why = next(iter(done["failed"].items()))
+        more = len(done["failed"]) - 1
+        return f"{rel}: {why}" + (f" (and {more} more)" if more else "")
+    return str(done.get("error") or "did not complete")
+
+
+def _resumable(reason: str | None) -> bool:
+    """A failure a second round can fix: the stream broke upstream (a hop before was lost),
+    not this node's own disk or data."""
+    text = reason or ""
+    return "hop before" in text or "nothing came" in text or "no peer came" in text

@@ -1,0 +1,289 @@
+"""One hop of a model's transfer: bytes come in (from the source's files, or from the hop
+before over TCP), are written to this node's store where it needs them, and go on to the
+next hop while they arrive. A chain of hops costs about one copy however many nodes it has.
+
+The stream carries the files of ``stream`` in order, each from its ``offset`` to its end:
+no framing, both ends know the list (the controller gave it to every hop). A listening hop
+binds one address (the node's fabric address), admits the first peer that sends the
+one-time secret of this hop (given in the environment, never in argv), then stops
+listening. Everything that arrives is hashed; a file is renamed into place only when its
+sha256 is the manifest's (``store.Receiving``).
+
+Events go to ``emit`` as dicts (the node prints them as JSON lines for the controller):
+``listening``, ``admitted``, ``progress``, ``file``, ``forward-failed``, ``done``.
+Standard library only, Python 3.9."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.manifest import CHUNK, manifest_from, read_chunks
+from halo_cluster.modelstore.store import Receiving, Store
+
+Emit = Callable[[dict[str, Any]], None]
+SECRET_BYTES = 64  # hex of 32 random bytes
+PROGRESS_S = 0.5
+
+
+def new_secret() -> str:
+    return os.urandom(SECRET_BYTES // 2).hex()
+
+
+def listen_address(spec_value: str) -> str:
+    """The address to listen on: as given, or ``ssh``: the address this node was reached at
+    by the controller's SSH connection (the source is the controller's: it sends to the
+    first hop over whatever reached it)."""
+    if spec_value != "ssh":
+        return spec_value
+    parts = os.environ.get("SSH_CONNECTION", "").split()
+    if len(parts) != 4:
+        raise ModelError("no SSH connection to take the listening address from; set fabric_address")
+    return parts[2]
+
+
+class _Upstream:
+    """The bytes of the stream, from a peer over TCP."""
+
+    def __init__(self, address: str, secret: str, wait_s: float, idle_s: float, emit: Emit):
+        self.idle_s = idle_s
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((address, 0))
+            listener.listen(4)
+            emit({"event": "listening", "address": address, "port": listener.getsockname()[1]})
+            self.conn = _admit(listener, secret.encode(), wait_s, emit)
+        except OSError as err:
+            raise ModelError(f"cannot listen on {address}: {err.strerror or err}") from None
+        finally:
+            listener.close()
+        self.conn.settimeout(idle_s)
+        self.buffer = bytearray(CHUNK)
+
+    def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
+        view = memoryview(self.buffer)
+        left = end - start
+        while left > 0:
+            try:
+                got = self.conn.recv_into(view[: min(CHUNK, left)])
+            except socket.timeout:
+                raise ModelError(f"{path}: nothing came for {self.idle_s:g} s") from None
+            except OSError as err:
+                raise ModelError(f"{path}: the hop before failed ({err.strerror or err})") from None
+            if got == 0:
+                raise ModelError(f"{path}: the hop before closed {left} B before the end")
+            left -= got
+            yield view[:got]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _admit(listener: socket.socket, secret: bytes, wait_s: float, emit: Emit) -> socket.socket:
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ModelError(f"no peer came within {wait_s:g} s")
+        listener.settimeout(left)
+        try:
+            conn, peer = listener.accept()
+        except socket.timeout:
+            continue
+        conn.settimeout(min(10.0, max(left, 0.1)))
+        said = b""
+        try:
+            while len(said) < SECRET_BYTES + 1 and not said.endswith(b"\n"):
+                more = conn.recv(SECRET_BYTES + 1 - len(said))
+                if not more:
+                    break
+                said += more
+        except OSError:
+            said = b""
+        if hmac.compare_digest(said.rstrip(b"\n"), secret):
+            emit({"event": "admitted", "peer": peer[0]})
+            return conn
+        emit({"event": "refused", "peer": peer[0]})
+        conn.close()
+
+
+class _Files:
+    """The bytes of the stream, from the source's own files."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self.paths = paths
+
+    def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
+        real = self.paths.get(path)
+        if real is None:
+            raise ModelError(f"{path}: not in the source")
+        for chunk in read_chunks(real, start, end):
+            yield memoryview(chunk)
+
+    def close(self) -> None:
+        return None
+
+
+def _downstream(target: dict[str, Any] | None, emit: Emit) -> socket.socket | None:
+    if not target:
+        return None
+    address, port = str(target["address"]), int(target["port"])
+    try:
+        conn = socket.create_connection((address, port), timeout=30)
+        conn.sendall(str(target["secret"]).encode() + b"\n")
+        conn.settimeout(120)
+    except OSError as err:
+        emit({"event": "forward-failed", "reason": f"{address}:{port}: {err.strerror or err}"})
+        return None
+    return conn
+
+
+def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+    """Run one hop as ``spec`` says; the ``done`` event (also returned): what this hop
+    verified, what failed and why, whether it forwarded everything."""
+    manifest = manifest_from(spec.get("manifest"), "the spec's manifest")
+    want: dict[str, int] = {str(k): int(v) for k, v in (spec.get("want") or {}).items()}
+    stream: list[dict[str, Any]] = list(spec.get("stream") or [])
+    entries = manifest.by_path()
+    target = bool(spec.get("target"))  # this hop's store is to hold the model at the end
+    store = Store(spec["store"]) if spec.get("store") and target else None
+    if store is not None:
+        store.ensure()
+        store.invalidate(manifest.name)
+    source_spec = spec.get("input") or {}
+    started = time.monotonic()
+    verified: list[str] = []
+    failed: dict[str, str] = {}
+    total = sum(int(f["size"]) - int(f["offset"]) for f in stream)
+    counts = {"received": 0, "written": 0}
+    source: Any = None
+    forward: socket.socket | None = None
+    forward_error: str | None = None
+    error: str | None = None
+    last = [0.0]
+
+    def progress(final: bool = False) -> None:
+        now = time.monotonic()
+        if final or now - last[0] >= PROGRESS_S:
+            last[0] = now
+            emit({"event": "progress", "total": total, **counts, "seconds": now - started})
+
+    try:
+        if "files" in source_spec:
+            source = _Files({str(k): str(v) for k, v in source_spec["files"].items()})
+        else:
+            source = _Upstream(
+                listen_address(str(source_spec.get("listen"))),
+                str(source_spec.get("secret", "")),
+                float(spec.get("wait_s", 120.0)),
+                float(spec.get("idle_s", 60.0)),
+                emit,
+            )
+        forward = _downstream(spec.get("next"), emit)
+        if spec.get("next") and forward is None:
+            forward_error = "could not connect"
+        disk_error: str | None = None
+        for item in stream:
+            path, start, size = str(item["path"]), int(item["offset"]), int(item["size"])
+            entry = entries.get(path)
+            if entry is None:
+                raise ModelError(f"{path}: in the stream but not in the manifest")
+            mine = want.get(path)
+            receiving: Receiving | None = None
+            if store is not None and mine is not None and disk_error is None:
+                try:
+                    receiving = Receiving(
+                        store, manifest.name, path, entry.size, entry.sha256, mine
+                    )
+                except (OSError, ModelError) as err:
+                    disk_error = _why(err)
+                    failed[path] = disk_error
+            position = start
+            for chunk in source.chunks(path, start, size):
+                if forward is not None:
+                    try:
+                        forward.sendall(chunk)
+                    except OSError as err:
+                        forward_error = err.strerror or str(err)
+                        emit({"event": "forward-failed", "reason": forward_error})
+                        forward.close()
+                        forward = None
+                end = position + len(chunk)
+                if receiving is not None and end > receiving.written:
+                    before = receiving.written
+                    try:
+                        receiving.write(chunk[before - position :])
+                        counts["written"] += end - before
+                    except OSError as err:  # a full disk: this node stops writing, not forwarding
+                        disk_error = _why(err)
+                        failed[path] = disk_error
+                        receiving.close()
+                        receiving = None
+                position = end
+                counts["received"] += len(chunk)
+                progress()
+            if receiving is not None:
+                try:
+                    receiving.finish()
+                    verified.append(path)
+                    emit({"event": "file", "path": path, "verified": True})
+                except (OSError, ModelError) as err:
+                    failed[path] = _why(err)
+                    emit({"event": "file", "path": path, "verified": False, "reason": failed[path]})
+    except ModelError as err:
+        error = str(err)
+    finally:
+        if forward is not None:
+            forward.close()
+        if source is not None:
+            source.close()
+    complete: Any = None if store is None else False
+    if store is not None and error is None and not failed:
+        complete = _complete(store, manifest, want)
+        if complete is not True:
+            error, complete = str(complete), False
+    progress(final=True)
+    done = {
+        "event": "done",
+        "verified": verified,
+        "failed": failed,
+        "error": error,
+        "forwarded": forward_error is None,
+        "forward_error": forward_error,
+        "complete": complete,
+        "received": counts["received"],
+        "written": counts["written"],
+        "seconds": time.monotonic() - started,
+    }
+    emit(done)
+    return done
+
+
+def _complete(store: Store, manifest: Any, want: dict[str, int]) -> Any:
+    """True when every file of the manifest is in place with its sha256 (the ones this hop
+    did not receive were checked by the controller's plan; checked again here, by stat);
+    otherwise the reason."""
+    present = store.present(manifest.name, hash_stale=True)
+    for entry in manifest.files:
+        found = present.get(entry.path)
+        if found is None or found["sha256"] != entry.sha256:
+            return f"{entry.path}: not in place after the transfer"
+    try:
+        store.complete(manifest)
+    except OSError as err:
+        return f"cannot mark {manifest.name} complete: {err.strerror or err}"
+    return True
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, OSError):
+        where = f"{err.filename}: " if err.filename else ""
+        return f"{where}{err.strerror or err}"
+    return str(err)

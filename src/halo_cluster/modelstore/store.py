@@ -1,0 +1,307 @@
+"""A node's model store, on its own disk:
+
+    STORE/NAME/…                        the model's files, as an engine opens them
+    STORE/NAME/.halo/manifest.json      written last: the model is complete only with it
+    STORE/NAME/.halo/partial/…          files being received (never where an engine looks)
+    STORE/.halo-hashes.json             sha256 by (size, mtime, inode): nothing re-hashed twice
+
+A file is received as a partial, checked against its sha256, then renamed into place; the
+manifest goes in only when every file of it is there and verified, and goes out before any
+file of the model changes. Standard library only, Python 3.9 (nodes run it)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+from typing import Any
+
+from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.manifest import (
+    HashCache,
+    Manifest,
+    check_name,
+    manifest_from,
+    prefix_sha256,
+    read_chunks,
+    relative_ok,
+)
+
+META = ".halo"
+HASHES = ".halo-hashes.json"
+MAX_MANIFEST = 32 << 20
+
+
+class Store:
+    def __init__(self, root: str) -> None:
+        if not root or "\x00" in root:
+            raise ModelError(f"model store {root!r}: not a path")
+        self.root = os.path.abspath(os.path.expanduser(root))
+        self.cache = HashCache(os.path.join(self.root, HASHES))
+
+    # -- where ------------------------------------------------------------------------------
+    def model_dir(self, name: str) -> str:
+        return os.path.join(self.root, check_name(name))
+
+    def final(self, name: str, rel: str) -> str:
+        if not relative_ok(rel):
+            raise ModelError(f"{rel!r}: not a path inside a model")
+        return os.path.join(self.model_dir(name), *rel.split("/"))
+
+    def partial(self, name: str, rel: str) -> str:
+        if not relative_ok(rel):
+            raise ModelError(f"{rel!r}: not a path inside a model")
+        return os.path.join(self.model_dir(name), META, "partial", *rel.split("/"))
+
+    def marker(self, name: str) -> str:
+        return os.path.join(self.model_dir(name), META, "manifest.json")
+
+    def ensure(self) -> None:
+        """The store's directory, made when missing; one line when it cannot be."""
+        try:
+            os.makedirs(self.root, mode=0o755, exist_ok=True)
+        except OSError as err:
+            raise ModelError(
+                f"model store {self.root}: {err.strerror or err} (set [models] dir in halo.toml "
+                "to a directory this user can write)"
+            ) from None
+
+    # -- reading ----------------------------------------------------------------------------
+    def manifest(self, name: str) -> Manifest | None:
+        """The model's manifest when it is complete; None when it is not (or not there)."""
+        path = self.marker(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            raw = handle.read(MAX_MANIFEST + 1)
+        try:
+            return manifest_from(json.loads(raw.decode("utf-8")), path)
+        except (ValueError, RecursionError, ModelError):
+            return None
+
+    def names(self) -> list[str]:
+        try:
+            entries = sorted(os.listdir(self.root))
+        except OSError:
+            return []
+        return [
+            n
+            for n in entries
+            if not n.startswith(".") and os.path.isdir(os.path.join(self.root, n))
+        ]
+
+    def present(self, name: str, hash_stale: bool = True) -> dict[str, dict[str, Any]]:
+        """The model's files on this node: {rel: {size, sha256}}; sha256 None when the file
+        changed since it was last hashed and ``hash_stale`` is False."""
+        top = self.model_dir(name)
+        found: dict[str, dict[str, Any]] = {}
+        for folder, dirs, files in os.walk(top, followlinks=False):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for fname in files:
+                if fname.startswith("."):
+                    continue
+                full = os.path.join(folder, fname)
+                rel = os.path.relpath(full, top).replace(os.sep, "/")
+                try:
+                    info = os.lstat(full)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(info.st_mode):
+                    found[rel] = {"size": None, "sha256": None}
+                    continue
+                sha = self.cache.known(full, info)
+                if sha is None and hash_stale:
+                    sha = self.cache.hash(full)[1]
+                found[rel] = {"size": info.st_size, "sha256": sha}
+        self.cache.save()
+        return found
+
+    def partials(self, name: str) -> dict[str, dict[str, Any]]:
+        """Files being received: {rel: {size, sha256 of that prefix}}."""
+        top = os.path.join(self.model_dir(name), META, "partial")
+        found: dict[str, dict[str, Any]] = {}
+        for folder, _dirs, files in os.walk(top, followlinks=False):
+            for fname in files:
+                full = os.path.join(folder, fname)
+                try:
+                    info = os.lstat(full)
+                except OSError:
+                    continue
+                rel = os.path.relpath(full, top).replace(os.sep, "/")
+                if stat.S_ISREG(info.st_mode) and info.st_size > 0 and relative_ok(rel):
+                    found[rel] = {"size": info.st_size, "sha256": prefix_sha256(full, info.st_size)}
+        return found
+
+    def state(self, name: str) -> dict[str, Any]:
+        """What this node holds of ``name``: the manifest when complete, every file with its
+        sha256, and the partials a sync can resume."""
+        manifest = self.manifest(name)
+        return {
+            "name": check_name(name),
+            "store": self.root,
+            "path": self.model_dir(name),
+            "complete": manifest is not None,
+            "manifest": manifest.to_dict() if manifest else None,
+            "files": self.present(name),
+            "partials": self.partials(name),
+        }
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every model in the store, without hashing anything: complete or not, its size."""
+        out = []
+        for name in self.names():
+            manifest = self.manifest(name)
+            out.append(
+                {
+                    "name": name,
+                    "complete": manifest is not None,
+                    "digest": manifest.digest if manifest else None,
+                    "size": manifest.size if manifest else None,
+                    "files": len(manifest.files) if manifest else None,
+                    "source": manifest.source if manifest else None,
+                    "entry": manifest.entry if manifest else None,
+                    "path": self.model_dir(name),
+                    "changed": self._changed(name, manifest) if manifest else None,
+                }
+            )
+        return out
+
+    def _changed(self, name: str, manifest: Manifest) -> list[str]:
+        """Files of a complete model that are gone or whose size, mtime or inode is not the
+        one they were verified with (a stat each: nothing is read)."""
+        changed = []
+        for entry in manifest.files:
+            full = self.final(name, entry.path)
+            try:
+                info = os.stat(full)
+            except OSError:
+                changed.append(entry.path)
+                continue
+            if self.cache.known(full, info) != entry.sha256:
+                changed.append(entry.path)
+        return changed
+
+    def verify(self, name: str) -> dict[str, Any]:
+        """Every file of the model read again (no cache): which differ from its manifest."""
+        manifest = self.manifest(name)
+        if manifest is None:
+            where = self.model_dir(name)
+            what = "is incomplete" if os.path.isdir(where) else "is not here"
+            raise ModelError(f"model {name} {what} ({where}): sync it first")
+        differ = []
+        for entry in manifest.files:
+            full = self.final(name, entry.path)
+            self.cache.forget(full)
+            try:
+                size, sha = self.cache.hash(full)
+            except ModelError as err:
+                differ.append({"path": entry.path, "reason": str(err).split(": ", 1)[-1]})
+                continue
+            if size != entry.size or sha != entry.sha256:
+                differ.append({"path": entry.path, "reason": f"sha256 {sha[:12]}…, {size} B"})
+        self.cache.save()
+        if differ:  # never served again as it is; the next sync sends only these files
+            self.invalidate(name)
+        return {
+            "name": name,
+            "digest": manifest.digest,
+            "files": len(manifest.files),
+            "differ": differ,
+        }
+
+    # -- changing ---------------------------------------------------------------------------
+    def invalidate(self, name: str) -> None:
+        """The model stops being complete (before any of its files changes)."""
+        try:
+            os.unlink(self.marker(name))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise ModelError(f"{self.marker(name)}: {err.strerror or err}") from None
+
+    def complete(self, manifest: Manifest) -> None:
+        """Mark ``manifest`` complete: files not in it removed, then the manifest written
+        (fsynced, renamed into place) last."""
+        name = manifest.name
+        wanted = {f.path for f in manifest.files}
+        for rel in list(self.present(name, hash_stale=False)):
+            if rel not in wanted:
+                os.unlink(self.final(name, rel))
+        shutil.rmtree(os.path.join(self.model_dir(name), META, "partial"), ignore_errors=True)
+        path = self.marker(name)
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(manifest.to_dict(), handle, indent=1)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+
+    def remove(self, name: str) -> bool:
+        top = self.model_dir(name)
+        if os.path.islink(top) or (os.path.exists(top) and not os.path.isdir(top)):
+            raise ModelError(f"{top}: not a model directory halo made; remove it by hand")
+        if not os.path.isdir(top):
+            return False
+        shutil.rmtree(top)
+        prefix = top + os.sep
+        for path in [p for p in self.cache.entries if p.startswith(prefix)]:
+            self.cache.forget(path)
+        self.cache.save()
+        return True
+
+
+class Receiving:
+    """One file arriving: written as a partial from ``offset`` (the verified prefix a
+    previous sync left), hashed as it comes, renamed into place only when its sha256 is the
+    manifest's."""
+
+    def __init__(self, store: Store, name: str, rel: str, size: int, sha: str, offset: int):
+        self.store, self.name, self.rel = store, name, rel
+        self.size, self.sha, self.offset = size, sha, offset
+        self.path = store.partial(name, rel)
+        self.digest = hashlib.sha256()
+        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        self.handle = os.fdopen(fd, "r+b")
+        if offset:
+            for chunk in read_chunks(self.path, 0, offset):
+                self.digest.update(chunk)
+        self.handle.truncate(offset)
+        self.handle.seek(offset)
+        self.written = offset
+
+    def write(self, chunk: bytes) -> None:
+        self.handle.write(chunk)
+        self.digest.update(chunk)
+        self.written += len(chunk)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.handle.close()
+
+    def finish(self) -> None:
+        """Verified and in place, or ModelError (the partial removed: it cannot be resumed)."""
+        try:
+            self.handle.flush()
+            os.fsync(self.handle.fileno())
+        finally:
+            self.close()
+        got = self.digest.hexdigest()
+        if self.written != self.size or got != self.sha:
+            os.unlink(self.path)
+            raise ModelError(
+                f"{self.rel}: received {self.written} B with sha256 {got[:12]}…, "
+                f"not the source's {self.sha[:12]}…"
+            )
+        final = self.store.final(self.name, self.rel)
+        os.makedirs(os.path.dirname(final), mode=0o755, exist_ok=True)
+        os.replace(self.path, final)
+        self.store.cache.remember(final, os.stat(final), got)
