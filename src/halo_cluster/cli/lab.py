@@ -179,7 +179,7 @@ def down(name: str | None, directory: str | None) -> int:
     state = read_state(path) or registered(lab_name)
     if state is not None:
         Lab().down(state)
-        click.echo(f"lab {lab_name} removed")
+        click.echo(f"lab {state.name} removed")
         return 0
     found = sweep(lab_name, tools["ip"])
     if found:
@@ -295,6 +295,20 @@ def kill(name: str | None, directory: str | None, node: str) -> int:
     state = _state(name, directory)
     Lab().kill(state, state.node(node))
     click.echo(f"{node}: every process stopped")
+    return 0
+
+
+@lab.command("boot")
+@lab_options
+@click.argument("node")
+def boot(name: str | None, directory: str | None, node: str) -> int:
+    """Start a killed NODE again (a machine that reboots): a new init and sshd in the same
+    network namespace; its model store is on disk and survives, what was in memory does not."""
+    from halo_cluster.lab.lab import Lab
+
+    state = _state(name, directory)
+    Lab().restart(state, state.node(node))
+    click.echo(f"{node}: booted")
     return 0
 
 

@@ -122,7 +122,8 @@ def resolve(cluster: Cluster, name: str, readers: list[str]) -> Resolved:
     """``name`` on every node of ``readers`` (the nodes whose engine opens the weights):
     complete and the same content everywhere, else one line naming the node, what is wrong,
     and the sync that fixes it."""
-    listing = store_listing(cluster, readers)
+    # every node listed: one that is not a reader may still name where the model came from
+    listing = store_listing(cluster, [n.name for n in cluster.config.nodes])
     rows = {row["name"]: row for row in model_table(listing)}
     row = rows.get(name)
     store = cluster.config.models.dir

@@ -34,13 +34,13 @@ def private_tmp_script(kept: list[str]) -> str:
     for i, path in enumerate(kept):
         lines += [
             f"mkdir -p /run/halo-keep/{i}",
-            f"mount --bind {shlex.quote(path)} /run/halo-keep/{i}",
+            f"mount --rbind {shlex.quote(path)} /run/halo-keep/{i}",
         ]
     lines.append("mount -t tmpfs -o mode=1777 tmpfs /tmp")
     for i, path in enumerate(kept):
         lines += [
             f"mkdir -p {shlex.quote(path)}",
-            f"mount --bind /run/halo-keep/{i} {shlex.quote(path)}",
+            f"mount --rbind /run/halo-keep/{i} {shlex.quote(path)}",
         ]
     return "".join(line + "\n" for line in lines)
 

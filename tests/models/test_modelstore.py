@@ -1,0 +1,350 @@
+"""The model store on its own (no nodes): manifests and their parsing, hashing once, a
+node's store (complete only when every file verified), and hops of a transfer over real
+loopback sockets: a chain that writes and forwards, resume from a verified prefix, a wrong
+secret refused, a stream cut short, a source that escapes its directory."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.manifest import (
+    FileEntry,
+    HashCache,
+    Manifest,
+    default_name,
+    make_manifest,
+    manifest_from,
+    relative_ok,
+    source_files,
+)
+from halo_cluster.modelstore.pipe import new_secret, relay
+from halo_cluster.modelstore.store import Store
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _model(tmp: Path, files: dict[str, bytes]) -> Path:
+    top = tmp / "src"
+    for rel, data in files.items():
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_bytes(data)
+    return top
+
+
+FILES = {"config.json": b'{"a": 1}', "w/model.safetensors": os.urandom(3 << 20) + b"end"}
+
+
+def _manifest(top: Path, cache: HashCache | None = None) -> Manifest:
+    files, entry = source_files(str(top))
+    return make_manifest("tiny", files, entry, str(top), cache or HashCache(None))
+
+
+# -- manifests ------------------------------------------------------------------------------
+def test_a_directory_becomes_a_manifest_of_every_file(tmp_path: Path) -> None:
+    top = _model(tmp_path, {**FILES, ".cache/skip": b"x"})
+    manifest = _manifest(top)
+    assert manifest.files == tuple(
+        FileEntry(rel, len(data), _sha(data)) for rel, data in sorted(FILES.items())
+    )
+    assert manifest_from(json.loads(json.dumps(manifest.to_dict()))) == manifest
+    assert manifest.to_dict()["digest"] == manifest.digest
+    renamed = Manifest("other", manifest.files, "", "elsewhere")
+    assert renamed.digest == manifest.digest  # the content's identity, not its name
+
+
+def test_a_split_gguf_brings_every_shard_and_names_the_first(tmp_path: Path) -> None:
+    for i in (1, 2, 3):
+        (tmp_path / f"big-{i:05d}-of-00003.gguf").write_bytes(b"GGUF" + bytes([i]))
+    files, entry = source_files(str(tmp_path / "big-00001-of-00003.gguf"))
+    assert [rel for rel, _ in files] == [f"big-{i:05d}-of-00003.gguf" for i in (1, 2, 3)]
+    assert entry == "big-00001-of-00003.gguf" and default_name(entry) == "big"
+    (tmp_path / "big-00002-of-00003.gguf").unlink()
+    with pytest.raises(ModelError, match=r"shard big-00002-of-00003\.gguf of this split GGUF"):
+        source_files(str(tmp_path / "big-00001-of-00003.gguf"))
+
+
+def test_a_link_out_of_the_source_is_refused(tmp_path: Path) -> None:
+    top = _model(tmp_path, FILES)
+    (tmp_path / "secret").write_text("x")
+    (top / "leak").symlink_to(tmp_path / "secret")
+    with pytest.raises(ModelError, match=r"leak: links out of .*src \(to .*secret\)"):
+        source_files(str(top))
+    (top / "leak").unlink()
+    (top / "inside").symlink_to(top / "config.json")  # a link that stays inside is a file
+    assert "inside" in [rel for rel, _ in source_files(str(top))[0]]
+
+
+def test_missing_and_odd_sources_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match=r"nope: No such file or directory"):
+        source_files(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match=r"empty: no files"):
+        source_files(str(tmp_path / "empty"))
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ModelError, match=r"fifo: not a directory or a regular file"):
+        source_files(str(tmp_path / "fifo"))
+
+
+def test_hashes_are_kept_by_size_mtime_and_inode(tmp_path: Path) -> None:
+    top = _model(tmp_path, FILES)
+    cache = HashCache(str(tmp_path / "hashes.json"))
+    read: list[int] = []
+    files, entry = source_files(str(top))
+    first = make_manifest("tiny", files, entry, "s", cache, read.append)
+    again: list[int] = []
+    second = make_manifest("tiny", files, entry, "s", HashCache(cache.path), again.append)
+    assert first == second
+    # the second look read nothing: whole sizes reported at once from the cache
+    assert sorted(again) == sorted(len(d) for d in FILES.values())
+    assert len(read) > len(again)
+    (top / "config.json").write_bytes(b'{"a": 2}')
+    changed = make_manifest("tiny", files, entry, "s", HashCache(cache.path))
+    assert changed.by_path()["config.json"].sha256 == _sha(b'{"a": 2}')
+
+
+def test_a_file_that_changes_while_hashed_is_an_error(tmp_path: Path) -> None:
+    top = _model(tmp_path, FILES)
+    target = top / "w" / "model.safetensors"
+
+    def grow(_n: int) -> None:  # the writer appends while halo reads
+        with target.open("ab") as handle:
+            handle.write(b"more")
+
+    files, entry = source_files(str(top))
+    with pytest.raises(ModelError, match=r"model\.safetensors: changed while being hashed"):
+        make_manifest("tiny", files, entry, "s", HashCache(None), grow)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"schema": "other"}, "not a halo.model/1 manifest"),
+        ({"schema": "halo.model/1", "name": "x", "files": {}}, "'files' must be a list"),
+        (
+            {"schema": "halo.model/1", "name": "x", "files": [{"path": "../x", "size": 1}]},
+            r"files\[0\].path '../x' is not allowed",
+        ),
+        (
+            {"schema": "halo.model/1", "name": "x", "files": [{"path": "a", "size": -1}]},
+            r"files\[0\].size is not a size",
+        ),
+        (
+            {"schema": "halo.model/1", "name": "x/y", "files": []},
+            "model name 'x/y'",
+        ),
+        (
+            {"schema": "halo.model/1", "name": "x", "files": [], "entry": "nope"},
+            "'entry' names no file",
+        ),
+    ],
+)
+def test_a_bad_manifest_is_one_line(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(ModelError, match=message):
+        manifest_from(data, "m.json")
+
+
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
+    )
+)
+def test_anything_is_a_manifest_or_one_modelerror(data: Any) -> None:
+    try:
+        manifest_from({"schema": "halo.model/1", "name": "x", "files": data})
+    except ModelError as err:
+        assert "\n" not in str(err)
+
+
+@given(st.text())
+def test_relative_paths_never_leave_the_model(path: str) -> None:
+    if relative_ok(path):
+        parts = path.split("/")
+        assert ".." not in parts and not path.startswith("/") and "\x00" not in path
+        assert os.path.normpath("/m/" + path).startswith("/m/")
+
+
+# -- hops over loopback ----------------------------------------------------------------------
+def _listening(spec: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any], threading.Event]:
+    events: dict[str, Any] = {"all": []}
+    ready = threading.Event()
+
+    def emit(event: dict[str, Any]) -> None:
+        events["all"].append(event)
+        if event["event"] == "listening":
+            events["port"] = event["port"]
+            ready.set()
+        if event["event"] == "done":
+            events["done"] = event
+            ready.set()
+
+    thread = threading.Thread(target=relay, args=(spec, emit), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    return thread, events, ready
+
+
+def _spec(
+    manifest: Manifest, store: Path | None, want: dict[str, int], source: dict[str, Any]
+) -> dict[str, Any]:
+    stream = [
+        {**f.to_dict(), "offset": min(want.get(f.path, 0), f.size)}
+        for f in manifest.files
+        if f.path in want
+    ]
+    return {
+        "store": str(store) if store else None,
+        "target": store is not None,
+        "manifest": manifest.to_dict(),
+        "stream": stream,
+        "want": want,
+        "input": source,
+        "next": None,
+        "wait_s": 10,
+        "idle_s": 10,
+    }
+
+
+def test_a_chain_writes_and_forwards_and_every_node_verifies(tmp_path: Path) -> None:
+    top = _model(tmp_path, FILES)
+    manifest = _manifest(top)
+    want = {f.path: 0 for f in manifest.files}
+    secrets = [new_secret(), new_secret()]
+    tail = _spec(manifest, tmp_path / "n2", want, {"listen": "127.0.0.1", "secret": secrets[1]})
+    t2, e2, _ = _listening(tail)
+    middle = _spec(manifest, tmp_path / "n1", want, {"listen": "127.0.0.1", "secret": secrets[0]})
+    middle["next"] = {"address": "127.0.0.1", "port": e2["port"], "secret": secrets[1]}
+    t1, e1, _ = _listening(middle)
+    source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
+    source["next"] = {"address": "127.0.0.1", "port": e1["port"], "secret": secrets[0]}
+    sent = relay(source, lambda _e: None)
+    t1.join(10), t2.join(10)
+    assert sent["forwarded"] and sent["complete"] is None
+    for node, events in (("n1", e1), ("n2", e2)):
+        done = events["done"]
+        assert (done["complete"], done["error"], done["failed"]) == (True, None, {})
+        assert sorted(done["verified"]) == sorted(FILES)
+        store = Store(str(tmp_path / node))
+        assert store.manifest("tiny") == manifest
+        for rel, data in FILES.items():
+            assert (tmp_path / node / "tiny" / rel).read_bytes() == data
+        assert not (tmp_path / node / "tiny" / ".halo" / "partial").exists()
+        assert store.verify("tiny")["differ"] == []
+
+
+def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
+    tmp_path: Path,
+) -> None:
+    top = _model(tmp_path, FILES)
+    manifest = _manifest(top)
+    big = "w/model.safetensors"
+    store = Store(str(tmp_path / "n1"))
+    partial = Path(store.partial("tiny", big))
+    partial.parent.mkdir(parents=True)
+    partial.write_bytes(FILES[big][: 1 << 20])
+    state = store.state("tiny")
+    assert state["partials"] == {big: {"size": 1 << 20, "sha256": _sha(FILES[big][: 1 << 20])}}
+    assert (state["complete"], state["files"]) == (False, {})
+    secret = new_secret()
+    want = {"config.json": 0, big: 1 << 20}
+    receiver = _spec(manifest, tmp_path / "n1", want, {"listen": "127.0.0.1", "secret": secret})
+    thread, events, _ = _listening(receiver)
+    source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
+    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    relay(source, lambda _e: None)
+    thread.join(10)
+    done = events["done"]
+    assert done["complete"] is True
+    # only what was missing crossed: the rest of the big file and the small one
+    assert done["received"] == len(FILES[big]) - (1 << 20) + len(FILES["config.json"])
+    assert (tmp_path / "n1" / "tiny" / big).read_bytes() == FILES[big]
+
+    # a prefix that is not the source's: the file fails its sha256, the partial is dropped
+    store.invalidate("tiny")
+    (tmp_path / "n1" / "tiny" / big).unlink()
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(b"\0" * 1024)
+    receiver = _spec(
+        manifest, tmp_path / "n1", {big: 1024}, {"listen": "127.0.0.1", "secret": secret}
+    )
+    thread, events, _ = _listening(receiver)
+    source = _spec(manifest, None, {big: 1024}, {"files": dict(source_files(str(top))[0])})
+    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    relay(source, lambda _e: None)
+    thread.join(10)
+    done = events["done"]
+    assert done["complete"] is False and list(done["failed"]) == [big]
+    assert "not the source's" in done["failed"][big]
+    assert not partial.exists() and Store(str(tmp_path / "n1")).manifest("tiny") is None
+
+
+def test_a_wrong_secret_is_refused_and_the_right_one_admitted(tmp_path: Path) -> None:
+    import socket
+
+    top = _model(tmp_path, {"a": b"x" * 100})
+    manifest = _manifest(top)
+    secret = new_secret()
+    receiver = _spec(manifest, tmp_path / "n1", {"a": 0}, {"listen": "127.0.0.1", "secret": secret})
+    thread, events, _ = _listening(receiver)
+    with socket.create_connection(("127.0.0.1", events["port"])) as wrong:
+        wrong.sendall(b"0" * 64 + b"\n" + b"x" * 100)
+        with contextlib.suppress(ConnectionResetError):  # closed with our bytes unread
+            assert wrong.recv(1) == b""  # closed on us
+    source = _spec(manifest, None, {"a": 0}, {"files": dict(source_files(str(top))[0])})
+    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    relay(source, lambda _e: None)
+    thread.join(10)
+    kinds = [e["event"] for e in events["all"]]
+    assert kinds[:3] == ["listening", "refused", "admitted"] and events["done"]["complete"]
+
+
+def test_a_stream_cut_short_keeps_the_partial_and_marks_nothing_complete(tmp_path: Path) -> None:
+    import socket
+
+    data = os.urandom(1 << 20)
+    top = _model(tmp_path, {"a": data})
+    manifest = _manifest(top)
+    secret = new_secret()
+    receiver = _spec(manifest, tmp_path / "n1", {"a": 0}, {"listen": "127.0.0.1", "secret": secret})
+    thread, events, _ = _listening(receiver)
+    with socket.create_connection(("127.0.0.1", events["port"])) as peer:
+        peer.sendall(secret.encode() + b"\n" + data[:1000])
+    thread.join(10)
+    done = events["done"]
+    assert done["complete"] is False and "the hop before closed" in done["error"]
+    state = Store(str(tmp_path / "n1")).state("tiny")
+    assert state["partials"] == {"a": {"size": 1000, "sha256": _sha(data[:1000])}}
+
+
+def test_verify_names_a_changed_file_and_takes_the_model_out_of_service(tmp_path: Path) -> None:
+    top = _model(tmp_path, FILES)
+    manifest = _manifest(top)
+    store = Store(str(tmp_path / "n1"))
+    for rel, data in FILES.items():
+        path = Path(store.final("tiny", rel))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    store.present("tiny")  # hashed, as the transfer's own writes are
+    store.complete(manifest)
+    assert store.listing()[0]["changed"] == [] and store.verify("tiny")["differ"] == []
+    with open(store.final("tiny", "config.json"), "r+b") as handle:
+        handle.write(b"X")
+    assert Store(store.root).listing()[0]["changed"] == ["config.json"]
+    found = Store(store.root).verify("tiny")
+    assert [d["path"] for d in found["differ"]] == ["config.json"]
+    assert Store(store.root).manifest("tiny") is None  # not servable until synced again
+    with pytest.raises(ModelError, match=r"model tiny is incomplete .*: sync it first"):
+        Store(store.root).verify("tiny")
+    assert Store(store.root).remove("tiny") and not Store(store.root).remove("tiny")
