@@ -178,12 +178,15 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
             f"halo lab model: {made.parameters / 1e6:.1f} M-parameter Llama at {model} "
             f"({' and '.join(formats)}, the same weights)"
         )
+        names = _sync_models(cluster, model, bool(state.llama_cpp), say)
         if state.llama_cpp:  # no Ray: llama.cpp's plans come from the nodes' facts
-            llama = _llama(server, model / "model.gguf", head.mgmt_address, say)
+            llama = _llama(server, names["gguf"], head.mgmt_address, say)
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
-        request = serve_request(config, model=str(model), tp=2, host=head.mgmt_address, wait_s=300)
+        request = serve_request(
+            config, model=names["dir"], tp=2, host=head.mgmt_address, wait_s=300
+        )
         served = server.start(request)
         _evidence(served, say)
         bench = load(served.url, None, [1, 4], 8, 32, 32, None)
@@ -216,15 +219,46 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     }
 
 
-def _llama(server: Any, gguf: Path, host: str, say: Callable[..., None]) -> dict[str, Any]:
+def _sync_models(cluster: Any, model: Path, gguf: bool, say: Callable[..., None]) -> dict[str, str]:
+    """halo model sync: the tiny model into every node's own store (vLLM's directory, and
+    llama.cpp's GGUF file), then once more, which sends nothing. Returns the names."""
+    from halo_cluster.cluster.model_source import resolve_source
+    from halo_cluster.cluster.model_sync import Sync
+    from halo_cluster.errors import ModelError
+
+    names = {"dir": "tiny"}
+    sources = [(str(model), "tiny")]
+    if gguf:
+        names["gguf"] = "tiny-gguf"
+        sources.append((str(model / "model.gguf"), "tiny-gguf"))
+    nodes = [n.name for n in cluster.config.nodes]
+    for source, name in sources:
+        for attempt in ("halo model sync", "again"):
+            found = resolve_source(cluster, source, name)
+            result = Sync(cluster, found, nodes).run()
+            if not result.ok:
+                bad = {n: r.reason for n, r in result.nodes.items() if r.reason}
+                raise ModelError(f"halo model sync {name}: {bad}")
+            states = {r.status for r in result.nodes.values()}
+            what = (
+                "already the same on every node (nothing sent)"
+                if states == {"same"}
+                else f"{result.sent / 1e6:.1f} MB sent once, into {len(nodes)} nodes' stores"
+            )
+            say(
+                f"{attempt}: {name} ({len(found.manifest.files)} files, "
+                f"{found.manifest.size / 1e6:.1f} MB) {what} in {result.seconds:.2f} s"
+            )
+    return names
+
+
+def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> dict[str, Any]:
     """The same model as GGUF, served by llama.cpp over RPC on the same nodes, benchmarked
     the same way, then stopped."""
     from halo_cluster.bench.serve_load import run as load
     from halo_cluster.engines.request import serve_request
 
-    request = serve_request(
-        server.config, model=str(gguf), engine="llama.cpp", host=host, wait_s=120
-    )
+    request = serve_request(server.config, model=gguf, engine="llama.cpp", host=host, wait_s=120)
     served = server.start(request)
     engine = served.engine
     say(
