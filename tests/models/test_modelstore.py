@@ -211,7 +211,7 @@ def _spec(
         "stream": stream,
         "want": want,
         "input": source,
-        "next": None,
+        "route": [],
         "wait_s": 10,
         "idle_s": 10,
     }
@@ -225,10 +225,12 @@ def test_a_chain_writes_and_forwards_and_every_node_verifies(tmp_path: Path) -> 
     tail = _spec(manifest, tmp_path / "n2", want, {"listen": "127.0.0.1", "secret": secrets[1]})
     t2, e2, _ = _listening(tail)
     middle = _spec(manifest, tmp_path / "n1", want, {"listen": "127.0.0.1", "secret": secrets[0]})
-    middle["next"] = {"address": "127.0.0.1", "port": e2["port"], "secret": secrets[1]}
     t1, e1, _ = _listening(middle)
     source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
-    source["next"] = {"address": "127.0.0.1", "port": e1["port"], "secret": secrets[0]}
+    source["route"] = [
+        {"address": "127.0.0.1", "port": e1["port"], "secret": secrets[0]},
+        {"address": "127.0.0.1", "port": e2["port"], "secret": secrets[1]},
+    ]
     sent = relay(source, lambda _e: None)
     t1.join(10), t2.join(10)
     assert sent["forwarded"] and sent["complete"] is None
@@ -262,7 +264,7 @@ def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
     receiver = _spec(manifest, tmp_path / "n1", want, {"listen": "127.0.0.1", "secret": secret})
     thread, events, _ = _listening(receiver)
     source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
-    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
     relay(source, lambda _e: None)
     thread.join(10)
     done = events["done"]
@@ -281,7 +283,7 @@ def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
     )
     thread, events, _ = _listening(receiver)
     source = _spec(manifest, None, {big: 1024}, {"files": dict(source_files(str(top))[0])})
-    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
     relay(source, lambda _e: None)
     thread.join(10)
     done = events["done"]
@@ -303,7 +305,7 @@ def test_a_wrong_secret_is_refused_and_the_right_one_admitted(tmp_path: Path) ->
         with contextlib.suppress(ConnectionResetError):  # closed with our bytes unread
             assert wrong.recv(1) == b""  # closed on us
     source = _spec(manifest, None, {"a": 0}, {"files": dict(source_files(str(top))[0])})
-    source["next"] = {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+    source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
     relay(source, lambda _e: None)
     thread.join(10)
     kinds = [e["event"] for e in events["all"]]
@@ -320,7 +322,7 @@ def test_a_stream_cut_short_keeps_the_partial_and_marks_nothing_complete(tmp_pat
     receiver = _spec(manifest, tmp_path / "n1", {"a": 0}, {"listen": "127.0.0.1", "secret": secret})
     thread, events, _ = _listening(receiver)
     with socket.create_connection(("127.0.0.1", events["port"])) as peer:
-        peer.sendall(secret.encode() + b"\n" + data[:1000])
+        peer.sendall(secret.encode() + b"\n[]\n" + data[:1000])
     thread.join(10)
     done = events["done"]
     assert done["complete"] is False and "the hop before closed" in done["error"]

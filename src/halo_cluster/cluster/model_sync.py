@@ -8,9 +8,9 @@
 3. One chain: the source (this machine, or the node holding it) -> the first node -> the
    next…; every hop writes what it needs and forwards the stream while it arrives, over the
    nodes' fabric addresses (the first hop from this machine over whatever reaches it). The
-   hops start from the end of the chain, so each one's listener exists before the hop
-   before it connects; each admits one peer with its own one-time secret (environment,
-   never argv).
+   receiving hops start at once and listen; the source then gets the route (addresses,
+   ports, one-time secrets) and each hop passes the rest of it on in-band. Each admits one
+   peer with its own secret (environment, never argv).
 4. A node that failed (killed, disk full) does not stop the others; a second round resumes
    what a broken chain left unfinished, while it makes progress.
 """
@@ -242,35 +242,36 @@ class Sync:
         stream = self._stream(chain, needs)
         source_node = self.source.node
         hops: dict[str, _Hop] = {}
-        downstream: dict[str, Any] | None = None
         order = [n for n in chain if n != source_node]
         first_from_here = source_node is None
         try:
-            for index in range(len(order) - 1, -1, -1):
-                node = order[index]
-                secret = new_secret()
+            secrets = {node: new_secret() for node in order}
+            for index, node in enumerate(order):  # every receiving hop at once
                 listen = self._listen_address(node, index == 0 and first_from_here)
-                spec = self._spec(stream, needs[node], {"listen": listen, "secret": secret})
-                spec["next"] = downstream
-                hop = _Hop(node, spec)
-                hops[node] = hop
-                self._start(hop)
+                source = {"listen": listen, "secret": secrets[node]}
+                hops[node] = _Hop(node, self._spec(stream, needs[node], source))
+                self._start(hops[node])
+            route = []
+            for node in order:  # in chain order, those that listen
+                hop = hops[node]
                 while not hop.listening.wait(0.2):
                     if hop.thread is not None and not hop.thread.is_alive():
                         break
                 if hop.listening.is_set() and hop.port:
-                    downstream = {"address": hop.address, "port": hop.port, "secret": secret}
+                    route.append(
+                        {"address": hop.address, "port": hop.port, "secret": secrets[node]}
+                    )
             files = {"files": self.source.files}
             if source_node is None:
                 head = _Hop(None, self._spec(stream, None, files))
-                head.spec["next"] = downstream
+                head.spec["route"] = route
                 hops[""] = head
                 head.thread = threading.Thread(target=self._local, args=(head,), daemon=True)
                 head.thread.start()
             else:
                 need = needs.get(source_node)
                 hop = _Hop(source_node, self._spec(stream, need, files))
-                hop.spec["next"] = downstream
+                hop.spec["route"] = route
                 hops[source_node] = hop
                 self._start(hop)
             self._watch(hops)
@@ -299,7 +300,6 @@ class Sync:
             "stream": stream,
             "want": need.want if need is not None else {},
             "input": source,
-            "next": None,
             "wait_s": WAIT_S,
             "idle_s": IDLE_S,
         }

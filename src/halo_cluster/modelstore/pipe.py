@@ -2,11 +2,14 @@
 before over TCP), are written to this node's store where it needs them, and go on to the
 next hop while they arrive. A chain of hops costs about one copy however many nodes it has.
 
-The stream carries the files of ``stream`` in order, each from its ``offset`` to its end:
-no framing, both ends know the list (the controller gave it to every hop). A listening hop
-binds one address (the node's fabric address), admits the first peer that sends the
-one-time secret of this hop (given in the environment, never in argv), then stops
-listening. Everything that arrives is hashed; a file is renamed into place only when its
+Every hop is started at once and listens; the source then gets the route (each hop's
+address, port and one-time secret, in chain order). On each connection the upstream sends
+the secret of the hop it reaches, then the rest of the route (one JSON line): the hop takes
+its next hop from it and passes on what remains. Then the stream: the files of ``stream``
+in order, each from its ``offset`` to its end, no framing (every hop got the list from the
+controller). A listening hop binds one address (the node's fabric address), admits the
+first peer that sends its secret (its own was given in the environment, never in argv),
+then stops listening. Everything that arrives is hashed; a file is renamed into place only when its
 sha256 is the manifest's (``store.Receiving``).
 
 Events go to ``emit`` as dicts (the node prints them as JSON lines for the controller):
@@ -16,6 +19,7 @@ Standard library only, Python 3.9."""
 from __future__ import annotations
 
 import hmac
+import json
 import os
 import socket
 import time
@@ -28,6 +32,7 @@ from halo_cluster.modelstore.store import Receiving, Store
 
 Emit = Callable[[dict[str, Any]], None]
 SECRET_BYTES = 64  # hex of 32 random bytes
+MAX_ROUTE = 1 << 20
 PROGRESS_S = 0.5
 
 
@@ -66,6 +71,26 @@ class _Upstream:
             listener.close()
         self.conn.settimeout(idle_s)
         self.buffer = bytearray(CHUNK)
+        self.route = self._route()
+
+    def _route(self) -> list[dict[str, Any]]:
+        """The hops after this one, as the upstream sent them (one JSON line)."""
+        line = b""
+        while not line.endswith(b"\n"):
+            try:
+                more = self.conn.recv(1)
+            except OSError as err:
+                raise ModelError(f"the hop before sent no route ({err})") from None
+            if not more or len(line) > MAX_ROUTE:
+                raise ModelError("the hop before sent no route")
+            line += more
+        try:
+            route = json.loads(line)
+        except ValueError:
+            raise ModelError("the hop before sent a route that is not JSON") from None
+        if not isinstance(route, list) or not all(isinstance(h, dict) for h in route):
+            raise ModelError("the hop before sent a route that is not a list of hops")
+        return route
 
     def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
         view = memoryview(self.buffer)
@@ -131,13 +156,16 @@ class _Files:
         return None
 
 
-def _downstream(target: dict[str, Any] | None, emit: Emit) -> socket.socket | None:
-    if not target:
+def _downstream(route: list[dict[str, Any]], emit: Emit) -> socket.socket | None:
+    """A connection to the next hop of ``route``, given its secret and the rest of the route;
+    None (and a ``forward-failed`` event) when it cannot be reached."""
+    if not route:
         return None
-    address, port = str(target["address"]), int(target["port"])
+    target, rest = route[0], route[1:]
+    address, port = str(target.get("address")), int(target.get("port") or 0)
     try:
         conn = socket.create_connection((address, port), timeout=30)
-        conn.sendall(str(target["secret"]).encode() + b"\n")
+        conn.sendall(str(target.get("secret")).encode() + b"\n" + json.dumps(rest).encode() + b"\n")
         conn.settimeout(120)
     except OSError as err:
         emit({"event": "forward-failed", "reason": f"{address}:{port}: {err.strerror or err}"})
@@ -175,9 +203,11 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             last[0] = now
             emit({"event": "progress", "total": total, **counts, "seconds": now - started})
 
+    route: list[dict[str, Any]] = []
     try:
         if "files" in source_spec:
             source = _Files({str(k): str(v) for k, v in source_spec["files"].items()})
+            route = list(spec.get("route") or [])
         else:
             source = _Upstream(
                 listen_address(str(source_spec.get("listen"))),
@@ -186,8 +216,9 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
                 float(spec.get("idle_s", 60.0)),
                 emit,
             )
-        forward = _downstream(spec.get("next"), emit)
-        if spec.get("next") and forward is None:
+            route = source.route
+        forward = _downstream(route, emit)
+        if route and forward is None:
             forward_error = "could not connect"
         disk_error: str | None = None
         for item in stream:
