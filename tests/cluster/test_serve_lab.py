@@ -52,14 +52,20 @@ def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
     try:
         assert halo("lab", "model", str(lab / "model")).returncode == 0
         _with_key(config)
+        # the model into each node's own store; every rank then opens its node's copy
+        synced = halo(
+            "model", "sync", str(lab / "model"), "--name", "tiny", "--config", str(config)
+        )
+        assert synced.returncode == 0, synced.stderr
         # a fresh lab, no 'halo up': vLLM's own executor needs no Ray, its plans come from
         # the nodes' facts
         first = halo(
-            "serve", str(lab / "model"), "--config", str(config), "--executor", "mp", "--json",
+            "serve", "tiny", "--config", str(config), "--executor", "mp", "--json",
             cwd=tmp_path, env=env, timeout=600,
         )  # fmt: skip
         assert first.returncode == 0, first.stderr
         mp = json.loads(first.stdout)
+        assert mp["model"] == "/var/lib/halo/models/tiny"
         assert (mp["executor"], mp["proven"], mp["problems"]) == ("mp", "socket", [])
         assert [r["node"] for r in mp["ranks"]] == ["node1", "node2"]
         assert not any(n["ray"] for n in _status(config, env)["nodes"])
@@ -116,7 +122,13 @@ def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
         assert time.monotonic() - start < 10
         serve = json.loads(lost.stdout)["serve"]
         assert not serve["healthy"] and serve["lost"] == ["node2"] and "node2" in serve["detail"]
-        assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
+        # the head's vLLM may already have ended on losing its peer (a loaded machine sees
+        # that sooner or later): either way, stop leaves nothing behind
+        stopped = halo("stop", "--config", str(config), cwd=tmp_path)
+        assert stopped.returncode == 0 and stopped.stdout.strip() in (
+            "server stopped",
+            "no server was running",
+        ), stopped.stdout
         assert _node(tmp_path, "D", "node1", LEFTOVER).strip() == ""
     finally:
         halo("stop", "--config", str(config), cwd=tmp_path)
