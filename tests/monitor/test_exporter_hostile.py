@@ -91,6 +91,38 @@ def test_one_client_cannot_kill_the_exporter(root_copy) -> None:
     assert log.count("\n") == 1 and log.startswith("halo exporter on http://"), log
 
 
+def test_the_node_side_exporter_under_python_3_9_too(root_copy) -> None:
+    """The unit form (``halo monitoring exporter-unit``) runs the node side's exporter on
+    the node's Python: it died the same way."""
+    import halo_cluster
+    from tests.conftest import free_port, python39
+
+    port = free_port()
+    argv = ["exporter", "--root", str(root_copy("strix-e810")), "--listen", f"127.0.0.1:{port}"]
+    src = str(Path(halo_cluster.__file__).parents[1])
+    proc = subprocess.Popen(
+        [python39(), "-c", f"import sys; from halo_cluster.node.main import main; main({argv!r})"],
+        env={**os.environ, "PYTHONPATH": src},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    target = f"127.0.0.1:{port}"
+    try:
+        until(lambda: _answers(target) or proc.poll() is not None)
+        assert pipelined(target, b"GET / HTTP/1.1\r\n\r\n", 400) == ROOT_ANSWER * 400
+        assert "halo_rdma_port_state" in get(f"http://{target}/metrics")
+    finally:
+        log = stop_exporter(proc)
+    assert log.count("\n") == 1 and log.startswith("halo exporter on http://"), log
+
+
+def _answers(target: str) -> bool:
+    try:
+        return "halo_rdma_port_state" in get(f"http://{target}/metrics")
+    except OSError:
+        return False
+
+
 def test_a_400_digit_port_rate_is_plus_inf_never_a_500(root_copy) -> None:
     """#6: every scrape was an HTTP 500 (OverflowError) while the file was there."""
     root = root_copy("strix-e810")
