@@ -90,3 +90,43 @@ def test_bad_roots_and_result_files(tmp_path: Path) -> None:
         )
         assert "Traceback" not in done.stderr, argv
         assert done.returncode == 2, f"{argv}: exit {done.returncode}: {done.stderr}"
+
+
+# what one client may send the exporter (issue 29, N1): each on its own connection, sent as
+# far as the sockets take it and never read; a scrape after each must still answer
+HOSTILE_CLIENTS = {
+    "400 pipelined GET /": b"GET / HTTP/1.1\r\n\r\n" * 400,
+    "5000 pipelined GET /metrics": b"GET /metrics HTTP/1.1\r\n\r\n" * 5000,
+    "200 pipelined 8 KB headers": (b"GET / HTTP/1.1\r\nX: " + b"a" * 8000 + b"\r\n\r\n") * 200,
+    "a header over 8 KB": b"GET / HTTP/1.1\r\nX: " + b"a" * 9000,
+    "pipelined bodies": b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc" * 100,
+    "pipelined HEAD and bad requests": (
+        b"HEAD /metrics HTTP/1.1\r\n\r\nBREW /pot HTCPCP/1.0\r\n\r\nGET /x HTTP/1.1\r\n\r\n"
+    )
+    * 300,
+    "NUL and escape bytes": b"\x00\x1b[2J\xff" * 2000 + b"\r\n\r\n",
+    "a TLS hello": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 500,
+    "half a request": b"GET /metr",
+}
+
+
+def test_the_exporter_with_every_hostile_client(root_copy) -> None:
+    import contextlib
+    import socket
+
+    from tests.monitor.test_exporter import get, start_exporter, stop_exporter
+
+    proc, target = start_exporter(root_copy("strix-e810"), "--interval", "200ms")
+    host, port = target.split(":")
+    try:
+        for what, data in HOSTILE_CLIENTS.items():
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.send(data)
+                assert "halo_rdma_port_state" in get(f"http://{target}/metrics"), what
+            assert proc.poll() is None, what
+    finally:
+        log = stop_exporter(proc)
+    assert log.count("\n") == 1 and "Traceback" not in log, log

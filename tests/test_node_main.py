@@ -161,6 +161,7 @@ def test_other_commands_under_python_3_9_print_the_same(
         ["setup", "--root", strix, "--local", "--json", "--distro", "fedora", "--step=mtu"],
         ["exporter", "--root", strix, "--once", "--peer", "strix2,fabric,192.168.100.2"],
         ["exporter", "--root", strix, "--once", "--interval", "soon"],
+        ["exporter", "--root", strix, "--once", "--rescan", "99999999999999999999s"],
         ["net-probe", "ping", f"127.0.0.1:{free_port()}", "--seconds", "0.1"],
     ]
     code = node_code()
@@ -172,7 +173,10 @@ def test_other_commands_under_python_3_9_print_the_same(
     expected = {" ".join(argv): run_main(argv, capsys) for argv in commands}
     assert got == expected
     assert expected[" ".join(commands[3])] == (0, "5\n", "")
-    assert [code for code, _out, _err in expected.values()] == [0, 0, 2, 0, 2, 2, 0, 0, 2, 1]
+    assert [code for code, _out, _err in expected.values()] == [0, 0, 2, 0, 2, 2, 0, 0, 2, 2, 1]
+    assert expected[" ".join(commands[9])][2] == (
+        "halo: error: --rescan '99999999999999999999s': must be at most 24h\n"
+    )
     ray = runner.run(code.argv(py39, ["ray-nodes"]))  # no Ray in that Python
     assert (ray.returncode, ray.stdout, ray.stderr) == (
         1,

@@ -3,7 +3,9 @@ vanishing clients, the connection bound."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -166,3 +168,130 @@ def test_any_request_head_gets_a_status_never_an_exception(head: bytes) -> None:
     assert isinstance(body, bytes) and isinstance(close, bool)
     end = _header_end(bytearray(head))
     assert end == -1 or head[end : end + 2] in (b"\r\n", b"\n\n")
+
+
+# -- issue 29 (N1): pipelining, slow readers, failures inside one connection -----------------
+BIG = b"x" * (4 << 20)  # a page far larger than what the kernel buffers for one socket
+
+
+def big_pages(target: str) -> tuple[int, str, bytes]:
+    if target == "/str":
+        return 200, "text/plain", "a str, not bytes"  # type: ignore[return-value]  # a bug
+    if target == "/big":
+        return 200, "text/plain", BIG
+    return pages(target)
+
+
+def until(condition: object, timeout_s: float = 10.0) -> None:
+    """Wait for an observable state (never a guessed duration)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the state never came"
+        time.sleep(0.01)
+
+
+def read_answers(sock: socket.socket, count: int) -> bytes:
+    """Read until ``count`` answers have come (every answer here has the same size)."""
+    chunks, size, want = [], 0, count * len(OK_KEEP)
+    while size < want:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {size} of {want} bytes"
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /metrics HTTP/1.1\r\n\r\n",  # the repro's shape: 5000 of them would be 15000 frames
+        b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 8000 + b"\r\n\r\n",  # just below the limit
+    ],
+    ids=["short", "8KB-header"],
+)
+def test_thousands_of_pipelined_requests_are_answered_in_a_loop(
+    server: MetricsServer, request_bytes: bytes
+) -> None:
+    count = 5000 if len(request_bytes) < 100 else 200
+    with connect(server) as sock:
+        sender = threading.Thread(target=sock.sendall, args=(request_bytes * count,))
+        sender.start()  # the server reads as it answers: send and read at once
+        got = read_answers(sock, count)
+        sender.join()
+    assert got == OK_KEEP * count
+    with connect(server) as sock:
+        assert exchange(sock, b"GET /metrics HTTP/1.0\r\n\r\n") == OK_CLOSE
+    assert server.failed == 0
+
+
+def test_slow_readers_share_one_page_and_one_answer_each() -> None:
+    """50 clients pipeline requests for a 4 MiB page and never read: each holds one answer,
+    whose body is the page itself (a view, never a copy), and no more than MAX_INPUT_BYTES
+    of its requests are read ahead; a normal scrape still answers."""
+    from halo_cluster.monitor.httpd import MAX_INPUT_BYTES
+
+    srv = MetricsServer("127.0.0.1", free_port(), big_pages, max_connections=64)
+    thread = srv.start()
+    clients = []
+    for _ in range(50):
+        sock = connect(srv)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            sock.send(b"GET /big HTTP/1.1\r\n\r\n" * 3000)  # 63 KB of requests, as far as it goes
+        clients.append(sock)
+    until(lambda: sum(1 for c in list(srv.conns.values()) if c.out) == 50)
+    with connect(srv) as sock:
+        assert exchange(sock, b"GET /metrics HTTP/1.0\r\n\r\n") == OK_CLOSE
+    srv.shutdown()
+    thread.join(10)
+    held = list(srv.conns.values())
+    try:
+        assert len(held) == 50
+        assert all(c.out[-1].obj is BIG for c in held)  # the page itself: one copy for all
+        assert all(c.pending() <= len(BIG) + 100 for c in held)
+        assert all(len(c.inbuf) <= MAX_INPUT_BYTES for c in held)
+        assert all(c.requests == 1 for c in held)  # one answer at a time
+    finally:
+        srv.server_close()
+        for sock in clients:
+            sock.close()
+
+
+def test_a_reader_that_falls_behind_is_closed() -> None:
+    srv = MetricsServer("127.0.0.1", free_port(), big_pages, send_timeout_s=0.5)
+    srv.start()
+    try:
+        with connect(srv) as slow:
+            slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            slow.sendall(b"GET /big HTTP/1.1\r\n\r\n")
+            until(lambda: srv.too_slow == 1)
+            assert srv.conns == {}
+            with connect(srv) as sock:
+                assert exchange(sock, b"GET /metrics HTTP/1.0\r\n\r\n") == OK_CLOSE
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_an_internal_error_closes_only_its_connection() -> None:
+    logged: list[str] = []
+    srv = MetricsServer("127.0.0.1", free_port(), big_pages, log=logged.append)
+    srv.start()
+    try:
+        with connect(srv) as keep:  # a keep-alive connection that is fine throughout
+            keep.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_answers(keep, 1) == OK_KEEP
+            for _ in range(3):
+                with connect(srv) as sock:
+                    assert exchange(sock, b"GET /str HTTP/1.1\r\n\r\n") == b""  # closed
+            keep.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_answers(keep, 1) == OK_KEEP
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert srv.failed == 3
+    assert logged == [  # once for the three identical failures
+        "halo exporter: closed a connection after an internal error: TypeError: "
+        "memoryview: a bytes-like object is required, not 'str'"
+    ]

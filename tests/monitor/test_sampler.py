@@ -348,3 +348,58 @@ def test_a_fifo_or_symlink_in_place_of_a_counter_is_an_error_not_a_hang(strix: P
     write(strix, f"{HW}/RetransSegs", 2**64)  # past a 64-bit counter: garbage
     assert sampler.sample().errors == 2
     sampler.close()
+
+
+# -- issue 29 ---------------------------------------------------------------------------------
+def test_huge_and_non_finite_values_never_cost_the_page() -> None:
+    """#6: a value no int() takes (+Inf from a 400-digit port rate, NaN) is written as the
+    format spells it; one that is no float at all is left out, its reason given."""
+    rate = ("halo_rdma_port_rate_bytes_per_second", PORT)
+    dropped: list[str] = []
+    text = render(
+        {rate: float("1" * 400), ("halo_net_mtu_bytes", (("interface", "a"),)): -float("inf")},
+        [
+            ("halo_alert", (("alert", "x"), ("subject", "nan")), float("nan")),
+            ("halo_alert", (("alert", "y"), ("subject", "big")), 10**400),  # type: ignore[list-item]
+            ("halo_alert", (("alert", "z"), ("subject", "ok")), 2.0**53),
+        ],
+        dropped,
+    )
+    assert text.splitlines() == [
+        "# HELP halo_alert 1 for every firing alert.",
+        "# TYPE halo_alert gauge",
+        'halo_alert{alert="x",subject="nan"} NaN',
+        'halo_alert{alert="z",subject="ok"} 9007199254740992.0',
+        "# HELP halo_net_mtu_bytes Interface MTU.",
+        "# TYPE halo_net_mtu_bytes gauge",
+        'halo_net_mtu_bytes{interface="a"} -Inf',
+        "# HELP halo_rdma_port_rate_bytes_per_second RDMA port link rate.",
+        "# TYPE halo_rdma_port_rate_bytes_per_second gauge",
+        'halo_rdma_port_rate_bytes_per_second{device="rocep194s0",port="1"} +Inf',
+    ]
+    assert dropped == [
+        'halo_alert{alert="y",subject="big"}: OverflowError: int too large to convert to float'
+    ]
+    parsed = parse(text)
+    assert (
+        parsed[rate] == float("inf")
+        and parsed[("halo_alert", (("alert", "x"), ("subject", "nan")))] != 0
+    )
+
+
+def test_a_file_replaced_by_rename_is_read_anew(strix: Path) -> None:
+    """A kept-open counter file keeps the file it opened: replaced by rename, or deleted and
+    written anew, the next sample reads the new file (twice in quick succession too: a
+    directory changed moments ago is looked at again)."""
+    sampler = Sampler(str(strix))
+    key = ("halo_rdma_hw_counter_total", (*PORT, ("counter", "RetransSegs")))
+    assert sampler.open_files() == len(sampler.sources) and key in sampler.sample().values
+    path = strix / HW / "RetransSegs"
+    for value in (111, 222):
+        (strix / HW / "new").write_text(f"{value}\n")
+        os.replace(strix / HW / "new", path)
+        assert sampler.sample().values[key] == value
+    path.unlink()
+    path.write_text("333\n")
+    assert sampler.sample().values[key] == 333
+    assert sampler.scrape_errors == 0 and sampler.open_files() == len(sampler.sources)

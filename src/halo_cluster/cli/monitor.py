@@ -20,14 +20,16 @@ DEFAULT_PORT = 9877
 PROBE_PORT = 9878
 
 
-def parse_duration(text: str) -> float:
-    """``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds (a usage error otherwise)."""
+def parse_duration(text: str, option: str = "--interval") -> float:
+    """``500ms``, ``1s``, ``5m``, ``1h`` or plain seconds, at most a day (a one-line usage
+    error naming the option otherwise: a waiting thread must never meet a huge value)."""
+    from halo_cluster.errors import UsageError
     from halo_cluster.units import parse_duration as seconds
 
     try:
         return seconds(text)
     except ValueError as err:
-        raise click.BadParameter(str(err)) from None
+        raise UsageError(f"{option} {err}") from None
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -151,8 +153,8 @@ def exporter(
         echo_addresses or ([address] if probes else []),
         probe_port,
         parse_duration(interval),
-        parse_duration(rescan),
-        parse_duration(rdma_probe_every) if rdma_probe_every else None,
+        parse_duration(rescan, "--rescan"),
+        parse_duration(rdma_probe_every, "--rdma-probe-every") if rdma_probe_every else None,
         _baseline(baseline_path),
     )
     if once:
@@ -162,13 +164,28 @@ def exporter(
 
 
 def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
+    """--baseline FILE (an error when unusable), else the latest bench net result in the
+    results directory: when that cannot be read or used, a warning, and latency alerts
+    measure against the first steady p50 instead."""
     from pathlib import Path
 
     from halo_cluster.config import results_dir
+    from halo_cluster.errors import UsageError
     from halo_cluster.monitor.baseline import latest_result, load_baseline
 
-    path = Path(explicit) if explicit else latest_result(results_dir())
-    return load_baseline(path) if path else {}
+    if explicit:
+        return load_baseline(Path(explicit))
+    directory = results_dir()
+    instead = "latency alerts use the first steady p50"
+    try:
+        path = latest_result(directory)
+        return load_baseline(path) if path else {}
+    except OSError as err:
+        warning = f"cannot read the results directory {directory}: {err.strerror or err}"
+    except UsageError as err:
+        warning = str(err)
+    click.echo(f"halo: warning: {warning}; {instead}", err=True)
+    return {}
 
 
 def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:

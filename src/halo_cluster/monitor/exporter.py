@@ -19,6 +19,7 @@ from halo_cluster.monitor.rates import rates
 from halo_cluster.monitor.rdma_probe import RdmaProber
 from halo_cluster.monitor.sampler import Sampler
 from halo_cluster.monitor.snapshot import Labels, Snapshot
+from halo_cluster.units import wait_seconds
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -51,6 +52,7 @@ class Exporter:
         self._page: tuple[int, bytes] = (-1, b"")  # (sample number, rendered page)
         self._samples = 0
         self._last_error = ""
+        self._logged: set[str] = set()
 
     def start(self) -> None:
         self.prober.start()
@@ -63,7 +65,7 @@ class Exporter:
         self.sampler.close()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(wait_seconds(self.interval_s)):
             try:
                 self.tick()
             except Exception as err:  # a long-lived sampler reports, and samples again
@@ -140,7 +142,21 @@ class Exporter:
             extra.append(("halo_probe_failures_total", labels, float(t.failures)))
         for alert in state.alerts:
             extra.append(("halo_alert", (("alert", alert.name), ("subject", alert.subject)), 1.0))
-        return render(state.current.values, extra)
+        dropped: list[str] = []
+        page = render(state.current.values, extra, dropped)
+        for reason in dropped:
+            self._log_once(f"halo exporter: left out of /metrics: {reason}")
+        return page
+
+    def _log_once(self, text: str) -> None:
+        """A line on stderr, once per distinct text (a page is rendered every interval),
+        control characters escaped."""
+        if text in self._logged:
+            return
+        if len(self._logged) > 1000:  # a node's series come and go: do not grow without bound
+            self._logged.clear()
+        self._logged.add(text)
+        print(text.encode("unicode_escape").decode(), file=sys.stderr, flush=True)
 
 
 def serve(exporter: Exporter, address: str, port: int) -> MetricsServer:

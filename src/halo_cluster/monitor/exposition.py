@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -77,8 +78,14 @@ def format_labels(labels: Labels) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
 
 
-def render(series: Mapping[Key, float], extra: Iterable[tuple[str, Labels, float]] = ()) -> str:
-    """All series grouped by metric, each group with its HELP and TYPE."""
+def render(
+    series: Mapping[Key, float],
+    extra: Iterable[tuple[str, Labels, float]] = (),
+    dropped: list[str] | None = None,
+) -> str:
+    """All series grouped by metric, each group with its HELP and TYPE. A value that is no
+    number at all is left out (its series and the reason appended to ``dropped``): one bad
+    value never costs the page."""
     grouped: dict[str, list[tuple[str, Labels, float]]] = {}
     for (name, labels), value in series.items():
         grouped.setdefault(name, []).append((name, labels, value))
@@ -95,14 +102,29 @@ def render(series: Mapping[Key, float], extra: Iterable[tuple[str, Labels, float
         lines.append(f"# HELP {family} {text}")
         lines.append(f"# TYPE {family} {kind}")
         for name, labels, value in grouped[family]:
-            lines.append(f"{series_name(name, labels)} {_number(value)}")
+            try:
+                number = format_number(value)
+            except (TypeError, ValueError, OverflowError) as err:
+                if dropped is not None:
+                    dropped.append(f"{series_name(name, labels)}: {type(err).__name__}: {err}")
+                continue
+            lines.append(f"{series_name(name, labels)} {number}")
     return "\n".join(lines) + "\n"
 
 
-def _number(value: float) -> str:
-    if value == int(value) and abs(value) < 2**53:
-        return str(int(value))
-    return repr(value)
+def format_number(value: float) -> str:
+    """A sample value as the exposition format writes it: integers exactly (below 2^53),
+    other values as Python's shortest float text, and +Inf, -Inf and NaN as the format
+    spells them (a 400-digit port rate in a node's file parses as +Inf). TypeError,
+    ValueError or OverflowError (an int too large for a float) for what cannot be a sample."""
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "+Inf" if number > 0 else "-Inf"
+    if number == int(number) and abs(number) < 2**53:
+        return str(int(number))
+    return repr(number)
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(?:\s+\d+)?$")

@@ -1,13 +1,33 @@
-"""One dashboard frame from two scrapes of every exporter (pure), and its plain-text form."""
+"""One dashboard frame from two scrapes of every exporter (pure), and its plain-text form.
+
+An exporter is not trusted: a label may be missing or hold escape codes, a value may be NaN
+or +Inf. The frame takes what is there (an absent label is empty), and everything shown on
+a terminal passes through ``printable``."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from halo_cluster.monitor.snapshot import Key
 
 Samples = Mapping[Key, float]
+
+
+def printable(text: object) -> str:
+    """Text from an exporter as it may reach a terminal: every character that is not
+    printable (ANSI escapes, C1 controls, bidi overrides, newlines) shown as its escape."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
+def _state(state: float) -> str:
+    if state == 4:
+        return "ACTIVE"
+    return f"state {int(state)}" if math.isfinite(state) else f"state {state}"
 
 
 def _rate(first: Samples, second: Samples, key: Key, interval_s: float) -> float:
@@ -32,8 +52,10 @@ def node_frame(
         rx = _rate(first, second, ("halo_rdma_port_receive_bytes_total", labels), interval_s)
         ports.append(
             {
+                "device": "",
+                "port": "",
                 **dict(labels),
-                "state": "ACTIVE" if state == 4 else f"state {int(state)}",
+                "state": _state(state),
                 "tx_gbps": tx * 8 / 1e9,
                 "rx_gbps": rx * 8 / 1e9,
             }
@@ -55,6 +77,7 @@ def node_frame(
         )
         interfaces.append(
             {
+                "interface": "",
                 **dict(labels),
                 "up": bool(up),
                 "tx_gbps": r("halo_net_transmit_bytes_total") * 8 / 1e9,
@@ -68,10 +91,13 @@ def node_frame(
     for (name, labels), value in second.items():
         if name == "halo_probe_rtt_seconds":
             d = dict(labels)
-            entry = probes.setdefault(
-                (d["peer"], d["path"]), {"peer": d["peer"], "path": d["path"]}
-            )
-            entry[f"p{round(float(d['quantile']) * 100)}_us"] = value * 1e6
+            try:
+                percent = round(float(d.get("quantile", "")) * 100)
+            except (ValueError, OverflowError):
+                continue  # no quantile we could name
+            peer, path = d.get("peer", ""), d.get("path", "")
+            entry = probes.setdefault((peer, path), {"peer": peer, "path": path})
+            entry[f"p{percent}_us"] = value * 1e6
     alerts = [dict(labels) for labels in _by(second, "halo_alert")]
     return {
         "target": target,
@@ -94,9 +120,9 @@ def build_frame(
 def render_frame(frame: dict[str, Any]) -> str:
     out = []
     for node in frame["nodes"]:
-        out.append(f"== {node['target']}")
+        out.append(f"== {printable(node['target'])}")
         if "error" in node:
-            out.append(f"   unreachable: {node['error']}")
+            out.append(f"   unreachable: {printable(node['error'])}")
             continue
         out += [_port_line(p) for p in node["ports"]]
         out += [_interface_line(i) for i in node["interfaces"]]
@@ -107,13 +133,16 @@ def render_frame(frame: dict[str, Any]) -> str:
                 if p50 is None or p99 is None
                 else f"p50 {p50:8.1f} µs  p99 {p99:8.1f} µs"
             )
-            out.append(f"   probe {p['peer']:<10} {p['path']:<7} {shown}")
-        out += [f"   ALERT {a.get('alert')}: {a.get('subject')}" for a in node["alerts"]]
+            out.append(f"   probe {printable(p['peer']):<10} {printable(p['path']):<7} {shown}")
+        out += [
+            f"   ALERT {printable(a.get('alert'))}: {printable(a.get('subject'))}"
+            for a in node["alerts"]
+        ]
     return "\n".join(out) + "\n"
 
 
 def _port_line(p: dict[str, Any]) -> str:
-    where = f"{p['device']}/{p['port']}"
+    where = printable(f"{p['device']}/{p['port']}")
     rates = f"tx {p['tx_gbps']:8.3f} Gb/s  rx {p['rx_gbps']:8.3f} Gb/s"
     return f"   rdma {where:<16} {p['state']:<8} {rates}"
 
@@ -122,4 +151,4 @@ def _interface_line(i: dict[str, Any]) -> str:
     state = "up" if i["up"] else "DOWN"
     rates = f"tx {i['tx_gbps']:8.3f} Gb/s  rx {i['rx_gbps']:8.3f} Gb/s"
     packets = f"{i['tx_pps']:9.0f}/{i['rx_pps']:9.0f} pkt/s  errors {i['errors_per_s']:.1f}/s"
-    return f"   net  {i['interface']:<16} {state:<8} {rates}  {packets}"
+    return f"   net  {printable(i['interface']):<16} {state:<8} {rates}  {packets}"

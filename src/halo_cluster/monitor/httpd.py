@@ -11,6 +11,16 @@ request within ``header_timeout_s`` (or idles longer than ``idle_timeout_s`` bet
 requests) is closed; the number of connections is bounded, and when it is reached the
 connection that has been waiting longest without a request makes room; a client that goes
 away is simply closed. Nothing is ever printed for a client's behaviour.
+
+What one connection may cost is bounded too. Pipelined requests are answered one after the
+other in a loop (never by recursion), one answer at a time: while an answer is unsent the
+connection is not read (TCP flow control then stops the client), and at most
+``MAX_INPUT_BYTES`` of requests wait unanswered. An answer is its own small header and a
+view of the page the handler returned, never a copy: slow readers of the same page share
+one copy of it. A reader that has not taken its answer within ``send_timeout_s`` has fallen
+too far behind and is closed, so the pages held for slow readers are those of the last few
+seconds only. A failure inside one connection's handling closes that connection (one line
+in the log), never the server.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ import errno
 import resource
 import selectors
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +39,7 @@ from dataclasses import dataclass, field
 from halo_cluster.errors import ListenError
 
 MAX_HEADER_BYTES = 8192
+MAX_INPUT_BYTES = 2 * MAX_HEADER_BYTES  # requests read ahead of their answers, at most
 ACCEPTS_PER_WAKE = 256
 REASONS = {
     200: "OK",
@@ -41,6 +53,7 @@ REASONS = {
 
 # path -> (status, content type, body)
 Pages = Callable[[str], tuple[int, str, bytes]]
+Log = Callable[[str], None]
 
 
 def default_max_connections() -> int:
@@ -51,15 +64,26 @@ def default_max_connections() -> int:
     return max(16, min(1024, soft // 4))
 
 
+def log_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @dataclass
 class _Conn:
     sock: socket.socket
     deadline: float
     since: float  # when it last finished a request (or connected): eviction order
     inbuf: bytearray = field(default_factory=bytearray)
-    out: memoryview | None = None
+    # the answer being sent: its header and a view of the (shared) page, what is left of them
+    out: list[memoryview] = field(default_factory=list)
     close_after: bool = False
     requests: int = 0
+    events: int = selectors.EVENT_READ
+    closed: bool = False
+
+    def pending(self) -> int:
+        """Bytes of the answer not yet taken by the kernel."""
+        return sum(len(view) for view in self.out)
 
 
 class MetricsServer:
@@ -71,11 +95,15 @@ class MetricsServer:
         max_connections: int | None = None,
         header_timeout_s: float = 5.0,
         idle_timeout_s: float = 60.0,
+        send_timeout_s: float = 10.0,
+        log: Log = log_stderr,
     ) -> None:
         self.pages = pages
         self.max_connections = max_connections or default_max_connections()
         self.header_timeout_s = header_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.send_timeout_s = send_timeout_s  # Prometheus's own default scrape timeout
+        self.log = log
         self.listener = _listen(address, port)
         self.server_address: tuple[str, int] = self.listener.getsockname()[:2]
         self.selector = selectors.DefaultSelector()
@@ -87,21 +115,30 @@ class MetricsServer:
         self._listening = True
         self._resume_at = 0.0
         self._stop = threading.Event()
+        self._last_error = ""
         self.served = 0
         self.evicted = 0
         self.timed_out = 0
+        self.too_slow = 0  # readers closed for not taking their answer in time
+        self.failed = 0  # connections closed after an internal error
 
     # -- life -------------------------------------------------------------------------------
     def serve_forever(self, poll_s: float = 0.25) -> None:
         while not self._stop.is_set():
             for key, mask in self.selector.select(poll_s):
-                if key.data is None:
-                    self._accept()
-                elif key.data is self._wake_r:
-                    _drain(self._wake_r)
-                else:
-                    self._ready(key.data, mask)
-            self._sweep(time.monotonic())
+                try:
+                    if key.data is None:
+                        self._accept()
+                    elif key.data is self._wake_r:
+                        _drain(self._wake_r)
+                    else:
+                        self._ready(key.data, mask)
+                except Exception as err:  # a bug costs one connection (or one wake), never all
+                    self._failed(err, key.data if isinstance(key.data, _Conn) else None)
+            try:
+                self._sweep(time.monotonic())
+            except Exception as err:
+                self._failed(err, None)
 
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="halo-http", daemon=True)
@@ -119,6 +156,20 @@ class MetricsServer:
         for sock in (self.listener, self._wake_r, self._wake_w):
             sock.close()
         self.selector.close()
+
+    def _failed(self, err: BaseException, conn: _Conn | None) -> None:
+        """One line for an internal error (once in a row per distinct text); the connection
+        it happened on is closed."""
+        self.failed += 1
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                self._close(conn)
+        text = f"halo exporter: closed a connection after an internal error: {type(err).__name__}"
+        text = f"{text}: {err}"[:300]
+        if text != self._last_error:
+            self._last_error = text
+            with contextlib.suppress(Exception):
+                self.log(text.encode("unicode_escape").decode())
 
     # -- connections ------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -146,7 +197,7 @@ class MetricsServer:
     def _evict(self) -> bool:
         """Close the connection waiting longest without sending a request; False when every
         connection is in the middle of its answer."""
-        idle = [c for c in self.conns.values() if c.out is None]
+        idle = [c for c in self.conns.values() if not c.out]
         if not idle:
             return False
         self._close(min(idle, key=lambda c: c.since))
@@ -164,45 +215,69 @@ class MetricsServer:
             self.selector.register(self.listener, selectors.EVENT_READ, None)
             self._listening = True
         for conn in [c for c in self.conns.values() if c.deadline <= now]:
-            self.timed_out += 1
+            if conn.out:
+                self.too_slow += 1
+            else:
+                self.timed_out += 1
             self._close(conn)
 
     def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
         fd = conn.sock.fileno()
         if self.conns.get(fd) is conn:
             del self.conns[fd]
             self.selector.unregister(conn.sock)
         conn.sock.close()
+        conn.out = []
 
     def _ready(self, conn: _Conn, mask: int) -> None:
         try:
             if mask & selectors.EVENT_WRITE:
-                self._write(conn)
-            elif mask & selectors.EVENT_READ:
-                self._read(conn)
+                self._send(conn)
+            elif mask & selectors.EVENT_READ and not self._read(conn):
+                return
+            self._serve(conn)
         except OSError:  # reset, broken pipe: the client went away
             self._close(conn)
 
-    def _read(self, conn: _Conn) -> None:
-        data = conn.sock.recv(65536)
+    def _read(self, conn: _Conn) -> bool:
+        """Take what the client sent (at most up to MAX_INPUT_BYTES buffered); False when it
+        hung up."""
+        data = conn.sock.recv(max(1, MAX_INPUT_BYTES - len(conn.inbuf)))
         if not data:
             self._close(conn)
-            return
+            return False
         if not conn.inbuf:  # the first bytes of a request: it must be complete in time
             conn.deadline = min(conn.deadline, time.monotonic() + self.header_timeout_s)
         conn.inbuf += data
-        self._answer(conn)
+        return True
 
-    def _answer(self, conn: _Conn) -> None:
-        end = _header_end(conn.inbuf)
-        if end < 0:
-            if len(conn.inbuf) > MAX_HEADER_BYTES:
-                self._respond(conn, 431, "text/plain", b"request header too large\n", True)
-            return
-        head = bytes(conn.inbuf[:end])
-        del conn.inbuf[: _skip_blank(conn.inbuf, end)]
-        status, ctype, body, close, method = self._handle(head)
-        self._respond(conn, status, ctype, b"" if method == "HEAD" else body, close, len(body))
+    def _serve(self, conn: _Conn) -> None:
+        """Answer the requests waiting in the buffer, one after the other, for as long as
+        the kernel takes the answers; then wait for the client (to read, or to send)."""
+        while not conn.closed and not conn.out:
+            end = _header_end(conn.inbuf)
+            if end >= 0:
+                head = bytes(conn.inbuf[:end])
+                del conn.inbuf[: _skip_blank(conn.inbuf, end)]
+                status, ctype, body, close, method = self._handle(head)
+                self._queue(
+                    conn, status, ctype, b"" if method == "HEAD" else body, close, len(body)
+                )
+            elif len(conn.inbuf) > MAX_HEADER_BYTES:
+                self._queue(conn, 431, "text/plain", b"request header too large\n", True)
+            else:
+                break
+            self._send(conn)
+        if not conn.closed:
+            self._want(conn, selectors.EVENT_WRITE if conn.out else selectors.EVENT_READ)
+
+    def _want(self, conn: _Conn, events: int) -> None:
+        if conn.events != events:
+            self.selector.modify(conn.sock, events, conn)
+            conn.events = events
 
     def _handle(self, head: bytes) -> tuple[int, str, bytes, bool, str]:
         lines = head.decode("latin-1").split("\n")
@@ -227,7 +302,7 @@ class MetricsServer:
         self.served += 1
         return status, ctype, body, close, method
 
-    def _respond(
+    def _queue(
         self,
         conn: _Conn,
         status: int,
@@ -236,34 +311,33 @@ class MetricsServer:
         close: bool,
         length: int | None = None,
     ) -> None:
+        """The answer to send: a header of its own and a view of the body (not a copy)."""
         header = (
             f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\n"
             f"Content-Type: {ctype}\r\nContent-Length: {len(body) if length is None else length}"
             f"\r\n{'Connection: close' if close else 'Connection: keep-alive'}\r\n\r\n"
         ).encode()
-        conn.out = memoryview(header + body)
+        conn.out = [memoryview(header), memoryview(body)] if body else [memoryview(header)]
         conn.close_after = close
         conn.requests += 1
-        self._write(conn)
+        conn.deadline = time.monotonic() + self.send_timeout_s  # taken by then, or closed
 
-    def _write(self, conn: _Conn) -> None:
-        assert conn.out is not None
-        sent = conn.sock.send(conn.out)
-        conn.out = conn.out[sent:]
-        if len(conn.out):
-            self.selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
-            conn.deadline = time.monotonic() + self.idle_timeout_s  # a slow reader, not idle
+    def _send(self, conn: _Conn) -> None:
+        """Hand the kernel what it takes of the answer; when all of it is gone, close or
+        wait for the next request."""
+        sent = conn.sock.sendmsg(conn.out)
+        while conn.out and sent >= len(conn.out[0]):
+            sent -= len(conn.out.pop(0))
+        if conn.out:
+            conn.out[0] = conn.out[0][sent:]
             return
-        conn.out = None
         if conn.close_after:
             self._close(conn)
             return
         now = time.monotonic()
-        conn.since, conn.deadline = now, now + self.idle_timeout_s
-        self.selector.modify(conn.sock, selectors.EVENT_READ, conn)
-        if conn.inbuf:  # a pipelined request is already here
-            conn.deadline = now + self.header_timeout_s
-            self._answer(conn)
+        conn.since = now
+        # a pipelined request already begun must be complete in time; else the idle limit
+        conn.deadline = now + (self.header_timeout_s if conn.inbuf else self.idle_timeout_s)
 
 
 def _listen(address: str, port: int) -> socket.socket:

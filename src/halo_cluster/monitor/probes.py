@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from halo_cluster.stats import quantile
+from halo_cluster.units import wait_seconds
 
 PROBE_BYTES = 64
 WINDOW = 600
@@ -126,4 +127,4 @@ class Prober:
         while not self._stop.is_set():
             for target in self.targets:
                 target.probe(timeout_s=min(1.0, self.interval_s))
-            self._stop.wait(self.interval_s)
+            self._stop.wait(wait_seconds(self.interval_s))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from halo_cluster.errors import ParseError
 from halo_cluster.perftest import parse_perftest_lat, perftest_argv
 from halo_cluster.runner.result import Runner
+from halo_cluster.units import wait_seconds
 
 RDMA_PROBE_PORT = 18515
 SIZE, ITERATIONS = 2, 1000
@@ -65,7 +66,7 @@ class RdmaProber:
             iterations=ITERATIONS,
             port=self.port,
         )
-        self.runner.run(argv, timeout=max(60.0, self.every_s * 2))
+        self.runner.run(argv, timeout=wait_seconds(max(60.0, self.every_s * 2)))
 
     def start(self) -> None:
         threading.Thread(target=self._clients, name="halo-rdma-probe", daemon=True).start()
@@ -75,7 +76,7 @@ class RdmaProber:
         self._stop.set()
 
     def _clients(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while not self._stop.wait(wait_seconds(self.every_s)):
             self.probe_once()
 
     def _server(self) -> None:

@@ -9,6 +9,11 @@ A long-lived exporter must not run out of descriptors: up to ``fd_budget`` files
 and are read with ``pread`` at offset 0 (the per-second hot path); the others are opened,
 read and closed each sample. Every open is non-blocking and every read at most 256 bytes,
 so a FIFO or device put in place of a counter is an error, never a hang.
+
+A file kept open is the file as it was opened: one replaced by rename (or deleted and
+written anew) would keep its old value. So each sample looks at every directory holding
+open files (one stat each: a rename or a new file moves its mtime); where one changed, its
+open files are compared with their names by inode, and reopened when they differ.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ PORT_STATES = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
 RDMA_DIR, NET_DIR, DRM_DIR = "sys/class/infiniband", "sys/class/net", "sys/class/drm"
 TX_BYTES, RX_BYTES = "halo_rdma_port_transmit_bytes_total", "halo_rdma_port_receive_bytes_total"
 RESCAN_S = 10.0
+SETTLED_NS = 2_000_000_000  # a directory changed this recently may change again unseen
 READ_BYTES = 256  # a counter file holds one number
 MAX_COUNTER = 2**64 - 1
 MAX_CACHED_FDS = 4096
@@ -108,6 +114,8 @@ class Sampler:
         self.scrape_errors = 0
         self.discoveries = 0
         self._signature: object = None
+        self._dirs: dict[str, list[_Source]] = {}  # directory -> its files kept open
+        self._dir_seen: dict[str, tuple[int, int, bool]] = {}  # inode, mtime, recent
         self._dirty = False  # a file went missing: look again at the next rescan
         self._next_scan = 0.0
         self.discover()
@@ -143,6 +151,7 @@ class Sampler:
                 continue
             kept.append(source)
         self.sources, self.entries, self.static, self.ports = kept, entries, static, ports
+        self._index_dirs()
         self._signature, self._dirty = signature, False
         self._next_scan = time.monotonic() + self.rescan_s
         self.discoveries += 1
@@ -184,6 +193,32 @@ class Sampler:
                 os.close(source.fd)
                 source.fd = -1
         self.sources = []
+        self._index_dirs()
+
+    def _index_dirs(self) -> None:
+        self._dirs, self._dir_seen = {}, {}
+        for source in self.sources:
+            if source.fd >= 0:
+                self._dirs.setdefault(os.path.dirname(source.host), []).append(source)
+
+    def _follow_renames(self) -> None:
+        """Reopen the open files whose name now means another file (see the module's
+        docstring); one stat per directory when nothing changed."""
+        now_ns = time.time_ns()
+        for directory, sources in self._dirs.items():
+            try:
+                st = os.stat(directory)
+            except OSError:
+                continue  # gone: its reads say so
+            seen = self._dir_seen.get(directory)
+            if seen is not None and seen[:2] == (st.st_ino, st.st_mtime_ns) and not seen[2]:
+                continue
+            recent = st.st_mtime_ns > now_ns - SETTLED_NS
+            self._dir_seen[directory] = (st.st_ino, st.st_mtime_ns, recent)
+            for source in sources:
+                if source.fd >= 0 and not _same_file(source.fd, source.host):
+                    os.close(source.fd)
+                    source.fd = _open(source.host)  # -1: opened for each read from now on
 
     def open_files(self) -> int:
         return sum(1 for s in self.sources if s.fd >= 0)
@@ -195,6 +230,7 @@ class Sampler:
             self._drop(gone)
         if time.monotonic() >= self._next_scan:
             self.rescan()
+        self._follow_renames()
         values: dict[Key, float] = dict(self.static)
         ports = {labels: _Port(has_pma) for labels, has_pma in self.ports.items()}
         errors = 0
@@ -257,6 +293,7 @@ class Sampler:
                 os.close(source.fd)
                 source.fd = -1
         self.sources = [s for s in self.sources if s.group not in groups]
+        self._index_dirs()
         names = {g.rsplit("/", 1)[-1] for g in groups}
         self.static = {k: v for k, v in self.static.items() if not _belongs(k, names)}
         self.ports = {k: v for k, v in self.ports.items() if dict(k)["device"] not in names}
@@ -350,6 +387,15 @@ def _open(host: str) -> int:
         os.close(fd)
         return -1
     return fd
+
+
+def _same_file(fd: int, host: str) -> bool:
+    """Whether the name still means the file the descriptor has open."""
+    try:
+        named, held = os.lstat(host), os.fstat(fd)
+    except OSError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _is_regular(host: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections import deque
@@ -14,7 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from halo_cluster.monitor.frame import Samples, node_frame
+from halo_cluster.monitor.frame import Samples, node_frame, printable
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 30
@@ -22,10 +23,13 @@ Scraper = Callable[[str], "Samples | str"]
 
 
 def sparkline(values: list[float]) -> str:
-    if not values:
+    """One bar per value, scaled to the largest; a value that is not a finite number (an
+    exporter may send one) is drawn as the lowest bar."""
+    finite = [v if math.isfinite(v) and v > 0 else 0.0 for v in values]
+    if not finite:
         return ""
-    top = max(values) or 1.0
-    return "".join(SPARK[min(len(SPARK) - 1, round(v / top * (len(SPARK) - 1)))] for v in values)
+    top = max(finite) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, round(v / top * (len(SPARK) - 1)))] for v in finite)
 
 
 class TopApp(App[None]):
@@ -200,7 +204,7 @@ class TopApp(App[None]):
             alerts += [
                 Text.assemble(
                     ("ALERT ", "red"),
-                    _printable(f"{node['target']}: {a.get('alert')} {a.get('subject')}"),
+                    printable(f"{node['target']}: {a.get('alert')} {a.get('subject')}"),
                 )
                 for a in node.get("alerts", [])
             ]
@@ -222,16 +226,12 @@ def _cells(*values: str | tuple[str, str]) -> tuple[Text, ...]:
     cells = []
     for value in values:
         text, style = value if isinstance(value, tuple) else (value, "")
-        cells.append(Text(_printable(text), style=style))
+        cells.append(Text(printable(text), style=style))
     return tuple(cells)
 
 
 def _status(target: str, state: str, style: str) -> tuple[Text, ...]:
     return _cells(target, "-", (state, style), "-", "-", "", "-", "-")
-
-
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _links(node: dict[str, Any]) -> list[tuple[str, float, float]]:

@@ -158,6 +158,13 @@ def _exporter_spec(args: argparse.Namespace) -> ExporterSpec:
     peers = [Target(name, path, peer, port_of) for name, path, peer in args.peer]
     extra = [Target(peer, "extra", peer, port_of) for peer in args.probe]
     every = args.rdma_probe_every
+
+    def duration(text: str, option: str) -> float:
+        try:
+            return parse_duration(text)
+        except ValueError as err:
+            raise ValueError(f"{option} {err}") from None
+
     return ExporterSpec(
         args.root,
         address,
@@ -165,9 +172,9 @@ def _exporter_spec(args: argparse.Namespace) -> ExporterSpec:
         [*peers, *extra],
         args.echo,
         port_of,
-        parse_duration(args.interval),
-        parse_duration(args.rescan),
-        parse_duration(every) if every else None,
+        duration(args.interval, "--interval"),
+        duration(args.rescan, "--rescan"),
+        duration(every, "--rdma-probe-every") if every else None,
     )
 
 
