@@ -20,6 +20,7 @@ from halo_cluster.engines.request import serve_request
 from halo_cluster.engines.vllm_argv import VllmOptions, preflight_script, serve_argv
 from halo_cluster.errors import UsageError
 from halo_cluster.runner.quote import RAY_TOKEN_ENV, node_script
+from tests.conftest import halo
 
 NODE = '\n[[node]]\nname = "n1"\nssh = "n1"\n'
 
@@ -186,3 +187,101 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
             check=False,
         )
         assert not os.path.exists(CANARY), (script, done.stderr)
+
+
+LONG_HOST = "a" * 300
+SHOWN_LONG = "a" * 60 + "…"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        # a NUL reaches no argv, path or variable: one line at the key, not a ValueError at exec
+        (NODE + 'python = "py\\u0000thon"\n', ":5: node[0].python holds a NUL character (\\x00)"),
+        (NODE + 'halo = "/opt/halo\\u0000"\n', ":5: node[0].halo holds a NUL character (\\x00)"),
+        (NODE + 'exec_prefix = "toolbox\\u0000run"\n',
+         ":5: node[0].exec_prefix holds a NUL character (\\x00)"),
+        (NODE + 'exec_prefix = ["toolbox", "r\\u0000"]\n',
+         ":5: node[0].exec_prefix[1] holds a NUL character (\\x00)"),
+        (NODE + 'env = { HF_HOME = "/m\\u0000" }\n', ":5: node[0].env.HF_HOME holds a NUL character (\\x00)"),
+        ('[serve.vllm]\ncommand = "vllm"\nexecutor = "r\\u0000"\n' + NODE,
+         ":3: serve.vllm.executor holds a NUL character (\\x00)"),
+        # an over-long or right-to-left [serve] host: not an address, one line, shown escaped
+        (f'[serve]\nhost = "{LONG_HOST}"\n' + NODE,
+         f":2: serve.host '{SHOWN_LONG}' is neither an IP address nor a host name of 1-253 "
+         "characters: give an address to bind, e.g. 127.0.0.1"),
+        ('[serve]\nhost = "10.0.0.1\\u202e"\n' + NODE,
+         ":2: serve.host '10.0.0.1\\u202e' is neither an IP address nor a host name of ASCII "
+         "letters, digits, '-' and '.': give an address to bind, e.g. 127.0.0.1"),
+        ('[ray]\ndashboard_host = "a b"\n' + NODE,
+         ":2: ray.dashboard_host 'a b' is neither an IP address nor a host name of ASCII "
+         "letters, digits, '-' and '.': give an address to bind, e.g. 127.0.0.1"),
+        # an engine's command line is split when the file loads, not when a serve starts
+        ("[serve.vllm]\ncommand = \"vllm 'x\"\n" + NODE,
+         ":2: serve.vllm.command: No closing quotation in 'vllm 'x'"),
+        ('[serve.vllm]\ncommand = "  "\n' + NODE, ":2: serve.vllm.command names no program"),
+        (NODE + "gpus = 1025\n", ":5: node[0].gpus must be a whole number from 0 to 1024"),
+        (NODE + "gpus = 100000000000000000000\n", ":5: node[0].gpus must be a whole number from 0 to 1024"),
+        (NODE + "gpus = -1\n", ":5: node[0].gpus must be a whole number from 0 to 1024"),
+        (NODE + 'fabric_address = "0.0.0.0"\n',
+         ":5: node[0].fabric_address '0.0.0.0' is 0.0.0.0 (every interface): give the node's own address"),
+        (NODE + 'mgmt_address = "0.0.0.0"\n',
+         ":5: node[0].mgmt_address '0.0.0.0' is 0.0.0.0 (every interface): give the node's own address"),
+        (NODE + 'fabric_address = "224.0.0.1"\n',
+         ":5: node[0].fabric_address '224.0.0.1' is a multicast address: give the node's own address"),
+        (NODE + 'mgmt_address = "255.255.255.255"\n',
+         ":5: node[0].mgmt_address '255.255.255.255' is a reserved address (240.0.0.0/4): give the "
+         "node's own address"),
+        (NODE + 'fabric_address = "10.0.0.1\\n"\n',
+         ":5: node[0].fabric_address '10.0.0.1\\n' is not an IPv4 address"),
+        # Python's limit on an integer's digits: one line, not a ValueError
+        ("[ray]\nport = 1" + "0" * 5000 + "\n" + NODE, ": not valid TOML: a number of more than 4300 digits"),
+    ],
+)  # fmt: skip
+def test_hostile_values_are_one_complete_line(tmp_path: Path, content: str, expected: str) -> None:
+    path = write(tmp_path, content)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == f"{path}{expected}"
+
+
+def test_hostile_values_on_the_command_line(tmp_path: Path) -> None:
+    """The same values given as flags: ``halo serve --host``, a model read as an option,
+    ``halo setup --address 0.0.0.0/30``, ``--mtu -1``: one line each, before anything runs."""
+    config = load_config(write(tmp_path, '[serve]\nmodel = "/m"\n' + NODE))
+    with pytest.raises(UsageError) as err:
+        serve_request(config, host="10.0.0.1\u202e")
+    assert str(err.value) == (
+        "--host '10.0.0.1\\u202e' is neither an IP address nor a host name of ASCII letters, "
+        "digits, '-' and '.': give an address to bind, e.g. 127.0.0.1"
+    )
+    with pytest.raises(UsageError) as err:
+        serve_request(config, model="-x.gguf")
+    assert str(err.value) == (
+        "model '-x.gguf' reads as an option: give its path as ./-x.gguf or its absolute path"
+    )
+    done = halo("setup", "--local", "--step", "network", "--address", "0.0.0.0/30")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "halo: error: --address '0.0.0.0/30' is 0.0.0.0 (every interface): give the node's own "
+        "address\n",
+    )
+    done = halo("setup", "--local", "--mtu", "-1")
+    assert done.returncode == 2 and "'--mtu': -1 is not in the range 1280<=x<=65520" in done.stderr
+
+
+def test_a_gguf_path_that_starts_with_a_dash_is_a_path(tmp_path: Path) -> None:
+    """llama.cpp's preflight reads the file at a path that starts with '-' (run for real with
+    the real head and stat): a GGUF passes, anything else is 'not a GGUF file' (13)."""
+    model = tmp_path / "-x.gguf"
+    model.write_bytes(b"GGUF" + bytes(28))
+
+    def preflight(path: str) -> int:
+        script = llama_argv.preflight_script("true", path, None)
+        run = subprocess.run(["/bin/bash", "-s"], input=script, text=True, cwd=tmp_path,
+                             capture_output=True, timeout=30, check=False)  # fmt: skip
+        return run.returncode
+
+    assert [preflight("-x.gguf"), preflight(str(model))] == [0, 0]
+    model.write_bytes(b"NOPE" + bytes(28))
+    assert preflight("-x.gguf") == 13

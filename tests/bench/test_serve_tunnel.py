@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.bench.endpoint import Route, route, tunnel_argv
+from halo_cluster.bench.endpoint import Route, answers, route, tunnel_argv
 from halo_cluster.config import load_config
 from halo_cluster.runner.ssh import SSHRunner
 from tests.bench.fake_openai import FakeOpenAI, serving
@@ -55,6 +55,12 @@ def config_file(tmp: Path, serve: str, node: str = "") -> Path:
 )
 def test_route(tmp_path: Path, serve: str, node: str, expected: Route) -> None:
     assert route(load_config(config_file(tmp_path, serve, node))) == expected
+
+
+def test_a_name_the_resolver_cannot_encode_is_a_reason() -> None:
+    """An SSH target's host with a label over 63 characters (an ssh_config alias may be
+    one): a reason why the server is not reached directly, not a UnicodeError."""
+    assert answers("a" * 300, 8000, 1.0) == "not a host name the resolver takes"
 
 
 def test_tunnel_argv() -> None:

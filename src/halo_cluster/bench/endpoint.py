@@ -108,6 +108,8 @@ def answers(host: str, port: int, timeout_s: float) -> str | None:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as err:
         return err.strerror or str(err) or type(err).__name__
+    except UnicodeError:  # a name the resolver cannot encode (a label over 63 characters)
+        return "not a host name the resolver takes"
     return None
 
 

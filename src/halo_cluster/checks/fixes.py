@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shlex
 
+from halo_cluster.printable import printable
+
 FEDORA_LIKE = {"fedora", "rhel", "centos", "rocky", "almalinux", "nobara", "bazzite"}
 DEBIAN_LIKE = {"ubuntu", "debian", "pop", "linuxmint"}
 
@@ -23,7 +25,7 @@ def q(value: str) -> str:
 def c(value: str) -> str:
     """A value inside a ``#`` comment: quoted, with newlines and other control characters
     shown escaped, so nothing from a node can end the comment and become a command."""
-    return shlex.quote("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in value))
+    return shlex.quote(printable(value))
 
 
 def set_mtu(fam: str, iface: str, mtu: int = 9000) -> list[str]:

@@ -7,6 +7,8 @@ import re
 from halo_cluster.checks import Finding, fail, info, ok, warn
 from halo_cluster.checks import fixes as fx
 from halo_cluster.checks.context import NodeContext
+from halo_cluster.netnames import ifname_problem
+from halo_cluster.printable import quoted
 from halo_cluster.transport import SOFTWARE_RDMA_DRIVERS
 
 IB_MTUS = (4096, 2048, 1024, 512, 256)
@@ -282,8 +284,33 @@ def check_firmware(ctx: NodeContext) -> Finding:
     return ok("nic.firmware", f"E810 NVM {shown}")
 
 
+def check_ifnames(ctx: NodeContext) -> Finding:
+    """Interface names NCCL and Gloo cannot be given (not UTF-8, too long, ...): the
+    transport plan refuses them rather than moving the traffic to another interface."""
+    ports = {p.netdev for d in ctx.inv.rdma for p in d.ports if p.netdev}
+    names = {i.name: bool(i.ipv4) for i in ctx.inv.net}
+    names.update({n: True for n in ports})
+    bad = [(n, ifname_problem(n), used) for n, used in names.items() if ifname_problem(n)]
+    if not bad:
+        return ok("net.ifname", "every interface has a name NCCL and Gloo can be given")
+    shown = [f"{quoted(name)} {problem}" for name, problem, _ in bad]
+    summary = f"interface {shown[0]}: NCCL and Gloo cannot be pointed at it"
+    severity = fail if any(used for *_, used in bad) else warn
+    return severity(
+        "net.ifname",
+        summary,
+        *(f"also {s}" for s in shown[1:]),
+        fix=[
+            "# give it a plain name (at most 15 ASCII letters, digits, '-', '_', '.'): a "
+            "systemd .link file ([Match] MACAddress=..., [Link] Name=fabric0) or a udev rule, "
+            "then reboot"
+        ],
+    )
+
+
 def net_checks(ctx: NodeContext) -> list[Finding]:
     return [
+        check_ifnames(ctx),
         check_address(ctx),
         check_link_up(ctx),
         check_mtu_jumbo(ctx),

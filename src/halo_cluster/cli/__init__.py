@@ -94,7 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("halo: aborted", err=True)
         sys.exit(EXIT_CODES[KeyboardInterrupt])
     except HaloError as err:
-        click.echo(f"halo: error: {err}", err=True)
+        from halo_cluster.printable import printable
+
+        # one line, whatever the message carries from a file, a node or a flag: escaped
+        click.echo(f"halo: error: {printable(err)}", err=True)
         sys.exit(exit_code(err))
     except KeyboardInterrupt as err:
         click.echo("halo: interrupted", err=True)

@@ -300,7 +300,9 @@ def bench_collective(
         collective_table(result)
         click.echo(f"saved {saved}")
     if refusal and not allow_fallback:
-        click.echo(f"halo: error: {refusal}", err=True)
+        from halo_cluster.printable import printable
+
+        click.echo(f"halo: error: {printable(refusal)}", err=True)
         return 1
     return 0
 

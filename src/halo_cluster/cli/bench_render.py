@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from halo_cluster.cli.output import table
+from halo_cluster.printable import printable
 
 
 def serve_table(result: dict[str, object], where: str) -> None:
@@ -40,7 +41,8 @@ def serve_table(result: dict[str, object], where: str) -> None:
             f"{rate:.1f}" if rate is not None else "-",
         )
         if level["first_error"]:
-            click.echo(f"concurrency {level['concurrency']}: {level['first_error']}", err=True)
+            first = printable(level["first_error"])  # the server's words
+            click.echo(f"concurrency {level['concurrency']}: {first}", err=True)
     console().print(grid)
     if result.get("tokens_from") == "chunks":
         click.echo("the server reported no usage: output tokens are counted chunks", err=True)
@@ -87,9 +89,10 @@ def net_table(result: dict[str, object]) -> None:
         click.echo(" / ".join(summary))
     for p in paths:
         for error in p["errors"]:
-            click.echo(f"{p['node']} → {p['peer']} {p['path']}: {error}", err=True)
+            click.echo(printable(f"{p['node']} → {p['peer']} {p['path']}: {error}"), err=True)
     for skip in result.get("skipped", []):  # type: ignore[attr-defined]
-        click.echo(f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}", err=True)
+        line = f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}"
+        click.echo(printable(line), err=True)
 
 
 def collective_table(result: dict[str, object]) -> None:
@@ -164,5 +167,5 @@ def fail(failure: BaseException, saved: str | None) -> int:
 
         click.echo(f"halo: interrupted; remote tools stopped{kept}", err=True)
         return EXIT_CODES[KeyboardInterrupt]
-    click.echo(f"halo: error: {failure}{kept}", err=True)
+    click.echo(f"halo: error: {printable(failure)}{kept}", err=True)
     return 1

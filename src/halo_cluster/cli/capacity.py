@@ -220,7 +220,7 @@ def _document(
 def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -> None:
     from rich.text import Text
 
-    from halo_cluster.cli.output import console
+    from halo_cluster.cli.output import console, safe
 
     grid = table(
         f"{req.model.name} ({quant}) with {req.engine.id} on {req.nodes} × {req.hardware.id}, "
@@ -245,11 +245,11 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
     out = console()
     out.print(grid)
     source = rows[0].efficiency_source if rows else ""
-    out.print(
-        f"weights: {rows[0].weights_source if rows else '-'}" + (f" ({note})" if note else "")
-    )
-    out.print(f"efficiency: {source}", markup=False)
-    out.print(f"recommendation: {reason}")
+    # a GGUF file's names and notes are data: shown as they are, never as markup
+    weights = rows[0].weights_source if rows else "-"
+    out.print(safe(f"weights: {weights}" + (f" ({note})" if note else "")))
+    out.print(safe(f"efficiency: {source}"))
+    out.print(safe(f"recommendation: {reason}"))
 
 
 def _list(as_json: bool) -> int:

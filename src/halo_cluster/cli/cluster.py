@@ -10,6 +10,7 @@ import click
 from halo_cluster.cli.options import config_option, require_config
 from halo_cluster.cli.output import styled, table
 from halo_cluster.jsonout import emit_json
+from halo_cluster.printable import printable
 
 
 def cluster_handle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
@@ -52,7 +53,7 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
     from halo_cluster.transport.render import rail_label
 
     for name, plan in result.plans.items():
-        click.echo(f"{name}: {plan.transport} via {rail_label(plan)} ({plan.address})")
+        click.echo(printable(f"{name}: {plan.transport} via {rail_label(plan)} ({plan.address})"))
     started = ", ".join(result.started) or "nothing (already running)"
     took = time.monotonic() - start
     click.echo(f"Ray up on {len(result.nodes_alive)} node(s) in {took:.1f} s; started {started}")
@@ -103,12 +104,11 @@ def status(config_path: str | None, as_json: bool) -> int:
 
 def _print_serve(serve: dict[str, object]) -> None:
     from halo_cluster import engine_registry
-    from halo_cluster.cli.output import plain
     from halo_cluster.engines.protocol import find_engine
     from halo_cluster.errors import UsageError
 
-    state = "healthy" if serve["healthy"] else f"UNHEALTHY ({plain(serve['detail'])})"
-    model = f" {plain(serve['model'])}" if serve.get("model") else ""
+    state = "healthy" if serve["healthy"] else f"UNHEALTHY ({serve['detail']})"
+    model = f" {serve['model']}" if serve.get("model") else ""
     executor = serve.get("executor")
     name = str(serve.get("engine") or engine_registry.DEFAULT)
     try:
@@ -116,11 +116,13 @@ def _print_serve(serve: dict[str, object]) -> None:
         label, word = engine.label(str(executor) if executor else None), engine.member
     except UsageError:  # served by a halo that knows another engine
         label, word = name, "rank"
-    click.echo(f"serve{model} at {serve['endpoint']} ({label}): {state}")
+    # the state file, the server and the nodes said these: every line printed escaped
+    click.echo(printable(f"serve{model} at {serve['endpoint']} ({label}): {state}"))
     ranks = serve.get("ranks") or []
     if isinstance(ranks, list) and ranks:
         shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
-        click.echo(f"  {word}s: {shown}; transport proven: {serve.get('proven') or 'no'}")
+        proven = serve.get("proven") or "no"
+        click.echo(printable(f"  {word}s: {shown}; transport proven: {proven}"))
 
 
 @click.command()
@@ -134,5 +136,5 @@ def down(config_path: str | None, as_json: bool) -> int:
         emit_json(outcome)
     else:
         for name, what in outcome.items():
-            click.echo(f"{name}: {what}")
+            click.echo(printable(f"{name}: {what}"))
     return 0 if all(v == "stopped" for v in outcome.values()) else 1

@@ -161,8 +161,10 @@ def _render_hardware(out: Console, inv: Inventory) -> None:
     out.print(gpus if inv.gpus else "GPUs: none found (KFD topology, /proc/driver/nvidia)")
     dev = inv.devices
     out.print(
-        f"Device nodes: infiniband {', '.join(dev.infiniband) or 'none'}; "
-        f"kfd {'yes' if dev.kfd else 'no'}; dri {', '.join(dev.dri) or 'none'}"
+        safe(
+            f"Device nodes: infiniband {', '.join(dev.infiniband) or 'none'}; "
+            f"kfd {'yes' if dev.kfd else 'no'}; dri {', '.join(dev.dri) or 'none'}"
+        )
     )
 
 

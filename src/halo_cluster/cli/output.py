@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
+
+from halo_cluster.printable import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -21,13 +22,10 @@ def console() -> Console:
     return out
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def plain(value: object) -> str:
-    """Text that came from a node, for a terminal: control characters (ANSI escapes among
-    them) shown escaped, never interpreted; newlines and tabs kept."""
-    return _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(value))
+    """Text from outside halo, for a terminal (``printable`` with its lines kept): control
+    characters, ANSI escapes and bidi overrides shown escaped, never interpreted."""
+    return printable(value, lines=True)
 
 
 def safe(value: object) -> str:

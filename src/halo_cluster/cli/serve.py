@@ -117,7 +117,7 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
     for line in find_engine(engine).describe(result.engine):
         click.echo(plain(line))
     for rank in result.ranks:
-        click.echo(f"  rank {rank['rank']} on {rank['node']} ({rank['address']})")
+        click.echo(plain(f"  rank {rank['rank']} on {rank['node']} ({rank['address']})"))
     if result.verdict["transport"] != "unknown":
         click.echo(
             f"NCCL's log: {result.verdict['transport']}, networks {result.verdict['networks']}"
@@ -132,7 +132,7 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
                 f"{path} {v['name']} {_per_token(v['bytes_per_token'])}"
                 for path, v in paths.items()
             )
-            click.echo(f"  {node}: {shown}")
+            click.echo(plain(f"  {node}: {shown}"))  # interface names from the nodes
     proven = result.proven or "no"
     click.echo(f"transport proven: {proven} (expected {result.expected})")
     for problem in result.problems:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import click
 
 from halo_cluster.jsonout import emit_json
+from halo_cluster.printable import printable
 
 if TYPE_CHECKING:
     from halo_cluster.nccl_log import LogVerdict
@@ -62,7 +63,7 @@ def env_command(
     else:
         sys.stdout.write(render_env(plan, fmt, explain))
     for warning in plan.warnings:
-        click.echo(f"halo: warning: {warning}", err=True)
+        click.echo(f"halo: warning: {printable(warning)}", err=True)
     return 0
 
 
@@ -83,7 +84,9 @@ def render_env(plan: TransportPlan, fmt: str, explain: bool) -> str:
 
 
 def _comment(text: str) -> str:
-    return "# " + " ".join(text.split())  # one line: a newline must not end the comment
+    """One comment line: what came from the node's files (an interface's name, a driver's)
+    shown escaped, so no newline ends the comment and no escape reaches the terminal."""
+    return "# " + printable(" ".join(text.split()))
 
 
 def dotenv_quote(value: str) -> str:
@@ -170,21 +173,24 @@ def _lines(handle: BinaryIO, name: str) -> Iterator[str]:
 
 
 def _render_verdict(verdict: LogVerdict, expect: str | None, code: int) -> None:
-    from halo_cluster.cli.output import console
+    """Everything from the log (the version, HCAs, networks, evidence) is data: ``safe``,
+    so neither markup (``[/x]``) nor escapes in it act; only halo's own words are styled."""
+    from halo_cluster.cli.output import console, safe
 
     out = console()
     colour = {0: "green", 1: "red", 3: "yellow"}[code]
     wanted = f" (expected {expect})" if expect else ""
     out.print(f"[bold {colour}]transport: {verdict.transport}[/]{wanted}")
-    version = verdict.nccl_version or "not in the log"
+    version = safe(verdict.nccl_version or "not in the log")
     out.print(f"NCCL/RCCL version: {version}; ranks seen: {verdict.ranks_seen}")
-    out.print(f"HCAs: {', '.join(verdict.hcas) or 'none'}; GPUDirect RDMA: {_tri(verdict.gdr)}")
+    hcas = safe(", ".join(verdict.hcas) or "none")
+    out.print(f"HCAs: {hcas}; GPUDirect RDMA: {_tri(verdict.gdr)}")
     for process, network in verdict.networks.items():
-        out.print(f"  {process}: Using network {network}", markup=False)
+        out.print(f"  {safe(process)}: Using network {safe(network)}")
     if verdict.evidence:
         out.print("evidence:")
         for line in verdict.evidence:
-            out.print(f"  {line}", markup=False)
+            out.print(f"  {safe(line)}")
     if code == 3:
         out.print(
             "no transport lines found: was the log written with "

@@ -25,6 +25,7 @@ from typing import Any
 from halo_cluster.config import Config, NodeConfig, halo_node_code
 from halo_cluster.errors import NodeCallError
 from halo_cluster.nodecode import NodeCode
+from halo_cluster.printable import printable, quoted
 from halo_cluster.runner.node_code import NodeRunner
 from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.quote import SCRIPT_ARGV, node_script
@@ -118,14 +119,14 @@ class NodeClient:
 
 
 def escaped(text: str, limit: int = 240) -> str:
-    """``text`` on one line without control characters (or anything but ASCII) as it came
-    from a node: escaped, at most ``limit`` characters of it."""
-    return ascii(text[:limit])[1:-1]
+    """``text`` as it came from a node, for a one-line message: ``printable``, at most
+    ``limit`` characters of it."""
+    return printable(text, limit=limit)
 
 
 def first_bytes(text: str, limit: int = 60) -> str:
     """The first characters of what a node sent, escaped and quoted, for an error line."""
-    return ascii(text[:limit])
+    return quoted(text, limit)
 
 
 def node_client(node: NodeConfig, inner: Runner) -> NodeClient:

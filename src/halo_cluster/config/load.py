@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,14 @@ from halo_cluster.config.model import (
     RayConfig,
     ServeConfig,
 )
-from halo_cluster.config.section import Section
+from halo_cluster.config.section import COMMAND_KEY, Section
 from halo_cluster.errors import ConfigError
+from halo_cluster.netnames import bind_host_problem, node_address_problem
+from halo_cluster.printable import quoted
 from halo_cluster.transport import WANTED
 
 MAX_CONFIG_BYTES = 1 << 20
+MAX_GPUS = 1024  # per node: far above any machine's, low enough to count without surprise
 
 
 def load_config(path: Path) -> Config:
@@ -42,6 +45,8 @@ def load_config(path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except ValueError:  # Python's limit on digits: an integer of more than 4300 of them
+        raise ConfigError(f"{path}: not valid TOML: a number of more than 4300 digits") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
     return _validate(path, text, data)
@@ -69,6 +74,7 @@ def _read_config(path: Path) -> str:
 
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
+    _no_nul(where, data)
     for key in data:
         if key not in ("cluster", "node", "ray", "serve", "models"):
             raise where.error(
@@ -136,7 +142,7 @@ def _ray(where: _Locator, raw: Any) -> RayConfig:
     auth = _string(where, raw, "auth", "ray", default="token")
     if auth not in ("token", "none"):
         raise where.error("auth", 'ray.auth must be "token" or "none"')
-    host = _string(where, raw, "dashboard_host", "ray", default="127.0.0.1")
+    host = _bind_host(where, raw, "dashboard_host", "ray")
     return RayConfig(port, dashboard, host, command, auth)
 
 
@@ -163,8 +169,12 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
             "exec_prefix", f"{label}.exec_prefix must be a string or a list of strings", index
         )
     gpus = raw.get("gpus")
-    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0):
-        raise where.error("gpus", f"{label}.gpus must be a whole number >= 0", index)
+    if gpus is not None and (
+        not isinstance(gpus, int) or isinstance(gpus, bool) or not 0 <= gpus <= MAX_GPUS
+    ):
+        raise where.error(
+            "gpus", f"{label}.gpus must be a whole number from 0 to {MAX_GPUS}", index
+        )
     ssh = _string(where, raw, "ssh", label, index=index, default=name)
     if not ssh or ssh.startswith("-") or any(c.isspace() or ord(c) < 32 for c in ssh):
         raise where.error(
@@ -207,9 +217,7 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         raise where.error(
             "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
         )
-    host = _string(where, raw, "host", "serve", default="127.0.0.1")
-    if host.startswith("-") or not host.strip():
-        raise where.error("host", f"serve.host {host!r}: give an address to bind, e.g. 127.0.0.1")
+    host = _bind_host(where, raw, "host", "serve")
     engine = _string(where, raw, "engine", "serve", default=engine_registry.DEFAULT)
     if engine not in engine_registry.names():
         known = " or ".join(f'"{n}"' for n in engine_registry.names())
@@ -239,7 +247,10 @@ def _engine_sections(where: _Locator, raw: dict[str, Any]) -> dict[str, Section]
                 f"[serve.{engine_registry.section_name(n)}]" for n in engine_registry.names()
             )
             raise where.error(key, f"unknown table [serve.{key}] (engines: {known})")
-        sections[key] = Section(where.path, key, value, tuple(where.lines))
+        section = Section(where.path, key, value, tuple(where.lines))
+        if COMMAND_KEY in value:  # a command line: split as the shell does, here, not at serve
+            section.command(COMMAND_KEY, "")
+        sections[key] = section
     return sections
 
 
@@ -268,14 +279,48 @@ def _env(where: _Locator, raw: Any, label: str, index: int) -> tuple[tuple[str, 
 
 def _address(where: _Locator, raw: dict[str, Any], key: str, label: str, index: int) -> str | None:
     value = _string(where, raw, key, label, index=index, default="") or None
-    if value is not None:
-        try:
-            ipaddress.IPv4Address(value)
-        except ValueError:
-            raise where.error(
-                key, f"{label}.{key} {value!r} is not an IPv4 address", index
-            ) from None
+    problem = None if value is None else node_address_problem(value)
+    if problem is not None:
+        raise where.error(key, f"{label}.{key} {quoted(value)} {problem}", index)
     return value
+
+
+def _bind_host(where: _Locator, raw: dict[str, Any], key: str, label: str) -> str:
+    """An address or host name a server binds to (``[serve] host``, ``[ray] dashboard_host``)."""
+    host = _string(where, raw, key, label, default="127.0.0.1")
+    problem = bind_host_problem(host)
+    if host.startswith("-") or problem is not None:
+        why = "" if host.startswith("-") or problem is None else f" {problem}"
+        raise where.error(
+            key, f"{label}.{key} {quoted(host)}{why}: give an address to bind, e.g. 127.0.0.1"
+        )
+    return host
+
+
+def _no_nul(where: _Locator, data: dict[str, Any]) -> None:
+    """A NUL in any string of the file (a value or a key) is one line naming it: no command,
+    path, argument or environment variable can carry one."""
+    for table, key, label, text in _strings(data):
+        if "\x00" in text:
+            raise where.in_table(table, key, f"{label} holds a NUL character (\\x00)")
+
+
+def _strings(
+    value: Any, table: str = "", key: str = "", label: str = ""
+) -> Iterator[tuple[str, str, str, str]]:
+    """(table, key, label, text) of every string in ``value``: keys and values, in lists
+    too. ``table`` is where ``key`` is written (``node[1]``, ``serve.vllm``)."""
+    if isinstance(value, str):
+        yield table, key, label, value
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            inner = f"{label}[{number}]"
+            yield from _strings(item, inner if isinstance(item, dict) else table, key, inner)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            inner = f"{label}.{name}" if label else name
+            yield table, name, inner, name
+            yield from _strings(item, inner if isinstance(item, dict) else table, name, inner)
 
 
 def _unknown(
@@ -326,6 +371,18 @@ class _Locator:
         line = self._line(key, node_index)
         at = f":{line}" if line else ""
         return ConfigError(f"{self.path}{at}: {message}")
+
+    def in_table(self, table: str, key: str, message: str) -> ConfigError:
+        """The error of ``key`` written in ``table`` (``node[1]``, ``node[1].env``,
+        ``serve.vllm``, ""): the key's line, else its table's within a node."""
+        node = re.match(r"node\[(\d+)\]\.?([^.]*)", table)
+        if node:
+            index, inner = int(node.group(1)), node.group(2)
+            line = self._line(key, index) or (self._line(inner, index) if inner else None)
+        else:
+            sections = Section(self.path, "", lines=tuple(self.lines))
+            line = (sections.line_in(table, key) if table else None) or self._line(key, None)
+        return ConfigError(f"{self.path}{f':{line}' if line else ''}: {message}")
 
     def _line(self, key: str, node_index: int | None) -> int | None:
         seen = -1

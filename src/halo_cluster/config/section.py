@@ -5,12 +5,18 @@ into one line naming the file, the line and the field (``serve.vllm.executor``).
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from halo_cluster.errors import ConfigError
+from halo_cluster.printable import quoted
+
+# in any engine's table, ``command`` is a command line (split as a shell does): halo.toml's
+# loading checks it, so a bad one is an error there, not when a serve starts
+COMMAND_KEY = "command"
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,17 @@ class Section:
         value = self.table.get(key, default)
         if not isinstance(value, str):
             raise self.error(key, f"{self.label}.{key} must be a string")
+        return value
+
+    def command(self, key: str, default: str) -> str:
+        """A command line: split as a shell does (quotes closed) into at least a program."""
+        value = self.text(key, default)
+        try:
+            words = shlex.split(value)
+        except ValueError as err:
+            raise self.error(key, f"{self.label}.{key}: {err} in {quoted(value)}") from None
+        if not words:
+            raise self.error(key, f"{self.label}.{key} names no program")
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:

@@ -156,11 +156,13 @@ def preflight_script(program: str, model: str | None, port: tuple[str, int] | No
         'v=no; if [ -x "$r" ] && grep -q ibv_create_qp "$r"; then v=yes; fi; echo "rdma $v"',
     ]
     if model is not None:
+        # the path is a path wherever it goes, even one that starts with '-': an operand
+        # after '--' or a redirection, never a word a program could read as its option
         quoted = shlex.quote(model)
         lines += [
             f"test -f {quoted} || exit 11",
-            f'[ "$(head -c 4 {quoted})" = GGUF ] || exit 13',
-            f'[ "$(stat -c %s {quoted})" -ge 24 ] || exit 14',
+            f'[ "$(head -c 4 < {quoted})" = GGUF ] || exit 13',
+            f'[ "$(stat -c %s -- {quoted})" -ge 24 ] || exit 14',
         ]
     if port is not None:
         lines.append(f"if {tcp_probe(*port)}; then exit 12; fi")

@@ -9,6 +9,8 @@ from halo_cluster import engine_registry
 from halo_cluster.config import Config
 from halo_cluster.engines.protocol import ServeRequest, find_engine
 from halo_cluster.errors import UsageError
+from halo_cluster.netnames import bind_host_problem
+from halo_cluster.printable import printable, quoted
 
 
 def serve_request(
@@ -28,8 +30,12 @@ def serve_request(
     """The request, every option checked: an engine's table that does not parse, or a flag
     the engine does not take, is one line before anything runs."""
     serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
-    if serve.host.startswith("-") or not serve.host.strip():
-        raise UsageError(f"--host {serve.host!r}: give an address to bind, e.g. 127.0.0.1")
+    problem = None if serve.host.startswith("-") else bind_host_problem(serve.host)
+    if serve.host.startswith("-") or problem is not None:
+        why = f" {problem}" if problem else ""
+        raise UsageError(
+            f"--host {quoted(serve.host)}{why}: give an address to bind, e.g. 127.0.0.1"
+        )
     name = engine or serve.engine
     chosen = find_engine(name)
     for section_name, section in serve.sections.items():  # every table, not only this one's
@@ -42,6 +48,11 @@ def serve_request(
     chosen_model = model or serve.model
     if not chosen_model:
         raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
+    if chosen_model.startswith("-"):  # an engine would read it as one of its options
+        raise UsageError(
+            f"model {quoted(chosen_model)} reads as an option: give its path as "
+            f"./{printable(chosen_model, limit=60)} or its absolute path"
+        )
     return ServeRequest(
         engine=name,
         model=chosen_model,

@@ -47,7 +47,7 @@ class VllmOptions:
             pipeline_parallel_size=section.number("pipeline_parallel_size", 1) or 1,
             gpu_memory_utilization=section.fraction("gpu_memory_utilization"),
             enforce_eager=section.flag("enforce_eager"),
-            command=section.text("command", "vllm"),
+            command=section.command("command", "vllm"),
             executor=section.choice("executor", EXECUTORS, "ray"),
         )
 

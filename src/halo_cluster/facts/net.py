@@ -7,7 +7,7 @@ import ipaddress
 
 from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import NetInterface
-from halo_cluster.facts.root import Root, nearest_pci
+from halo_cluster.facts.root import Root, decoded_name, nearest_pci
 
 CLASS_DIR = "sys/class/net"
 _ARPHRD_INFINIBAND = 32
@@ -26,7 +26,8 @@ def read_interfaces(root: Root) -> tuple[NetInterface, ...]:
         base = f"{CLASS_DIR}/{name}"
         if not root.is_dir(base):  # e.g. bonding_masters
             continue
-        interfaces.append(_read_interface(root, name, ipv4.get(name, []), ipv6.get(name, [])))
+        shown = decoded_name(name)
+        interfaces.append(_read_interface(root, name, ipv4.get(shown, []), ipv6.get(shown, [])))
     return tuple(interfaces)
 
 
@@ -35,9 +36,9 @@ def _read_interface(root: Root, name: str, ipv4: list[str], ipv6: list[str]) -> 
     driver = root.link_name(f"{base}/device/driver")
     device_path = root.resolve(f"{base}/device")
     return NetInterface(
-        name=name,
+        name=decoded_name(name),
         kind=_kind(root, base, name, driver, device_path),
-        mtu=root.parse(f"{base}/mtu", p.parse_int),
+        mtu=root.parse(f"{base}/mtu", p.parse_mtu),
         state=root.parse(f"{base}/operstate", p.parse_text),
         # speed answers EINVAL while the link is down: that is "unknown", not an error.
         speed_mbps=root.parse(f"{base}/speed", p.parse_speed_mbps, quiet=True),

@@ -132,6 +132,17 @@ def parse_speed_mbps(text: str) -> int | None:
     return value
 
 
+MAX_MTU = (1 << 31) - 1  # sysfs prints the MTU as a signed int: above it shows negative
+
+
+def parse_mtu(text: str) -> int:
+    """Netdev ``mtu``: bytes, 0 to 2**31 - 1 (a negative one is garbage, not a size)."""
+    value = parse_int(text)
+    if not 0 <= value <= MAX_MTU:
+        raise ParseError(f"an MTU outside 0-{MAX_MTU}", text)
+    return value
+
+
 def parse_key_values(text: str, sep: str = "=") -> dict[str, str]:
     """``KEY=value`` lines (os-release style; quotes removed, comments skipped)."""
     values: dict[str, str] = {}

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import Gid, RdmaDevice, RdmaPort
-from halo_cluster.facts.root import Root, nearest_pci
+from halo_cluster.facts.root import Root, decoded_name, nearest_pci
 
 CLASS_DIR = "sys/class/infiniband"
 # Software RDMA devices have no parent device to take the driver from; their
@@ -141,9 +141,9 @@ def _function_netdev(root: Root, device_path: str | None, port: int) -> str | No
         if not names:
             continue
         if len(names) == 1:
-            return names[0]
+            return decoded_name(names[0])
         for name in names:  # several ports on one function: dev_port is 0-based
             if root.parse(f"{directory}/net/{name}/dev_port", p.parse_int) == port - 1:
-                return name
-        return names[0]
+                return decoded_name(name)
+        return decoded_name(names[0])
     return None

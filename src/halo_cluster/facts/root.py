@@ -197,6 +197,14 @@ def _read_bounded(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def decoded_name(name: str) -> str:
+    """A name from ``Root.listdir`` (an interface's) as the node's files write it: a listing
+    holds the bytes that are not UTF-8 as surrogates, ``Root.read`` decodes text with U+FFFD
+    for them; one form (U+FFFD) makes the two one name (/sys/class/net's and /proc/net/
+    route's). Such a name is none NCCL or Gloo can be given: ``netnames.ifname_problem``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def natural_key(name: str) -> list[tuple[int, int | str]]:
     """Sort key that orders embedded numbers numerically."""
     return [

@@ -12,8 +12,11 @@ from halo_cluster.checks import fixes as fx
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.network import check_firmware
 from halo_cluster.checks.platform import check_firewall, check_memlock, recommended_gtt_mib
+from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
+from halo_cluster.netnames import ifname_problem, interface_address_problem
+from halo_cluster.printable import quoted
 from halo_cluster.setup.grub import changed_lines, edit_grub, grub_args
 
 MEMLOCK_FILE = "etc/security/limits.d/90-halo-memlock.conf"
@@ -89,6 +92,16 @@ class SetupOptions:
     address: str | None = None  # CIDR
     mtu: int = 9000
     home: str = "root"  # root-relative home of the user whose SSH key is checked
+
+    def __post_init__(self) -> None:
+        """The interface and the address go into commands and files (netplan's YAML): one
+        line before any step is planned when either is not one."""
+        if self.fabric_iface is not None and ifname_problem(self.fabric_iface):
+            why = ifname_problem(self.fabric_iface)
+            raise UsageError(f"--fabric-iface {quoted(self.fabric_iface)} {why}")
+        if self.address is not None and interface_address_problem(self.address):
+            why = interface_address_problem(self.address)
+            raise UsageError(f"--address {quoted(self.address)} {why}")
 
 
 def family_of(inv: Inventory, opts: SetupOptions) -> str:

@@ -6,16 +6,39 @@ from __future__ import annotations
 
 import ipaddress
 
+from halo_cluster.errors import TransportError
 from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.netnames import ifname_problem
+from halo_cluster.printable import quoted
 from halo_cluster.transport.choose import network_address
 from halo_cluster.transport.path import AMD_APU_TARGETS
 
 
 def ip_interfaces(inv: Inventory, include_virtual: bool = False) -> list[NetInterface]:
-    """Interfaces that can carry IP traffic now: not down, with an IPv4 address; physical
-    ones only unless ``include_virtual``."""
+    """Interfaces that can carry IP traffic now: not down, with an IPv4 address, and a name
+    NCCL and Gloo can be given; physical ones only unless ``include_virtual``."""
     skipped = ("loopback",) if include_virtual else ("loopback", "virtual")
-    return [i for i in inv.net if i.kind not in skipped and i.ipv4 and i.state != "down"]
+    return [
+        i
+        for i in inv.net
+        if i.kind not in skipped and i.ipv4 and i.state != "down" and not ifname_problem(i.name)
+    ]
+
+
+def badly_named(inv: Inventory) -> list[NetInterface]:
+    """Interfaces with an IPv4 address whose names NCCL and Gloo cannot be given."""
+    return [i for i in inv.net if i.ipv4 and i.kind != "loopback" and ifname_problem(i.name)]
+
+
+def require_name(name: str, what: str) -> None:
+    """A TransportError when ``name`` cannot be given to NCCL and Gloo: never another
+    interface in its place, silently."""
+    problem = ifname_problem(name)
+    if problem is not None:
+        raise TransportError(
+            f"{what}: interface {quoted(name)} {problem}, so NCCL and Gloo cannot be pointed "
+            "at it: give it a plain name (a systemd .link file or a udev rule renames it)"
+        )
 
 
 def interface_address(iface: NetInterface | None, peer: ipaddress.IPv4Address | None) -> str | None:

@@ -7,7 +7,12 @@ import ipaddress
 
 from halo_cluster.facts.model import Inventory, NetInterface, RdmaPort
 from halo_cluster.transport.choose import others_warning, usable_ports, v2_ipv4_gids
-from halo_cluster.transport.env import apu_names, interface_address, socket_interface
+from halo_cluster.transport.env import (
+    apu_names,
+    interface_address,
+    require_name,
+    socket_interface,
+)
 from halo_cluster.transport.path import (
     RDMA_TRANSPORTS,
     ROCE_MIN_NETDEV_MTU,
@@ -20,6 +25,8 @@ from halo_cluster.transport.render import EnvWhy, engine_env
 
 
 def rdma_plan(inv: Inventory, cand: Candidate, peer: ipaddress.IPv4Address | None) -> TransportPlan:
+    if cand.port.netdev is not None:
+        require_name(cand.port.netdev, cand.label)
     warnings = other_ports(inv, cand) if peer is None else []
     iface = inv.interface(cand.port.netdev)
     if cand.kind == "infiniband":

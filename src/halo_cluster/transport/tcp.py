@@ -7,6 +7,7 @@ import ipaddress
 
 from halo_cluster.errors import TransportError
 from halo_cluster.facts.model import Inventory
+from halo_cluster.printable import quoted
 from halo_cluster.transport.choose import (
     network_address,
     others_warning,
@@ -14,7 +15,13 @@ from halo_cluster.transport.choose import (
     usable_ports,
     why_unusable,
 )
-from halo_cluster.transport.env import apu_names, interface_address, ip_interfaces
+from halo_cluster.transport.env import (
+    apu_names,
+    badly_named,
+    interface_address,
+    ip_interfaces,
+    require_name,
+)
 from halo_cluster.transport.path import RDMA_TRANSPORTS, SOFTWARE_RDMA_DRIVERS, Rail, TransportPlan
 from halo_cluster.transport.render import EnvWhy, engine_env
 
@@ -32,9 +39,14 @@ def tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) ->
                 "thunderbolt requested but no Thunderbolt network interface is up "
                 "with an IPv4 address"
             )
+    bad = badly_named(inv)
     if peer is not None:
         pool = candidates if wanted == "thunderbolt" else every
         reaching = [i for i in pool if network_address(i, peer)]
+        if not reaching:  # the one on the peer's network may be there under a bad name
+            for iface in bad:
+                if network_address(iface, peer):
+                    require_name(iface.name, f"the interface on peer {peer}'s network")
         if not reaching:
             if wanted == "thunderbolt":
                 raise TransportError(
@@ -45,9 +57,14 @@ def tcp_plan(inv: Inventory, wanted: str, peer: ipaddress.IPv4Address | None) ->
             )
         candidates = reaching or candidates
     if not candidates:
+        for iface in bad:  # the one there is has a name no engine can be given: say so
+            require_name(iface.name, "the only interface with an IPv4 address")
         raise TransportError(
             "no network interface is up with an IPv4 address: nothing to carry traffic"
         )
+    if bad:
+        shown = ", ".join(quoted(i.name) for i in bad)
+        warnings.append(f"skipped {shown}: not a name NCCL and Gloo can be given (see doctor)")
     # Fastest first; Wi-Fi only when nothing wired is there; then by name.
     ordered = sorted(candidates, key=lambda i: (i.kind == "wireless", -(i.speed_mbps or 0), i.name))
     iface = ordered[0]
