@@ -11,17 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from halo_cluster.monitor.snapshot import Key
+from halo_cluster.printable import printable
 
 Samples = Mapping[Key, float]
-
-
-def printable(text: object) -> str:
-    """Text from an exporter as it may reach a terminal: every character that is not
-    printable (ANSI escapes, C1 controls, bidi overrides, newlines) shown as its escape."""
-    value = str(text)
-    if value.isprintable():
-        return value
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
 def _state(state: float) -> str:

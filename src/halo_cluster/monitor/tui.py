@@ -15,7 +15,8 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from halo_cluster.monitor.frame import Samples, node_frame, printable
+from halo_cluster.monitor.frame import Samples, node_frame
+from halo_cluster.printable import printable
 
 SPARK = "▁▂▃▄▅▆▇█"
 HISTORY = 30
