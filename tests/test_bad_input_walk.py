@@ -27,6 +27,10 @@ CONFIG_COMMANDS = [
     ["top", "--once"],
     ["exporter", "--once"],
     ["setup", "--node", "n1"],
+    ["model", "sync", "/nonexistent-model"],
+    ["model", "ls"],
+    ["model", "verify", "m"],
+    ["model", "rm", "m"],
 ]
 NODE = '[[node]]\nname = "n1"\nssh = "n1"\n'
 
@@ -130,3 +134,46 @@ def test_the_exporter_with_every_hostile_client(root_copy) -> None:
     finally:
         log = stop_exporter(proc)
     assert log.count("\n") == 1 and "Traceback" not in log, log
+
+
+def test_model_sync_with_every_bad_source(tmp_path: Path) -> None:
+    """Sources that are not models: one line each, before any node is asked."""
+    config = tmp_path / "halo.toml"
+    config.write_text(NODE.replace('ssh = "n1"', 'ssh = "n1.invalid"'))
+    (tmp_path / "empty").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    escape = tmp_path / "escape"
+    escape.mkdir()
+    (escape / "w.bin").symlink_to("/etc/hostname")
+    (tmp_path / "x-00001-of-00002.gguf").write_bytes(b"GGUF")
+    sources = {
+        str(tmp_path / "nope"): "no such file or directory here",
+        str(tmp_path / "empty"): "empty: no files",
+        str(tmp_path / "fifo"): "fifo: not a directory or a regular file",
+        str(escape): "w.bin: links out of",
+        str(tmp_path / "x-00001-of-00002.gguf"): "shard x-00002-of-00002.gguf of this split GGUF",
+        "n9:/x": "(n9 is not a node of",
+    }
+    for source, said in sources.items():
+        for name in ("", "../up"):
+            extra = ["--name", name] if name else []
+            done = subprocess.run(
+                [HALO, "model", "sync", source, "--config", str(config), *extra],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode in (1, 2) and "Traceback" not in done.stderr, (
+                source,
+                done.stderr,
+            )
+            assert lines[-1].startswith("halo: error: "), (source, lines)
+            if name:  # a bad name is refused before anything is read
+                assert lines == [
+                    f"halo: error: model name '{name}': use 1-128 letters, "
+                    "digits, '.', '_' or '-' (starting with a letter or digit)"
+                ]
+            else:
+                assert said in lines[-1], (source, lines[-1])

@@ -107,7 +107,10 @@ def sync(
     Exit 1 when a node could not be synced."""
     from halo_cluster.cluster.model_source import resolve_source
     from halo_cluster.cluster.model_sync import Sync
+    from halo_cluster.modelstore.manifest import check_name
 
+    if name is not None:
+        check_name(name)
     cluster = _cluster(config_path, as_json)
     targets = _nodes(cluster, nodes)
     meter = _Meter(as_json)
