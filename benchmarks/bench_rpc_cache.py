@@ -7,7 +7,8 @@ root and the llama.cpp build). Writes benchmarks/results/rpc_cache.json.
     sudo .venv/bin/python benchmarks/bench_rpc_cache.py [--runs 3]
 
 The model is a Llama of the lab's tiny family made wide enough that its feed-forward tensors
-(1536 x 6144, f16: 18 MiB) pass rpc-server's 10 MiB threshold for hashing.
+(2048 x 4096, f16: 16 MiB) pass rpc-server's 10 MiB threshold for sending a hash instead of
+the data; smaller tensors (attention, 8 MiB) are sent every time.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main() -> None:
         sh([HALO, "lab", "up", "--name", "brpc", "--dir", str(lab), "--no-engine"], cwd)
         config = str(lab / "halo.toml")
         try:
-            spec = TinyModelSpec(layers=2, hidden=1536, heads=12, kv_heads=4)
+            spec = TinyModelSpec(layers=2, hidden=2048, heads=16, kv_heads=4)
             made = write_model(Path(cwd) / "wide", spec, formats=("gguf",))
             sh([HALO, "model", "sync", str(Path(cwd) / "wide" / "model.gguf"), "--name", "wide",
                 "--config", config], cwd)  # fmt: skip
@@ -79,7 +80,7 @@ def main() -> None:
     result = {
         "benchmark": "rpc_cache",
         "machine": {"cpus": os.cpu_count()},
-        "model": {"parameters": made.parameters, "spec": "layers 2, hidden 1536, heads 12/4, f16"},
+        "model": {"parameters": made.parameters, "spec": "layers 2, hidden 2048, heads 16/4, f16"},
         "first_load": first,
         "cached_loads": again,
         "cached_median": {

@@ -103,3 +103,18 @@ def test_find_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_config(None) == Path("halo.toml")
     with pytest.raises(ConfigError.__mro__[1], match="does not exist"):
         find_config(str(tmp_path / "missing.toml"))
+
+
+def test_the_model_store_of_the_nodes(tmp_path: Path) -> None:
+    node = '[[node]]\nname = "n1"\nssh = "n1"\n'
+    assert load_config(write(tmp_path, node)).models.dir == "/var/lib/halo/models"
+    custom = load_config(write(tmp_path, '[models]\ndir = "/data/models/"\n' + node))
+    assert custom.models.dir == "/data/models"
+    for text, said in (
+        ('[models]\ndir = "models"\n', "halo.toml:2: models.dir 'models' must be an absolute path"),
+        ("[models]\nsize = 1\n", "halo.toml:2: unknown field models.size (known: dir)"),
+        ("models = 1\n", "halo.toml:1: [models] must be a table"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            load_config(write(tmp_path, text + node))
+        assert str(caught.value).startswith(f"{tmp_path}/{said}")

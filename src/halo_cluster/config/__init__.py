@@ -10,6 +10,9 @@ for settings (``XDG_CONFIG_HOME``).
     port = 6379
     dashboard = false             # when true, bound to dashboard_host (127.0.0.1)
 
+    [models]                      # optional: each node's model store (halo model)
+    dir = "/var/lib/halo/models"  # on the node's own disk
+
     [[node]]
     name = "strix1"
     ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
