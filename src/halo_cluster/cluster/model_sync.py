@@ -227,9 +227,9 @@ class Sync:
         for name, state in states.items():
             need = _needs(self.manifest, state, prefixes)
             node = result.nodes[name]
-            if need.complete:
-                if node.status == "pending":
-                    node.status = "same"
+            if need.complete:  # held before this sync, or completed by an earlier round
+                node.status = "same" if node.status == "pending" else "synced"
+                node.reason = None
                 continue
             node.files = len(need.want)
             node.bytes = sum(sizes[rel].size for rel in need.want)
@@ -261,25 +261,33 @@ class Sync:
                     route.append(
                         {"address": hop.address, "port": hop.port, "secret": secrets[node]}
                     )
-            files = {"files": self.source.files}
-            if source_node is None:
-                head = _Hop(None, self._spec(stream, None, files))
-                head.spec["route"] = route
-                hops[""] = head
-                head.thread = threading.Thread(target=self._local, args=(head,), daemon=True)
-                head.thread.start()
-            else:
-                need = needs.get(source_node)
-                hop = _Hop(source_node, self._spec(stream, need, files))
-                hop.spec["route"] = route
-                hops[source_node] = hop
-                self._start(hop)
+            if route or source_node in needs:  # else no hop listens: each says why
+                self._send(stream, needs.get(source_node or ""), route, hops)
             self._watch(hops)
         except BaseException:
             self._stop(hops)
             raise
         finally:
             self._record(hops, result)
+
+    def _send(
+        self,
+        stream: list[dict[str, Any]],
+        need: _Need | None,
+        route: list[dict[str, Any]],
+        hops: dict[str, _Hop],
+    ) -> None:
+        """The chain's first hop: the source's files read here, or on the node holding them
+        (which writes its own store too when it needs the model)."""
+        spec = self._spec(stream, need, {"files": self.source.files})
+        spec["route"] = route
+        if self.source.node is None:
+            hop = hops[""] = _Hop(None, spec)
+            hop.thread = threading.Thread(target=self._local, args=(hop,), daemon=True)
+            hop.thread.start()
+        else:
+            hop = hops[self.source.node] = _Hop(self.source.node, spec)
+            self._start(hop)
 
     def _stream(self, chain: list[str], needs: dict[str, _Need]) -> list[dict[str, Any]]:
         out = []
