@@ -21,7 +21,9 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import queue
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -204,6 +206,7 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             emit({"event": "progress", "total": total, **counts, "seconds": now - started})
 
     route: list[dict[str, Any]] = []
+    finisher = _Finisher(verified, failed, emit)
     try:
         if "files" in source_spec:
             source = _Files({str(k): str(v) for k, v in source_spec["files"].items()})
@@ -261,16 +264,11 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
                 counts["received"] += len(chunk)
                 progress()
             if receiving is not None:
-                try:
-                    receiving.finish()
-                    verified.append(path)
-                    emit({"event": "file", "path": path, "verified": True})
-                except (OSError, ModelError) as err:
-                    failed[path] = _why(err)
-                    emit({"event": "file", "path": path, "verified": False, "reason": failed[path]})
+                finisher.put(receiving)  # fsync and rename while the stream goes on
     except ModelError as err:
         error = str(err)
     finally:
+        finisher.wait()
         if forward is not None:
             forward.close()
         if source is not None:
@@ -295,6 +293,44 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     }
     emit(done)
     return done
+
+
+class _Finisher:
+    """Files received whole, made durable (fsync), checked and renamed into place on a
+    thread of their own: a hop keeps reading and forwarding meanwhile, so a slow disk does
+    not stall the chain behind it between files."""
+
+    def __init__(self, verified: list[str], failed: dict[str, str], emit: Emit) -> None:
+        self.verified, self.failed, self.emit = verified, failed, emit
+        self.queue: queue.Queue[Receiving | None] = queue.Queue()
+        self.thread: threading.Thread | None = None
+
+    def put(self, receiving: Receiving) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+        self.queue.put(receiving)
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+
+    def _run(self) -> None:
+        while True:
+            receiving = self.queue.get()
+            if receiving is None:
+                return
+            path = receiving.rel
+            try:
+                receiving.finish()
+                self.verified.append(path)
+                self.emit({"event": "file", "path": path, "verified": True})
+            except (OSError, ModelError) as err:
+                self.failed[path] = _why(err)
+                self.emit(
+                    {"event": "file", "path": path, "verified": False, "reason": self.failed[path]}
+                )
 
 
 def _complete(store: Store, manifest: Any, want: dict[str, int]) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 from halo_cluster.errors import ModelError, UsageError
@@ -53,9 +54,12 @@ def pipe(spec_text: str) -> int:
     if not isinstance(spec, dict):
         raise UsageError("model-pipe: the spec is not an object")
 
+    lock = threading.Lock()  # the hop's file finisher emits from its own thread
+
     def emit(event: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
+        with lock:
+            sys.stdout.write(json.dumps(event) + "\n")
+            sys.stdout.flush()
 
     try:
         done = relay(spec, emit)
