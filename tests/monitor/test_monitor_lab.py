@@ -313,8 +313,9 @@ def test_interfaces_come_and_go_and_a_flood_of_partial_requests(
             thread.start()
         for thread in floods:
             thread.join(120)
-        scraped = len(latencies)  # and it still answers after the flood
-        eventually(lambda: len(latencies) >= scraped + 3 or bool(failures), "scrapes after it")
+        scraped = len(latencies)  # it still answers after the flood: 3 more, 6 in all
+        enough = max(scraped + 3, 6)
+        eventually(lambda: len(latencies) >= enough or bool(failures), "scrapes after it")
         stop.set()
         scraper.join(10)
         assert failures == [] and len(latencies) > 5 and max(latencies) < 1.0, max(latencies)
