@@ -92,6 +92,22 @@ def test_a_corrupted_cache_is_replaced_never_run(workdir: Path, tmp_path: Path) 
     assert path.read_bytes() == node_code().data
     assert "sent now" in finding(report, "node1", "node.python")["summary"]
 
+    # the cache directory given to another user (issue 29, N2 b): refused, nothing run
+    import os
+
+    os.chown(path.parent, 12345, 12345)
+    code, report = doctor(workdir, lab)
+    refused = finding(report, "node1", "node.python")
+    line = (
+        f"{path.parent} is owned by uid 12345, not by this user (uid 0): refused; "
+        "remove it or chown it to uid 0"
+    )
+    assert (code, refused["severity"], refused["evidence"]) == (1, "fail", [line]), refused
+    assert refused["summary"] == "node1's cache of halo's node code could be changed by another user"
+    assert finding(report, "node2", "node.python")["severity"] == "ok"
+    os.chown(path.parent, 0, 0)
+    assert doctor(workdir, lab)[0] == 0
+
 
 def test_one_finding_per_node_and_the_others_proceed(workdir: Path) -> None:  # noqa: F811
     lab = up(workdir, "ap", nodes=4)

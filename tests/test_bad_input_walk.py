@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,53 @@ def test_model_sync_with_every_bad_source(tmp_path: Path) -> None:
                 ]
             else:
                 assert said in lines[-1], (source, lines[-1])
+
+
+def bad_node_code_caches(cache: Path, digest: str) -> dict[str, Callable[[], object]]:
+    """Ways a node's cache of halo's node code (``cache`` = XDG_CACHE_HOME/halo) goes bad,
+    each applied to a good one."""
+    code = cache / f"node-{digest}.pyz"
+    compiled = cache / f"node-{digest}.{sys.implementation.cache_tag}"
+    entry = compiled / "halo_cluster.node.main.bin"
+
+    def instead(path: Path, make: Callable[[Path], object]) -> Callable[[], object]:
+        return lambda: (path.unlink(), make(path))
+
+    def sparse(path: Path) -> None:
+        with path.open("wb") as out:
+            out.truncate(1 << 30)
+
+    return {
+        "a FIFO as the code": instead(code, os.mkfifo),
+        "/dev/zero as the code": instead(code, lambda p: p.symlink_to("/dev/zero")),
+        "a 1 GiB sparse file as the code": instead(code, sparse),
+        "a directory as the code": instead(code, Path.mkdir),
+        "a FIFO as a compiled entry": instead(entry, os.mkfifo),
+        "/dev/zero as a compiled entry": instead(entry, lambda p: p.symlink_to("/dev/zero")),
+        "a 1 GiB compiled entry": instead(entry, sparse),
+        "a damaged compiled entry": lambda: entry.write_bytes(entry.read_bytes()[:-9] + b"x" * 9),
+        "a cache others can write": lambda: cache.chmod(0o777),
+        "compiled code others can write": lambda: compiled.chmod(0o777),
+        "the code writable by others": lambda: code.chmod(0o666),
+    }
+
+
+def test_bad_node_code_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """halo's node code on a node whose cache went bad: it runs (the cache repaired), or one
+    line says why not and how to fix it; never a traceback, a hang or an unbounded read."""
+    from halo_cluster.nodecode import node_code
+    from halo_cluster.runner.local import LocalRunner
+    from halo_cluster.runner.node_code import NodeRunner
+
+    code = node_code()
+    argv = code.argv(sys.executable, ["node-info"])
+    for what in bad_node_code_caches(tmp_path / "x" / "halo", code.digest):
+        home = tmp_path / what.replace(" ", "-").replace("/", "")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+        assert NodeRunner(LocalRunner(), sys.executable, code).run(argv).ok  # a good cache
+        bad_node_code_caches(home / "halo", code.digest)[what]()
+        done = NodeRunner(LocalRunner(), sys.executable, code).run(argv, timeout=60)
+        lines = done.stderr.splitlines()
+        assert "Traceback" not in done.stderr and done.returncode != 124, f"{what}: {done}"
+        assert done.ok or (done.returncode in (95, 96) and len(lines) == 1), f"{what}: {done}"
+        assert done.ok or lines[0].startswith("halo-node: "), what

@@ -264,7 +264,7 @@ def test_serves_counters_witness_reads_port_2(tmp_path: Path) -> None:
 
     log = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
     nodes = {"node1": Node(log, (10, 10, 30_000))}
-    srv = cluster(tmp_path, nodes, ServeConfig(model="m"), {"node1": plan()})
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"), {"node1": plan()})
     serve(srv, tp=1, allow_fallback=True, wait_s=5)
     asked = [s for s in nodes["node1"].scripts if " counters" in s]
     assert asked == [

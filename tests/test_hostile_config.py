@@ -161,7 +161,7 @@ def test_hostile_strings_never_execute(tmp_path: Path, a: str, b: str, c: str, d
     ]
     stubs = tmp_path / "stubs"
     stubs.mkdir(exist_ok=True)
-    for tool in ("setsid", "mkdir", "pgrep", "ps", "stat", "date", "sleep", "timeout", "true",
+    for tool in ("setsid", "mkdir", "chmod", "pgrep", "ps", "stat", "date", "sleep", "timeout", "true",
                  "grep", "ls", "rm", "cat", "tr", "opt", "dirname", "sha256sum", "cut", "head",
                  "test"):  # fmt: skip
         stub = stubs / tool

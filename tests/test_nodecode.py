@@ -31,6 +31,7 @@ from halo_cluster.nodecode import (
     EXCLUDED,
     MISSING,
     TOO_OLD,
+    UNSAFE,
     ZIP_MAIN,
     NodeCode,
     Problem,
@@ -455,6 +456,17 @@ def test_install_refuses_bytes_that_do_not_match_the_hash(cache: Path) -> None:
             "halo-node: halo's node code abc is not cached here\n",
             Problem("code", "halo's node code abc is not cached here"),
         ),
+        (
+            95,
+            "halo-node: /root/.cache/halo is writable by group or others (mode 777): refused; "
+            "chmod go-w it\n",
+            Problem(
+                "cache-unsafe",
+                "/root/.cache/halo is writable by group or others (mode 777): refused; "
+                "chmod go-w it",
+            ),
+        ),
+        (95, "another program's exit 95\n", None),
         (97, "another program's exit 97\n", None),
         (98, "", None),
         (1, "halo-node: python 3.8.10 is older than 3.9\n", None),
@@ -473,7 +485,13 @@ def test_problem_table(returncode: int, stderr: str, expected: Problem | None) -
 @given(st.integers(-300, 300), st.text())
 def test_problem_never_raises_and_follows_the_exit_codes(returncode: int, stderr: str) -> None:
     found = problem(returncode, stderr)
-    kinds = {TOO_OLD: "python-old", CANNOT_CACHE: "cache", MISSING: "code", 127: "python-missing"}
+    kinds = {
+        TOO_OLD: "python-old",
+        CANNOT_CACHE: "cache",
+        UNSAFE: "cache-unsafe",
+        MISSING: "code",
+        127: "python-missing",
+    }
     assert found is None or found.kind == kinds[returncode]
     assert found is None or "\n" not in found.detail
 

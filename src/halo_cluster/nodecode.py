@@ -4,11 +4,16 @@ The code is a zipapp of this package (without the command line, the lab and the 
 controller-only packages), built the same way from the same files every time, so its sha256
 *is* the version: the controller and the nodes cannot disagree. A node runs it as
 ``python3 -c BOOT HASH COMMAND…`` (through its ``exec_prefix``): BOOT checks the Python
-version, then the cached file ``~/.cache/halo/node-HASH.pyz`` (0600) against HASH, and only
-then imports from it. When the file is missing or does not match (a corrupted copy is deleted,
-never run), BOOT exits with ``MISSING`` before anything runs, and ``NodeRunner`` sends the code
-once (``python3 -c BOOT HASH --install``, base64 on stdin) and runs the command again. Later
-commands send only the hash. Nothing here runs anything: ``runner.node_code`` does.
+version, then that the cache directory is this user's and not writable by others (else it
+refuses, ``UNSAFE``, naming the path and the fix), then the cached file
+``~/.cache/halo/node-HASH.pyz`` (0600, read without following links, regular files only, at
+most ``MAX_CODE`` bytes) against HASH, and only then imports from it. When the file is
+missing or does not match (a corrupted copy is deleted, never run), BOOT exits with
+``MISSING`` before anything runs, and ``NodeRunner`` sends the code once (``python3 -c BOOT
+HASH --install``, base64 on stdin) and runs the command again. Later commands send only the
+hash. Each module's compiled code is kept in a 0700 directory beside the file, with the
+sha256 of its source and of the code: an entry that does not match is compiled again.
+Nothing here runs anything: ``runner.node_code`` does.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from pathlib import Path
 MIN_PYTHON = (3, 9)
 CANNOT_CACHE = 96  # the cache directory is read-only or full
 MISSING = 97  # not cached here (or the copy did not match its hash): send it
+UNSAFE = 95  # the cache (or the code in it) could be changed by another user: refused
 TOO_OLD = 98  # python3 is older than MIN_PYTHON
 # the controller's own parts, which the node side does not import (the "node" contract in
 # pyproject.toml); tests/test_node_py39.py checks that every module it runs is packed
 EXCLUDED = ("cli", "lab", "examples", "cluster", "report", "capacity", "client")
 _MARK = "halo-node:"  # BOOT's own lines on stderr start with it
+MAX_CODE = 16 << 20  # the most BOOT reads of a cached zipapp (halo's is about 180 KB)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same bytes
 
 # Python 3.0+ syntax up to the version check, so that an old python3 says what it is.
@@ -37,13 +44,44 @@ import sys
 if sys.version_info < {minimum!r}:
     sys.stderr.write("{mark} python %d.%d.%d is older than {wanted}\\n" % sys.version_info[:3])
     sys.exit({too_old})
-import hashlib, os
+import hashlib, os, stat
 h = sys.argv[1]
 d = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "halo")
 p = os.path.join(d, "node-" + h + ".pyz")
 def fail(code, text):
     sys.stderr.write("{mark} " + text + "\\n")
     sys.exit(code)
+def unsafe(f, s):
+    # why another user could change f (None when only this one, or root, can)
+    u = os.geteuid()
+    if s.st_uid != u:
+        return ("%s is owned by uid %d, not by this user (uid %d): refused; remove it or "
+                "chown it to uid %d" % (f, s.st_uid, u, u))
+    if s.st_mode & 0o022:
+        return "%s is writable by group or others (mode %03o): refused; chmod go-w it" % (
+            f, s.st_mode & 0o777)
+def refuse(f, s):
+    why = unsafe(f, s)
+    if why:
+        fail({unsafe}, why)
+def load(f, limit):
+    # (bytes or None, stat or None): never a link, a FIFO or a device, at most limit bytes
+    try:
+        fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None, None
+    try:
+        s, b = os.fstat(fd), b""
+        while stat.S_ISREG(s.st_mode) and s.st_size <= limit and len(b) <= limit:
+            more = os.read(fd, limit + 1 - len(b))
+            if not more:
+                return b, s
+            b += more
+        return None, s
+    except OSError:
+        return None, None
+    finally:
+        os.close(fd)
 if sys.argv[2:3] == ["--install"]:
     import base64, tempfile, time
     data = base64.b64decode(sys.stdin.read())
@@ -52,6 +90,7 @@ if sys.argv[2:3] == ["--install"]:
     tmp = None
     try:
         os.makedirs(d, 0o700, exist_ok=True)
+        refuse(d, os.stat(d))
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".node-")
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -63,35 +102,47 @@ if sys.argv[2:3] == ["--install"]:
             os.unlink(tmp)
         fail({cannot_cache}, "cannot cache halo's node code in %s: %s" % (d, err.strerror or err))
     import shutil
-    for old in os.listdir(d):  # other versions' code (and unpacked copies) unused for a week
+    for old in os.listdir(d):  # other versions' code (and compiled copies) unused for a week
         q = os.path.join(d, old)
         try:
             if old.startswith("node-") and not old.startswith("node-" + h):
-                if os.stat(q).st_mtime < time.time() - 7 * 86400:
-                    shutil.rmtree(q) if os.path.isdir(q) else os.unlink(q)
+                if os.lstat(q).st_mtime < time.time() - 7 * 86400:
+                    shutil.rmtree(q) if stat.S_ISDIR(os.lstat(q).st_mode) else os.unlink(q)
         except OSError:
             pass
     sys.exit(0)
-try:
-    with open(p, "rb") as f:
-        b = f.read()
-except OSError:
-    b = None
+if os.path.isdir(d):
+    refuse(d, os.stat(d))
+b, s = load(p, {max_code})
 if b is None or hashlib.sha256(b).hexdigest() != h:
     try:
-        if b is not None:
-            os.unlink(p)  # damaged: never imported, replaced when the code is sent
+        if s is not None:
+            os.unlink(p)  # damaged (or not a file): never imported, replaced when sent
     except OSError:
         pass  # a directory it cannot change: the install that follows says why
     fail({missing}, "halo's node code " + h[:12] + " is not cached here")
+refuse(p, s)
 if len(sys.argv) == 2:
     sys.exit(0)
 import importlib.util, marshal, zipimport
 z = zipimport.zipimporter(p)
 c = p[:-4] + "." + sys.implementation.cache_tag
+try:
+    os.mkdir(c, 0o700)
+except OSError:
+    pass
+try:
+    s = os.lstat(c)
+except OSError:
+    s = None
+if s is None or not stat.S_ISDIR(s.st_mode):
+    c = None  # compiled in memory only
+else:
+    refuse(c, s)
 class Code:
-    # modules from the checked file; their compiled code cached beside it, keyed by the
-    # sha256 of each source (a stale or damaged entry is compiled again)
+    # modules from the checked file; their compiled code cached in c, each entry the sha256
+    # of its source (from the checked file), the sha256 of the code, the code: an entry that
+    # does not match, or cannot be read, is compiled again
     def find_spec(self, name, path=None, target=None):
         if name != "halo_cluster" and not name.startswith("halo_cluster."):
             return None
@@ -111,26 +162,30 @@ class Code:
         return None
     def exec_module(self, module):
         spec = module.__spec__
-        key = hashlib.sha256(spec.loader_state).digest()[:16]
-        cached = os.path.join(c, spec.name + ".bin")
+        key = hashlib.sha256(spec.loader_state).digest()
+        f = c and os.path.join(c, spec.name + ".bin")
+        data, s = load(f, 8 * len(spec.loader_state) + 65536) if f else (None, None)
         code = None
-        try:
-            with open(cached, "rb") as f:
-                data = f.read()
-            if data[:16] == key:
-                code = marshal.loads(data[16:])
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
+        if data and data[:32] == key and hashlib.sha256(data[64:]).digest() == data[32:64]:
+            try:
+                code = None if s.st_uid != os.geteuid() else marshal.loads(data[64:])
+            except (ValueError, EOFError, TypeError):
+                pass
         if code is None:
             code = compile(spec.loader_state, spec.origin, "exec", dont_inherit=True)
-            try:
-                os.makedirs(c, 0o700, exist_ok=True)
-                tmp = cached + ".%d" % os.getpid()
-                with open(tmp, "wb") as f:
-                    f.write(key + marshal.dumps(code))
-                os.replace(tmp, cached)
-            except OSError:
-                pass
+            if f:
+                data = marshal.dumps(code)
+                tmp = f + ".%d" % os.getpid()
+                try:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                    with os.fdopen(fd, "wb") as out:
+                        out.write(key + hashlib.sha256(data).digest() + data)
+                    os.replace(tmp, f)
+                except OSError:
+                    try:
+                        os.unlink(tmp)
+                    except OSError:
+                        pass
         exec(code, module.__dict__)
 sys.meta_path.insert(0, Code())
 sys.argv = ["halo"] + sys.argv[2:]
@@ -163,6 +218,8 @@ def boot(minimum: tuple[int, int] = MIN_PYTHON) -> str:
         too_old=TOO_OLD,
         missing=MISSING,
         cannot_cache=CANNOT_CACHE,
+        unsafe=UNSAFE,
+        max_code=MAX_CODE,
     )
 
 
@@ -233,7 +290,7 @@ def node_code(cache: Path | None = None) -> NodeCode:
     try:
         from halo_cluster.atomic import atomic_write
 
-        cache.mkdir(parents=True, exist_ok=True)
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write(path, f"{code.digest}\n{code.payload()}", prefix=".controller-")
     except OSError:
         pass  # a read-only cache: built each time, as without one
@@ -252,7 +309,7 @@ def _fingerprint(root: Path) -> str:
 class Problem:
     """Why a node cannot run halo's node code."""
 
-    kind: str  # "python-missing" | "python-old" | "cache" | "code"
+    kind: str  # "python-missing" | "python-old" | "cache" | "cache-unsafe" | "code"
     detail: str  # one line, from the node
 
 
@@ -268,6 +325,8 @@ def problem(returncode: int, stderr: str) -> Problem | None:
         return Problem("python-old", detail)
     if returncode == CANNOT_CACHE and detail:
         return Problem("cache", detail)
+    if returncode == UNSAFE and detail:
+        return Problem("cache-unsafe", detail)
     if returncode == MISSING and detail:
         return Problem("code", detail)
     if returncode == 127:
@@ -283,6 +342,15 @@ def is_missing(returncode: int, stderr: str) -> bool:
 
 def old_version(found: Problem) -> str | None:
     match = _OLD.search(found.detail)
+    return match.group(1) if match else None
+
+
+_REFUSED = re.compile(r"^(.+) is (?:owned by uid \d+|writable by group or others)")
+
+
+def refused_path(found: Problem) -> str | None:
+    """The cache directory or file BOOT refused (a ``cache-unsafe`` problem's path)."""
+    match = _REFUSED.match(found.detail) if found.kind == "cache-unsafe" else None
     return match.group(1) if match else None
 
 

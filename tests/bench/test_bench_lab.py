@@ -9,6 +9,7 @@ import os
 import shutil
 import struct
 import subprocess
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -191,15 +192,15 @@ def test_collective_tp_cut_and_report_in_chromium(lab: tuple[Path, str, str]) ->
     ]
     assert all(r["network_ms_per_token"] > 0 for r in tp["rows"])
 
-    # the fabric of node2 is cut mid-run (once the all-reduces flow on it): a clear error
-    # naming it, within the timeout
+    # the fabric of node2 is cut mid-run, once both ranks said their init is done (the
+    # all-reduces start then): a clear error naming it, within the timeout
     code, err, took = act_when(
         ["bench", "collective", "--config", config, "--sizes", "8KiB", "--iters", "100000",
          "--timeout", "10"],
         cwd,
         env,
-        "all-reduces flowing on node2's fabric",
-        fabric_busy(cwd, name, "node2"),
+        "both ranks' init done",
+        lambda said: all(f"rank {r} on node{r + 1}: init done" in said for r in (0, 1)),
         lambda _proc: halo("lab", "cut", "--name", name, "node2", cwd=cwd),
     )  # fmt: skip
     assert code == 1
@@ -262,12 +263,12 @@ def act_when(
     cwd: Path,
     env: dict[str, str],
     ready: str,
-    check: Callable[[], bool],
+    check: Callable[[str], bool],
     act: Callable[[subprocess.Popen[str]], object],
 ) -> tuple[int, str, float]:
-    """Start halo in its own session, ``act`` on it once ``check()`` is true (an observable
-    state, never a fixed wait), and return (exit code, stderr, seconds from the act to its
-    end)."""
+    """Start halo in its own session, ``act`` on it once ``check(what it printed on stderr so
+    far)`` is true (an observable state, never a fixed wait), and return (exit code, stderr,
+    seconds from the act to its end)."""
     proc = subprocess.Popen(
         [HALO, *args],
         cwd=cwd,
@@ -277,31 +278,41 @@ def act_when(
         text=True,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 120
-    while not check():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"never {ready}"
-        time.sleep(0.3)
+    said: list[str] = []
+
+    def read_stderr() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+
+    assert proc.stdout is not None
+    readers = [
+        threading.Thread(target=read_stderr, daemon=True),
+        threading.Thread(target=proc.stdout.read, daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    until(lambda: check("".join(said)), ready, 120, lambda: proc.poll() is None)
     acted = time.monotonic()
     act(proc)
-    _out, err = proc.communicate(timeout=120)
-    return proc.returncode, err, time.monotonic() - acted
+    proc.wait(timeout=120)
+    for reader in readers:
+        reader.join(10)
+    return proc.returncode, "".join(said), time.monotonic() - acted
 
 
-def fabric_busy(cwd: Path, name: str, node: str) -> Callable[[], bool]:
-    """A check: true once the node's fabric interface sent over 1 MiB since the last look
-    (the collective's all-reduces run; its start-up moves next to nothing)."""
-    counter = "/sys/class/net/enp194s0np0/statistics/tx_bytes"
-    last: list[int] = []
-
-    def busy() -> bool:
-        sent = halo("lab", "exec", "--name", name, node, "--", "cat", counter, cwd=cwd).stdout
-        now = int(sent.strip() or 0)
-        moved = bool(last) and now - last[-1] > 1 << 20
-        last.append(now)
-        return moved
-
-    return busy
+def until(
+    condition: Callable[[], bool],
+    what: str,
+    timeout_s: float = 30,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """Poll ``condition`` until it holds (at most ``timeout_s``; ``alive`` false ends it)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert alive(), f"ended before {what}"
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.3)
 
 
 def interrupt_when(
@@ -309,7 +320,7 @@ def interrupt_when(
     cwd: Path,
     env: dict[str, str],
     ready: str,
-    check: Callable[[], bool],
+    check: Callable[[str], bool],
 ) -> tuple[int, str]:
     """Ctrl-C (SIGINT to the whole group, as a terminal does) once ``check()`` is true."""
     import signal
@@ -329,13 +340,14 @@ def test_ctrl_c_stops_every_remote_tool(lab: tuple[Path, str, str]) -> None:
         cwd,
         env,
         "a server running on node2",
-        lambda: leftovers(cwd, name, "node2") != "",
+        lambda _said: leftovers(cwd, name, "node2") != "",
     )
     assert code == 130, err
     assert "interrupted; remote tools stopped" in err and "Traceback" not in err
-    time.sleep(1)
-    for node in ("node1", "node2"):
-        assert leftovers(cwd, name, node) == ""
+    until(
+        lambda: not any(leftovers(cwd, name, node) for node in ("node1", "node2")),
+        "every remote tool gone",
+    )
 
     require(shutil.which("ray", path=str(Path(HALO).parent)) is not None, "ray is not installed")
     pytest.importorskip("torch")
@@ -345,14 +357,14 @@ def test_ctrl_c_stops_every_remote_tool(lab: tuple[Path, str, str]) -> None:
         cwd,
         env,
         "ranks running",
-        lambda: "ray::Worker" in leftovers(cwd, name, "node2"),
+        lambda _said: "ray::Worker" in leftovers(cwd, name, "node2"),
     )
     assert code == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    deadline = time.monotonic() + 30
-    while any(leftovers(cwd, name, node) for node in ("node1", "node2")):
-        assert time.monotonic() < deadline, [leftovers(cwd, name, n) for n in ("node1", "node2")]
-        time.sleep(0.5)
+    until(
+        lambda: not any(leftovers(cwd, name, node) for node in ("node1", "node2")),
+        "no tool, driver or rank left",
+    )
 
 
 def test_bench_net_cut_mid_run_names_the_path(lab: tuple[Path, str, str]) -> None:
@@ -365,7 +377,7 @@ def test_bench_net_cut_mid_run_names_the_path(lab: tuple[Path, str, str]) -> Non
         cwd,
         env,
         "the latency tool running on node2",
-        lambda: any(tool in leftovers(cwd, name, "node2") for tool in latency),
+        lambda _said: any(tool in leftovers(cwd, name, "node2") for tool in latency),
         lambda _proc: halo("lab", "cut", "--name", name, "node2", cwd=cwd),
     )
     assert code == 1

@@ -3,6 +3,7 @@ each node runs halo's node-side commands, one failing node among healthy ones, v
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 
 from halo_cluster import __version__
@@ -75,3 +76,43 @@ def test_a_node_without_a_usable_python_fails_alone() -> None:
     assert node_finding(report, "strix1").severity == "ok"
     assert [f.severity for f in report.cluster if f.check == "cluster.reachable"] == ["ok"]
     assert report.exit_code(strict=False) == 1
+
+
+def refused_report(path: str):  # type: ignore[no-untyped-def]
+    line = (
+        f"{path} is owned by uid 1000, not by this user (uid 0): refused; "
+        "remove it or chown it to uid 0"
+    )
+    refused = FakeRunner().on(["halo", "inventory"], Result((), 95, "", f"halo-node: {line}\n"))
+    healthy = node_inv("strix-e810")
+    return line, doctor(config(STRIX1, STRIX2), {"strix1": fake(healthy), "strix2": refused})
+
+
+def test_a_node_whose_cache_another_user_can_change_fails_alone_with_the_fix() -> None:
+    """BOOT refused the cache (issue 29, N2 b): the doctor names the path and how to fix it."""
+    line, report = refused_report("/root/.cache/halo")
+    assert report.nodes["strix2"] == [
+        Finding(
+            "node.python",
+            "fail",
+            "strix2's cache of halo's node code could be changed by another user",
+            (line,),
+            (
+                "ssh -- root@192.168.1.52 'ls -la /root/.cache/halo'",
+                "# if nobody else should have put anything there: remove it, halo sends its "
+                "code again",
+                "ssh -- root@192.168.1.52 'rm -rf /root/.cache/halo'",
+            ),
+        )
+    ]
+    assert node_finding(report, "strix1").severity == "ok"
+
+
+def test_the_refused_path_is_quoted_twice_in_the_fix() -> None:
+    """A path as a node reports it stays one word, through ssh's shell too."""
+    path = "/home/o'neil $(touch x)/.cache/halo"
+    _line, report = refused_report(path)
+    fix = node_finding(report, "strix2").fix
+    commands = [shlex.split(fix[0]), shlex.split(fix[2])]
+    assert [c[:3] for c in commands] == [["ssh", "--", "root@192.168.1.52"]] * 2
+    assert [shlex.split(c[3]) for c in commands] == [["ls", "-la", path], ["rm", "-rf", path]]

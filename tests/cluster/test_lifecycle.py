@@ -23,7 +23,7 @@ from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner.fake import FakeRunner
-from halo_cluster.runner.quote import node_script
+from halo_cluster.runner.quote import node_script, private_dir
 from halo_cluster.runner.result import Result
 from tests.conftest import ROOTS, strix_peer
 
@@ -147,7 +147,8 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert len(token) == 64 and stat.S_IMODE(token_file.stat().st_mode) == 0o600
     for script in [head, worker, *cluster.ray_clients]:
         assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in script
-        assert f'(umask 077 && mkdir -p "$_halo_state" && printf %s {token} >' in script
+        assert private_dir('"$_halo_state"') in script  # 0700, whatever the umask
+        assert f'printf %s {token} > "$_halo_state/ray-' in script  # made 0600 first
         assert token not in script.splitlines()[-1]  # the exec line: argv
     assert token not in json.dumps(state.to_dict())
 

@@ -65,6 +65,11 @@ def test_a_third_engine_is_served_and_proven_without_ray(tmp_path: Path, relay: 
             # 4 KiB each way per token on the fabric, next to nothing on management
             assert paths["fabric"]["bytes_per_token"] > 8192 > paths["mgmt"]["bytes_per_token"]
         assert "gathering facts and checking every node" in said  # plans without Ray
+        # no Ray, so no Ray token: the state directory and the engine's log are private all
+        # the same (issue 29: 0755 and 0644 with [ray] auth = "none")
+        state = 'cd "${XDG_STATE_HOME:-$HOME/.local/state}/halo" && stat -c %a . serve-*.log'
+        for node in ("node1", "node2"):
+            assert _node(lab, node, state).split() == ["700", "600"], node
         status = cluster_status(Cluster.over_ssh(config))
         assert status["serve"]["healthy"] and status["serve"]["engine"] == "relay"
         assert not any(n["ray"] for n in status["nodes"])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from halo_cluster.errors import ModelError
@@ -156,10 +156,19 @@ def test_a_bad_manifest_is_one_line(data: dict[str, Any], message: str) -> None:
         manifest_from(data, "m.json")
 
 
+_ENTRY = st.fixed_dictionaries(
+    {},
+    optional={
+        "path": st.none() | st.text(max_size=12) | st.sampled_from(["a", "../a", "/a", ".h/a"]),
+        "size": st.none() | st.integers() | st.booleans() | st.text(max_size=4),
+        "sha256": st.none() | st.text(max_size=4) | st.just("0" * 64),
+    },
+)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
-    st.recursive(
-        st.none() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
-    )
+    st.none() | st.integers() | st.text(max_size=8) | st.lists(_ENTRY | st.integers(), max_size=6)
 )
 def test_anything_is_a_manifest_or_one_modelerror(data: Any) -> None:
     try:

@@ -64,7 +64,10 @@ def test_inventory(versions: bool, root: str | None) -> None:
 
 @settings(deadline=None)
 @given(
-    fabric=maybe(VALUE), mgmt=maybe(VALUE), rdma=maybe(st.tuples(WORD, st.integers(1, 255))), root=ROOT
+    fabric=maybe(VALUE),
+    mgmt=maybe(VALUE),
+    rdma=maybe(st.tuples(WORD, st.integers(1, 255))),
+    root=ROOT,
 )
 def test_counters(
     fabric: str | None, mgmt: str | None, rdma: tuple[str, int] | None, root: str | None
@@ -219,10 +222,32 @@ def test_exporter(**values: Any) -> None:
     }
 
 
+NAME = WORD.filter(lambda s: "/" not in s)
+
+
+@settings(deadline=None)
+@given(store=VALUE, name=NAME, path=VALUE.filter(bool), prefixes=st.lists(VALUE, max_size=3))
+def test_model_commands(store: str, name: str, path: str, prefixes: list[str]) -> None:
+    for command in (commands.MODEL_STATE, commands.MODEL_VERIFY, commands.MODEL_RM):
+        argv = command.argv(store=store, name=name)
+        assert parsed(argv) == {"command": command.name, "store": store, "name": name}
+    assert parsed(commands.MODEL_LIST.argv(store=store)) == {
+        "command": "model-list",
+        "store": store,
+    }
+    hashed = commands.MODEL_HASH.argv(store=store, name=name, prefix=prefixes, path=path)
+    assert parsed(hashed) == {
+        "command": "model-hash", "store": store, "name": name, "prefix": prefixes, "path": path,
+    }  # fmt: skip
+    assert parsed(commands.MODEL_PIPE.argv()) == {"command": "model-pipe"}  # spec: environment
+    assert parsed(commands.MODEL_STOP.argv(run=name)) == {"command": "model-stop", "run": name}
+
+
 def test_every_command_has_its_builder_tested() -> None:
     tested = {
         "inventory", "counters", "serve-health", "serve-probe", "gguf-layers", "ray-nodes",
-        "net-probe", "bench-driver", "setup", "exporter", "node-info",
+        "net-probe", "bench-driver", "setup", "exporter", "node-info", "model-list",
+        "model-state", "model-verify", "model-rm", "model-hash", "model-pipe", "model-stop",
     }  # fmt: skip
     assert set(wire.NAMES) == tested
     assert [m.name for m in commands.NET_PROBE.modes] == ["serve", "ping", "stream"]

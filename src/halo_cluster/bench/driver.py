@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,36 @@ def _unreachable(addresses: dict[str, str]) -> list[str]:
     return lost
 
 
+def _cause(err: Exception, task: bool = True) -> str:
+    """A Ray error's cause in one line: a task's last line (the exception it raised), an
+    actor's first (how it died)."""
+    lines = [line.strip() for line in str(err).strip().splitlines()] or [type(err).__name__]
+    return lines[-1] if task else lines[0]
+
+
+def _failures(nodes: list[str], failed: dict[int, str], lost: list[str]) -> tuple[str, str]:
+    """(the nodes of the ``failed`` ranks, in rank order; each rank's cause, then the nodes
+    that do not answer on the fabric)."""
+    names = ", ".join(dict.fromkeys(nodes[r] for r in failed))
+    causes = "; ".join(f"rank {r}: {cause}" for r, cause in failed.items())
+    where = f"; {', '.join(lost)} does not answer on the fabric" if lost else ""
+    return names, causes + where
+
+
+def not_joined(nodes: list[str], failed: dict[int, str], store: str, lost: list[str]) -> str:
+    """The error when ranks did not join the rendezvous, naming the nodes that did not."""
+    names, causes = _failures(nodes, failed, lost)
+    if 0 in failed:
+        return f"process group init: the store on {nodes[0]} ({store}) did not start ({causes})"
+    return f"process group init: {names} did not join the store on {nodes[0]} ({store}): {causes}"
+
+
+def init_failed(nodes: list[str], failed: dict[int, str], lost: list[str]) -> str:
+    """The error when every rank joined but the process group did not form on some."""
+    names, causes = _failures(nodes, failed, lost)
+    return f"process group init failed on {names}: {causes}"
+
+
 def package_dir() -> str:
     """This package as a directory, for Ray to ship: where it is installed, else (halo's
     node code, run from its zipapp, already checked against its hash) unpacked once beside
@@ -71,15 +102,24 @@ def package_dir() -> str:
 
 
 class Ranks:
-    """The actors of one run, placed one per GPU (one per node without GPUs)."""
+    """The actors of one run, placed one per GPU (one per node without GPUs): ``actors[r]``
+    is rank r, on node ``nodes[r]``."""
 
-    def __init__(self, spec: dict[str, Any], emit: Emit) -> None:
+    def __init__(
+        self, spec: dict[str, Any], emit: Emit, ray: Any, actors: list[Any], nodes: list[str]
+    ) -> None:
+        self.spec, self.emit, self.ray = spec, emit, ray
+        self.actors, self.nodes = actors, nodes
+        self.addresses = {n["name"]: n["address"] for n in spec["nodes"]}
+        self.world = len(actors)
+        if self.world < 2:
+            raise DriverError("an all-reduce across nodes needs at least two ranks")
+
+    @classmethod
+    def place(cls, spec: dict[str, Any], emit: Emit) -> Ranks:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        self.ray = ray
-        self.spec = spec
-        self.emit = emit
         # The ranks run in the Python of each node's Ray (the engine environment, which
         # need not have halo): Ray ships this package to them.
         package = package_dir()
@@ -90,8 +130,8 @@ class Ranks:
             runtime_env={"py_modules": [package]},
         )
         alive = {n["NodeManagerAddress"]: n for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
-        self.addresses = {n["name"]: n["address"] for n in spec["nodes"]}
-        missing = [f"{name} ({a})" for name, a in self.addresses.items() if a not in alive]
+        addresses = {n["name"]: n["address"] for n in spec["nodes"]}
+        missing = [f"{name} ({a})" for name, a in addresses.items() if a not in alive]
         if missing:
             raise DriverError(f"not in the Ray cluster: {', '.join(missing)} (run 'halo up' first)")
         slots = []  # (node name, Ray node id, one GPU per rank or none)
@@ -106,7 +146,7 @@ class Ranks:
             raise DriverError(f"--tp {tp}: the cluster has {len(slots)} ranks")
         slots = slots[:tp] if tp else slots
         remote = ray.remote(Worker)
-        self.actors: list[Any] = [
+        actors = [
             remote.options(
                 num_cpus=0,
                 num_gpus=1 if gpu else 0,
@@ -114,25 +154,44 @@ class Ranks:
             ).remote()
             for _name, node_id, gpu in slots
         ]
-        self.nodes = [name for name, _id, _gpu in slots]
-        self.world = len(self.actors)
-        if self.world < 2:
-            raise DriverError("an all-reduce across nodes needs at least two ranks")
+        return cls(spec, emit, ray, actors, [name for name, _id, _gpu in slots])
 
     def get(self, refs: Any, what: str, timeout: float) -> Any:
+        errors = self.ray.exceptions
         try:
             return self.ray.get(refs, timeout=timeout)
-        except self.ray.exceptions.GetTimeoutError:
-            lost = _unreachable(self.addresses)
-            where = f": {', '.join(lost)} does not answer on the fabric" if lost else ""
-            raise DriverError(f"{what} did not finish within {timeout:g} s{where}") from None
-        except self.ray.exceptions.RayActorError as err:
-            lost = _unreachable(self.addresses)  # a node gone from the fabric kills its rank
-            where = f"; {', '.join(lost)} does not answer on the fabric" if lost else ""
-            raise DriverError(f"{what}: a rank died ({str(err).splitlines()[0]}){where}") from None
-        except self.ray.exceptions.RayTaskError as err:
-            cause = str(err).strip().splitlines()[-1]
-            raise DriverError(f"{what} failed: {cause}") from None
+        except errors.GetTimeoutError:
+            said = f"{what} did not finish within {timeout:g} s"
+        except errors.RayActorError as err:  # a node gone from the fabric kills its rank
+            said = f"{what}: a rank died ({_cause(err, task=False)})"
+        except errors.RayTaskError as err:  # a collective cut off mid-way errs, too
+            said = f"{what} failed: {_cause(err)}"
+        lost = self._lost()
+        raise DriverError(
+            said + (f": {', '.join(lost)} does not answer on the fabric" if lost else "")
+        )
+
+    def each(self, refs: list[Any], timeout: float, done: Callable[[int], str]) -> dict[int, str]:
+        """Wait for one call per rank (``refs[r]``), saying ``done(r)`` as each succeeds; why
+        each other rank did not (its error, or no answer within ``timeout``)."""
+        ray, rank_of = self.ray, {ref: r for r, ref in enumerate(refs)}
+        failed: dict[int, str] = {}
+        pending, deadline = list(refs), time.monotonic() + timeout
+        while pending:
+            left = max(deadline - time.monotonic(), 0)
+            finished, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not finished:
+                break
+            for ref in finished:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayError as err:
+                    task = isinstance(err, ray.exceptions.RayTaskError)
+                    failed[rank_of[ref]] = _cause(err, task)
+                else:
+                    self.emit({"event": "progress", "message": done(rank_of[ref])})
+        failed.update({rank_of[ref]: f"no answer within {timeout:g} s" for ref in pending})
+        return dict(sorted(failed.items()))
 
     def start(self) -> tuple[list[dict[str, Any]], str]:
         spec = self.spec
@@ -147,16 +206,22 @@ class Ranks:
             debug = f"/tmp/halo-nccl-{spec['run_id']}.%h.%p.log"
         master = self.addresses[spec["nodes"][0]["name"]]
         port = _free_port()
+        timeout = spec["timeout"]
         self.emit({"event": "progress", "message": f"{self.world} ranks, {backend} init"})
-        self.get(
-            [
-                actor.setup.remote(rank, self.world, master, port, backend, spec["timeout"], debug)
-                for rank, actor in enumerate(self.actors)
-            ],
-            "process group init",
-            spec["timeout"] + 30,
-        )
+        joins = [
+            a.join.remote(r, self.world, master, port, timeout) for r, a in enumerate(self.actors)
+        ]
+        failed = self.each(joins, timeout + 30, lambda r: f"rank {r} on {self.nodes[r]}: joined")
+        if failed:
+            raise DriverError(not_joined(self.nodes, failed, f"{master}:{port}", self._lost()))
+        inits = [a.setup.remote(backend, timeout, debug) for a in self.actors]
+        failed = self.each(inits, timeout + 30, lambda r: f"rank {r} on {self.nodes[r]}: init done")
+        if failed:
+            raise DriverError(init_failed(self.nodes, failed, self._lost()))
         return facts, backend
+
+    def _lost(self) -> list[str]:
+        return _unreachable(self.addresses)
 
     def verdict(self, backend: str, facts: list[dict[str, Any]]) -> dict[str, Any]:
         logs: list[str] = []
@@ -233,7 +298,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
 
 def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
     """The whole run on the head; returns the result body (no stamp, no file)."""
-    ranks = Ranks(spec, emit)
+    ranks = Ranks.place(spec, emit)
     finished = False
     try:
         facts, backend = ranks.start()

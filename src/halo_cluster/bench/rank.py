@@ -1,6 +1,7 @@
-"""One rank of ``halo bench collective``/``tp``: a Ray actor pinned to its node, which
-initialises torch.distributed with its node's plan (the raylet's environment) and times
-all-reduces. torch is imported inside the actor only."""
+"""One rank of ``halo bench collective``/``tp``: a Ray actor pinned to its node, which joins
+the run's rendezvous (rank 0 serves it), initialises torch.distributed over it with its
+node's plan (the raylet's environment) and times all-reduces. torch is imported inside the
+actor only."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ class Worker:
 
     def __init__(self) -> None:
         self.rank = -1
+        self.world = 0
         self.backend = "gloo"
+        self.store: Any = None  # the rendezvous (rank 0 serves it): kept while the group lives
 
     def facts(self) -> dict[str, Any]:
         import importlib.metadata
@@ -45,22 +48,33 @@ class Worker:
             "env": {k: v for k, v in os.environ.items() if k.startswith(names)},
         }
 
-    def setup(
-        self,
-        rank: int,
-        world: int,
-        master: str,
-        port: int,
-        backend: str,
-        timeout_s: float,
-        debug_file: str | None,
-    ) -> str:
+    def join(self, rank: int, world: int, master: str, port: int, timeout_s: float) -> str:
+        """Join the run's rendezvous: rank 0 starts the store (on ``master:port``), the others
+        connect to it within ``timeout_s``. A rank whose node cannot reach the first one fails
+        here, on its own, so the driver can name it."""
+        import datetime
+
+        import torch.distributed as dist
+
+        self.rank, self.world = rank, world
+        self.store = dist.TCPStore(  # type: ignore[attr-defined]
+            master,
+            port,
+            world,
+            rank == 0,
+            datetime.timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+        return socket.gethostname()
+
+    def setup(self, backend: str, timeout_s: float, debug_file: str | None) -> str:
+        """torch.distributed's process group over the joined store."""
         import datetime
 
         import torch
         import torch.distributed as dist
 
-        self.rank, self.backend = rank, backend
+        self.backend = backend
         if debug_file:
             os.environ.update(
                 {
@@ -73,12 +87,12 @@ class Worker:
             torch.cuda.set_device(0)  # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU
         dist.init_process_group(
             backend,
-            init_method=f"tcp://{master}:{port}",
-            rank=rank,
-            world_size=world,
+            store=self.store,
+            rank=self.rank,
+            world_size=self.world,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
-        return f"rank {rank} ready on {socket.gethostname()}"
+        return f"rank {self.rank} ready on {socket.gethostname()}"
 
     def _tensor(self, nbytes: int) -> Any:
         import torch
@@ -147,3 +161,4 @@ class Worker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+        self.store = None

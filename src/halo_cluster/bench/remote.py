@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
-from halo_cluster.runner.quote import exports
+from halo_cluster.runner.quote import exports, private_dir, private_files
 from halo_cluster.runner.result import LineSink, Result
 
 JOB_DIR = '"${XDG_RUNTIME_DIR:-/tmp}/halo-bench"'
@@ -72,7 +72,7 @@ class RemoteJobs:
                 "exit 1\n"
             )
         script = (
-            f"set -e\n{exports(env or {})}{check}mkdir -p {JOB_DIR}\n"
+            f"set -e\n{exports(env or {})}{check}{private_dir(JOB_DIR)}{private_files(log)}"
             f"setsid timeout -k {KILL_GRACE_S} {limit_s:g} {shlex.join(argv)}"
             f" > {log} 2>&1 < /dev/null &\n"
             f"pid=$!\necho $pid > {pidfile}\nset +e\n{wait}"
@@ -91,7 +91,7 @@ class RemoteJobs:
         """Run ``argv`` on ``node`` and wait (at most ``limit_s`` there, a little more here);
         ``on_line`` sees its output lines as they come."""
         script = (
-            f"set -e\n{exports(env or {})}mkdir -p {JOB_DIR}\n"
+            f"set -e\n{exports(env or {})}{private_dir(JOB_DIR)}"
             f"echo $$ > {self._pidfile(role)}\n"
             f"exec timeout -k {KILL_GRACE_S} {limit_s:g} {shlex.join(argv)}\n"
         )

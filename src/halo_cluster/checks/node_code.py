@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from halo_cluster.checks import Finding, fail, ok, warn
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.checks.fixes import q
+from halo_cluster.nodecode import refused_path
 
 WANTED_PYTHON = "3.9"
 
@@ -33,12 +34,21 @@ def _summary(kind: str, name: str) -> str:
         "python-missing": f"{name} has no Python to run halo's node code",
         "python-old": f"{name}'s Python is older than {WANTED_PYTHON}",
         "cache": f"{name} cannot cache halo's node code",
+        "cache-unsafe": f"{name}'s cache of halo's node code could be changed by another user",
     }.get(kind, f"{name} cannot run halo's node code")
 
 
 def _fix(report: NodeReport) -> list[str]:
     node = report.node
     assert report.python is not None
+    path = refused_path(report.python)
+    if path is not None:  # BOOT refused it: nothing from there was run
+        ssh = f"ssh -- {q(node.ssh)}"
+        return [
+            f"{ssh} {q('ls -la ' + q(path))}",
+            "# if nobody else should have put anything there: remove it, halo sends its code again",
+            f"{ssh} {q('rm -rf ' + q(path))}",
+        ]
     if report.python.kind == "cache":
         return [
             f"ssh -- {q(node.ssh)} 'df -h ~/.cache; ls -ld ~/.cache ~/.cache/halo'",

@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Mapping
 
 from halo_cluster.client.node import NodeClient
-from halo_cluster.runner.quote import exports
+from halo_cluster.runner.quote import exports, private_dir, private_files
 from halo_cluster.runner.result import Result
 
 STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
@@ -34,10 +34,11 @@ def alive_script(cluster: str) -> str:
 
 def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
     """Start ``argv`` detached in its own process group, its output in the log, its pid
-    in the pid file; the working directory is HOME (a node's caches and state live there)."""
+    in the pid file (both 0600, in the 0700 state directory, whatever the engine or the
+    auth); the working directory is HOME (a node's caches and state live there)."""
     log, pid = log_paths(cluster)
     return (
-        f"set -e\n{exports(env)}mkdir -p {STATE_DIR}\ncd\n"
+        f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
         f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
         f"echo $! > {pid}\n"
     )

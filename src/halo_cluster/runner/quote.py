@@ -27,12 +27,34 @@ def exports(env: Mapping[str, str]) -> str:
 
 def _token_file(token: str) -> list[str]:
     name = f"ray-{hashlib.sha256(token.encode()).hexdigest()[:12]}.token"
+    state, path = '"$_halo_state"', f'"$_halo_state/{name}"'
     return [
         '_halo_state="${XDG_STATE_HOME:-$HOME/.local/state}/halo"\n',
-        f'(umask 077 && mkdir -p "$_halo_state" && printf %s {shlex.quote(token)} '
-        f'> "$_halo_state/{name}")\n',
-        f'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$_halo_state/{name}"\n',
+        private_dir(state),
+        private_files(path),
+        f"printf %s {shlex.quote(token)} > {path}\n",
+        f"export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={path}\n",
     ]
+
+
+def private_dir(path: str) -> str:
+    """Lines for a ``set -e`` script that make ``path`` (a shell word, expanded on the node)
+    a directory of this user's, 0700 (made so when it is older), whatever the umask; one
+    that is a link or another user's (anyone may make it first under /tmp) stops the script
+    in one line."""
+    return (
+        f"(umask 077 && mkdir -p {path})\n"
+        f"if [ -L {path} ] || [ ! -O {path} ]; then\n"
+        f'  echo {path}": not a directory of this user\'s: refused" >&2; exit 1\nfi\n'
+        f"chmod 700 {path}\n"
+    )
+
+
+def private_files(*paths: str) -> str:
+    """Lines that make each of ``paths`` (shell words) a file only this user can read, 0600
+    (an older one made so, its content kept), before the script writes it with ``>``."""
+    words = " ".join(paths)
+    return f'for _halo_f in {words}; do (umask 077 && : >> "$_halo_f"); done\nchmod 600 {words}\n'
 
 
 def node_script(env: Mapping[str, str], argv: Sequence[str]) -> str:

@@ -70,7 +70,7 @@ def _private_dir(path: Path, uid: int) -> bool:
             if not _owned_dir(path.parent, uid) or os.lstat(path.parent).st_mode & 0o077:
                 return False
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # ~/.cache/halo
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
         if not _owned_dir(path, uid):
