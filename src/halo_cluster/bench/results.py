@@ -12,7 +12,8 @@ from typing import Any
 from halo_cluster import __version__
 from halo_cluster.atomic import AtomicFile
 from halo_cluster.errors import UsageError
-from halo_cluster.schema import VERSIONS, result_kind
+from halo_cluster.jsonin import load_file
+from halo_cluster.schema import VERSIONS, check_result
 
 
 def stamp(
@@ -68,24 +69,13 @@ KNOWN_SCHEMAS = VERSIONS
 MAX_RESULT_BYTES = 64 << 20
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load(path: Path) -> dict[str, Any]:
-    """A result file; UsageError (one line) when it is not a readable halo result of a
-    schema this halo knows (``halo.bench.<kind>/<version>``), or carries NaN/Infinity."""
-    try:
-        if not path.is_file():
-            raise UsageError(f"{path}: not a regular file")
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise UsageError(f"{path}: larger than 64 MiB; not a halo result")
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except OSError as err:
-        raise UsageError(f"{path}: {err.strerror or err}") from None
-    except (ValueError, RecursionError) as err:
-        raise UsageError(f"{path}: not JSON ({err})") from None
-    result_kind(data, path)
+    """A result file; UsageError (one line naming the file) when it is not a readable halo
+    result of a schema this halo knows (``halo.bench.<kind>/<version>``) whose every field
+    has its type (schema.py ``check_result``): not a regular file, over 64 MiB, not JSON,
+    numbers JSON does not allow or out of range, nested too deep, or of the wrong shape."""
+    data = load_file(path, MAX_RESULT_BYTES, "a halo result")
+    check_result(data, path)
     result: dict[str, Any] = data
     return result
 

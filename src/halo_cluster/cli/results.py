@@ -73,7 +73,7 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
     click.echo(f"{path} ({data.get('schema')}, {data.get('created')})")
     if data.get("incomplete"):
         click.echo(f"incomplete: {data['incomplete']}")
-    if kind == "net":
+    if kind == "net" and data.get("paths"):
         bench_render.net_table(data)
     elif kind == "collective" and data.get("sweep"):
         bench_render.collective_table(data)
