@@ -306,7 +306,7 @@ GARBAGE = [
     ),
     (parse_node_info, '{"halo": "0.1"}', "node-info: no python (got keys ['halo'])"),
     (parse_node_info, "[" * 100_000, "node-info: not JSON (got '" + "[" * 59 + ")"),
-    (parse_inventory, '{"hostname": "x"}', "inventory: not an inventory (KeyError: 'os')"),
+    (parse_inventory, '{"hostname": "x"}', "inventory: not an inventory (ValueError: os is missing)"),
 ]
 
 
