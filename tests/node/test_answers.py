@@ -263,7 +263,7 @@ GARBAGE = [
         parse_serve_probe,
         '{"model": "m", "completion_tokens": 1, "seconds": 1' + "0" * 400 + "}",
         # a number JSON cannot hold in 64 bits is refused as the answer is parsed (jsonin.py)
-        "serve-probe: not JSON (got '{\"model\": \"m\", \"completion_tokens\": 1, \"seconds\": 100000000)",
+        'serve-probe: not JSON (got \'{"model": "m", "completion_tokens": 1, "seconds": 100000000)',
     ),
     (
         parse_gguf_layers,
@@ -306,7 +306,11 @@ GARBAGE = [
     ),
     (parse_node_info, '{"halo": "0.1"}', "node-info: no python (got keys ['halo'])"),
     (parse_node_info, "[" * 100_000, "node-info: not JSON (got '" + "[" * 59 + ")"),
-    (parse_inventory, '{"hostname": "x"}', "inventory: not an inventory (ValueError: os is missing)"),
+    (
+        parse_inventory,
+        '{"hostname": "x"}',
+        "inventory: not an inventory (ValueError: os is missing)",
+    ),
 ]
 
 

@@ -160,4 +160,3 @@ def write_state(config: Config, state: ClusterState) -> None:
     path = state_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(state.to_dict(), indent=2), prefix=".state.")
-
