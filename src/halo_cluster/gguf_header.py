@@ -135,21 +135,15 @@ def block_count(path: os.PathLike[str] | str) -> int:
 def _parse(path: os.PathLike[str] | str, read: Callable[[_Reader], Any]) -> Any:
     with open_regular(path) as handle:
         try:
-            return read(_Reader(handle, os.fstat(handle.fileno()).st_size))
+            return read(_Reader(handle, os.fstat(handle.fileno()).st_size, path))
         except OSError as err:
             raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
         except EOFError:
             raise UsageError(f"{path}: truncated GGUF header") from None
-        except _NotGguf as err:
-            raise UsageError(f"{path}: {err}") from None
         except (UnicodeDecodeError, ValueError, struct.error) as err:
             raise UsageError(
                 f"{path}: corrupt GGUF header ({shown(str(err), 120)[1:-1]})"
             ) from None
-
-
-class _NotGguf(Exception):
-    """Not a GGUF file at all (no magic), or of a version this reader does not know."""
 
 
 class _Stream:
@@ -194,8 +188,9 @@ class _Stream:
 
 
 class _Reader:
-    def __init__(self, handle: BinaryIO, size: int) -> None:
+    def __init__(self, handle: BinaryIO, size: int, path: os.PathLike[str] | str) -> None:
         self.stream = _Stream(handle, size)
+        self.path = path  # for the errors that say it is no GGUF file at all
         self.order = "<"
         self.kept_elements = self.kept_bytes = self.scanned = 0
 
@@ -209,13 +204,14 @@ class _Reader:
         if head != b"GGUF":
             if b"GGUF".startswith(head):
                 raise EOFError
-            raise _NotGguf(f"not a GGUF file (it starts with {head!r}, not b'GGUF')")
+            raise UsageError(f"{self.path}: not a GGUF file (it starts with {head!r}, not b'GGUF')")
         version = self.unpack("I")
         if version not in (2, 3):
             swapped = struct.unpack(">I", struct.pack("<I", version))[0]
             if swapped not in (2, 3):
-                raise _NotGguf(
-                    f"unknown GGUF version {version} (this reader knows versions 2 and 3)"
+                raise UsageError(
+                    f"{self.path}: unknown GGUF version {version}"
+                    " (this reader knows versions 2 and 3)"
                 )
             self.order = ">"
         tensors, keys = self.unpack("Q"), self.unpack("Q")
