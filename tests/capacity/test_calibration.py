@@ -147,3 +147,15 @@ def test_bad_results(tmp_path: Path, data: object, message: str) -> None:
     with pytest.raises(UsageError, match=message) as err:
         read_serve_result(path)
     assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_what_a_result_says_is_shown_short(tmp_path: Path) -> None:
+    long = serve_result(model="m" * 100_000, created="c" * 100_000)
+    cal = read_serve_result(write(tmp_path, long))
+    assert (len(cal.model), len(cal.created)) == (200, 64)
+    bad = serve_result(
+        levels=[{"concurrency": 1, "output_tokens_per_s": 9.0, "errors": "e" * 10**6}]
+    )
+    with pytest.raises(UsageError) as err:
+        read_serve_result(write(tmp_path, bad))
+    assert str(err.value) == f"{tmp_path / 'serve.json'}: levels[0].errors must be a whole number"
