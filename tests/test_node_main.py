@@ -277,7 +277,7 @@ def test_gguf_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         "text": (
             2,
             "",
-            f"halo: error: {text}: corrupt GGUF header (not a GGUF file (no GGUF magic))\n",
+            f"halo: error: {text}: not a GGUF file (it starts with b'this', not b'GGUF')\n",
         ),
         "zero": (
             2,
@@ -287,9 +287,9 @@ def test_gguf_layers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
         "missing": (
             2,
             "",
-            f"halo: error: {tmp_path / 'nothing.gguf'}: No such file or directory\n",
+            f"halo: error: cannot read {tmp_path / 'nothing.gguf'}: No such file or directory\n",
         ),
-        "directory": (2, "", f"halo: error: {tmp_path}: Is a directory\n"),
+        "directory": (2, "", f"halo: error: {tmp_path}: a directory, not a regular file\n"),
     }
 
 

@@ -8,10 +8,10 @@ prober (``monitor/rdma_probe.py``), which must not import the bench package.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from halo_cluster.errors import ParseError
+from halo_cluster.jsonin import loads
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def parse_perftest_json(text: str) -> Latency | Bandwidth:
     """The ``--out_json`` file; the test name says latency or bandwidth. BW values are in
     the report's unit: Gb/s when run with ``--report_gbits`` (as halo does), else MiB/s."""
     try:
-        data = json.loads(text)
+        data = loads(text)
         test = data["test_info"]["test"]
         results = data["results"]
     except (ValueError, KeyError, TypeError):

@@ -11,8 +11,10 @@ until then.
 
 from __future__ import annotations
 
+import math
+import types
 from collections.abc import Mapping
-from typing import Any, Literal, Optional, TypedDict, Union, get_args
+from typing import Any, Literal, TypedDict, Union, get_args, get_origin
 
 from halo_cluster.errors import UsageError
 
@@ -20,6 +22,22 @@ Kind = Literal["net", "collective", "tp", "serve"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 VERSIONS: dict[Kind, int] = {"net": 1, "collective": 1, "tp": 1, "serve": 1}
 SCHEMAS: dict[Kind, str] = {kind: f"halo.bench.{kind}/{VERSIONS[kind]}" for kind in KINDS}
+
+
+class NodeStamp(TypedDict, total=False):
+    """What a run knew of one node (bench/cluster.py ``stamp``)."""
+
+    hostname: str | None
+    transport: str | None
+    hca: str | None  # results written before device and port
+    device: str | None
+    port: int | None
+    gid_index: int | None
+    socket_ifname: str | None
+    mtu: int | None
+    fabric_address: str | None
+    mgmt_address: str | None
+    versions: dict[str, str | None]
 
 
 class Stamp(TypedDict, total=False):
@@ -31,41 +49,46 @@ class Stamp(TypedDict, total=False):
     host: str
     versions: dict[str, str | None]
     plans: dict[str, Any]  # node -> TransportPlan.to_dict()
-    nodes: dict[str, Any]  # node -> what the run knew of it
+    nodes: dict[str, NodeStamp]  # node -> what the run knew of it
     incomplete: str  # why the run stopped early (absent when it did not)
 
 
 # -- halo.bench.net/1 ------------------------------------------------------------------------
-class Latency(TypedDict):
+# A key a reader of saved results needs is in a TypedDict of total=True; one it can do
+# without (or that results written by an earlier halo lack) is in its total=False subclass.
+class _LatencyNeeded(TypedDict):
     p50: float
-    p99: float | None
-    avg: float | None
-    samples: int | None
     tool: str
 
 
-# the functional form evaluates its types: Optional, not X | None (Python 3.9 on nodes)
-NetPath = TypedDict(
-    "NetPath",
-    {
-        "node": str,
-        "peer": str,
-        "path": Literal["mgmt", "fabric", "rdma"],
-        "transport": Literal["tcp", "rdma"],
-        "from": str,
-        "to": str,
-        "latency_us": Optional[Latency],
-        "bandwidth_gbps": Optional[float],
-        "bandwidth_tool": str,
-        "retransmits": Optional[int],
-        "line_rate_gbps": Optional[float],
-        "pcie_ceiling_gbps": Optional[float],
-        "pct_line_rate": Optional[float],
-        "pct_pcie": Optional[float],
-        "errors": list[str],
-    },
-    total=False,
-)
+class Latency(_LatencyNeeded, total=False):
+    p99: float | None
+    avg: float | None
+    samples: int | None
+
+
+class _NetPathNeeded(TypedDict):
+    node: str
+    peer: str
+    path: Literal["mgmt", "fabric", "rdma"]
+
+
+# "from" is a keyword: only the functional form can name it (it evaluates its types at
+# import: no X | None there, for Python 3.9 on nodes)
+_NetPathEnds = TypedDict("_NetPathEnds", {"from": str, "to": str}, total=False)
+
+
+class NetPath(_NetPathNeeded, _NetPathEnds, total=False):
+    transport: Literal["tcp", "rdma"]
+    latency_us: Latency | None
+    bandwidth_gbps: float | None
+    bandwidth_tool: str
+    retransmits: int | None
+    line_rate_gbps: float | None
+    pcie_ceiling_gbps: float | None
+    pct_line_rate: float | None
+    pct_pcie: float | None
+    errors: list[str]
 
 
 class Skipped(TypedDict):
@@ -74,7 +97,7 @@ class Skipped(TypedDict):
     reason: str
 
 
-class NetBenchResult(Stamp):
+class NetBenchResult(Stamp, total=False):
     paths: list[NetPath]
     skipped: list[Skipped]
 
@@ -95,9 +118,12 @@ class SweepRow(TypedDict):
     busbw_gbs: float
 
 
-class Fit(TypedDict):
+class _FitNeeded(TypedDict):
     alpha_us: float
     beta_gbps: float
+
+
+class Fit(_FitNeeded, total=False):
     intercept_us: float
     max_rel_error: float
 
@@ -115,17 +141,20 @@ class CollectiveBenchResult(RankedBenchResult, total=False):
     fit: Fit | None
 
 
-class TpRow(TypedDict):
+class _TpRowNeeded(TypedDict):
     batch: int
     allreduces_per_token: int
     bytes_per_allreduce: int
     network_ms_per_token: float
+
+
+class TpRow(_TpRowNeeded, total=False):
     network_ms_p90: float
     tokens_per_s_ceiling: float | None
     per_sequence_tokens_per_s_ceiling: float | None
 
 
-class TpModel(TypedDict):
+class TpModel(TypedDict, total=False):
     id: str
     name: str
     layers: int
@@ -176,6 +205,12 @@ class ServeBenchResult(Stamp, total=False):
 
 # evaluated at run time: no X | Y (Python 3.9)
 BenchResult = Union[NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult]
+TYPES: dict[Kind, type] = {
+    "net": NetBenchResult,
+    "collective": CollectiveBenchResult,
+    "tp": TpBenchResult,
+    "serve": ServeBenchResult,
+}
 
 
 # -- the validator ---------------------------------------------------------------------------
@@ -212,3 +247,123 @@ def require_kind(data: Mapping[str, Any], kind: Kind, where: object, hint: str =
         raise UsageError(
             f"{where}: schema is {data.get('schema')!r}, expected {SCHEMAS[kind]!r}{hint}"
         )
+
+
+def check_result(data: object, where: object) -> Kind:
+    """``result_kind``, then every field of ``data`` this halo's types describe has its type
+    (a key a reader needs is there): UsageError, one line naming ``where`` and the field,
+    for anything else. Keys the types do not name are left alone. Controller side only: it
+    evaluates the types' annotations (Python 3.10+)."""
+    kind = result_kind(data, where)
+    assert isinstance(data, Mapping)
+    declared = data.get("kind", kind)
+    if declared != kind:
+        raise UsageError(f"{where}: kind is {_shown(declared)} in a {data['schema']} result")
+    problem = _mismatch(data, TYPES[kind], "")
+    if problem is not None:
+        raise UsageError(f"{where}: not a complete {data['schema']} result: {problem}")
+    return kind
+
+
+_UNIONS = (Union, getattr(types, "UnionType", Union))  # Optional[X], and X | None (3.10+)
+
+
+def _mismatch(value: Any, hint: Any, at: str) -> str | None:
+    """Why ``value`` is not of the type ``hint`` (None when it is); ``at`` is where it sits."""
+    if hint is Any:
+        return None
+    origin = get_origin(hint)
+    if origin in _UNIONS:
+        arms = get_args(hint)
+        if value is None and type(None) in arms:
+            return None
+        given = [arm for arm in arms if arm is not type(None)]
+        if len(given) == 1:  # X or null, and not null: what is wrong inside it
+            return _mismatch(value, given[0], at)
+        if any(_mismatch(value, arm, at) is None for arm in given):
+            return None
+        return _wrong(value, " or ".join(_name(arm) for arm in arms), at)
+    if origin is Literal:
+        choices = get_args(hint)
+        return None if value in choices else _wrong(value, " or ".join(map(repr, choices)), at)
+    if origin is list:
+        if not isinstance(value, list):
+            return _wrong(value, "a list", at)
+        (item,) = get_args(hint)
+        found = (_mismatch(v, item, f"{at}[{i}]") for i, v in enumerate(value))
+        return next((p for p in found if p is not None), None)
+    if origin is dict:
+        if not isinstance(value, dict):
+            return _wrong(value, "an object", at)
+        item = get_args(hint)[1]
+        found = (_mismatch(v, item, _key(at, k)) for k, v in value.items())
+        return next((p for p in found if p is not None), None)
+    if isinstance(hint, type) and issubclass(hint, dict):  # a TypedDict
+        return _record(value, hint, at)
+    return None if _is(value, hint) else _wrong(value, _name(hint), at)
+
+
+def _record(value: Any, hint: type, at: str) -> str | None:
+    from typing import get_type_hints
+
+    if not isinstance(value, dict):
+        return _wrong(value, "an object", at)
+    for key in sorted(getattr(hint, "__required_keys__", ())):
+        if key not in value:
+            return f"{_key(at, key)} is missing"
+    for key, field in get_type_hints(hint).items():
+        if key in value:
+            problem = _mismatch(value[key], field, _key(at, key))
+            if problem is not None:
+                return problem
+    return None
+
+
+def _is(value: Any, hint: Any) -> bool:
+    if hint is type(None):
+        return value is None
+    if isinstance(value, bool) or hint is bool:
+        return isinstance(value, bool) and hint is bool
+    if hint is float:  # JSON writes 2.0 as 2 as often as not; finite (jsonin.py)
+        if isinstance(value, int):
+            return value.bit_length() <= 64
+        return isinstance(value, float) and math.isfinite(value)
+    if hint is int:
+        return isinstance(value, int) and value.bit_length() <= 64
+    return isinstance(value, hint)
+
+
+_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _name(hint: Any) -> str:
+    if hint is type(None):
+        return "null"
+    if get_origin(hint) is list:
+        return "a list"
+    if get_origin(hint) is dict or (isinstance(hint, type) and issubclass(hint, dict)):
+        return "an object"
+    if get_origin(hint) is Literal:
+        return " or ".join(map(repr, get_args(hint)))
+    return _NAMES.get(hint, str(hint))
+
+
+def _key(at: str, key: object) -> str:
+    named = key if isinstance(key, str) and key.isidentifier() and key.isascii() else None
+    return f"{at}.{named}" if named and at else named or f"{at}[{_shown(key)}]"
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a one-line message: a container by its kind, a scalar escaped, cut short."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return "a number of more than 64 bits"
+    text = ascii(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _wrong(value: Any, expected: str, at: str) -> str:
+    return f"{at or 'the result'} is {_shown(value)}, not {expected}"

@@ -4,6 +4,7 @@ node's effective decode bandwidth for the engine."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,16 @@ def test_a_speed_the_hardware_cannot_reach_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ("{oops", "is not JSON"),
+        ("{oops", re.escape("not JSON (Expecting property name enclosed in double quotes")),
+        (
+            '{"levels": [{"output_tokens_per_s": 1e400}]}',
+            re.escape("not JSON (number 1e400 is out of range)"),
+        ),
+        (
+            '{"input_len": 1' + "0" * 400 + "}",
+            re.escape("not JSON (number 100000000000000000000000... (401 digits) is out of range)"),
+        ),
+        ("[" * 100_000 + "]" * 100_000, re.escape("not JSON (nested deeper than 100 levels)")),
         ("[]", "expected a JSON object"),
         (
             serve_result(schema="halo.bench.net/1"),
@@ -115,7 +125,7 @@ def test_a_speed_the_hardware_cannot_reach_is_refused(tmp_path: Path) -> None:
         (serve_result(levels=[{"concurrency": 4}]), "no levels\\[\\] entry with concurrency 1"),
         (
             serve_result(levels=[{"concurrency": 1, "output_tokens_per_s": float("nan")}]),
-            "levels\\[0\\].output_tokens_per_s must be a finite number, got nan",
+            re.escape("not JSON (NaN is not a number JSON allows)"),
         ),
         (
             serve_result(levels=[{"concurrency": 1, "output_tokens_per_s": None}]),
@@ -137,3 +147,15 @@ def test_bad_results(tmp_path: Path, data: object, message: str) -> None:
     with pytest.raises(UsageError, match=message) as err:
         read_serve_result(path)
     assert str(err.value).startswith(str(path)) and "\n" not in str(err.value)
+
+
+def test_what_a_result_says_is_shown_short(tmp_path: Path) -> None:
+    long = serve_result(model="m" * 100_000, created="c" * 100_000)
+    cal = read_serve_result(write(tmp_path, long))
+    assert (len(cal.model), len(cal.created)) == (200, 64)
+    bad = serve_result(
+        levels=[{"concurrency": 1, "output_tokens_per_s": 9.0, "errors": "e" * 10**6}]
+    )
+    with pytest.raises(UsageError) as err:
+        read_serve_result(write(tmp_path, bad))
+    assert str(err.value) == f"{tmp_path / 'serve.json'}: levels[0].errors must be a whole number"

@@ -194,7 +194,7 @@ def test_bad_options(
                 "schema": "halo.bench.collective/1",
                 "fit": {"alpha_us": float("nan"), "beta_gbps": 9},
             },
-            "fit.alpha_us must be a finite number, got nan",
+            "not JSON (NaN is not a number JSON allows)",
         ),
         ("--calibrate", {"schema": "halo.bench.collective/1"}, "expected 'halo.bench.serve/1'"),
         (
@@ -228,7 +228,7 @@ def test_bad_options(
                 "intermediate_size": 8,
                 "vocab_size": 9,
             },
-            "hidden_size must be a whole number >= 0, got inf",
+            "not JSON (Infinity is not a number JSON allows)",
         ),
         (
             "--hf-config",

@@ -210,7 +210,7 @@ def test_hf_config_reads_a_moe(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("{not json", "is not JSON"),
+        ("{not json", "not JSON \\(Expecting property name"),
         ("[1, 2]", "expected a JSON object"),
         ({"hidden_size": 4096}, "missing num_hidden_layers"),
         (

@@ -16,6 +16,7 @@ from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
+from halo_cluster.gguf_header import read_header
 
 Q8_0, Q4_K = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_K
 
@@ -169,7 +170,7 @@ def test_first_shard_alone_estimates_from_the_file_type(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"", "not a GGUF file"),
+        (b"", "truncated GGUF header"),
         (b"PK\x03\x04 a zip file", "not a GGUF file"),
         (b"GGUF\x03\x00", "truncated GGUF header"),
         (b"GGUF" + struct.pack("<I", 7) + bytes(16), "unknown GGUF version 7"),
@@ -187,10 +188,20 @@ def test_truncated_file(tmp_path: Path) -> None:
     path = tmp_path / "cut.gguf"
     write(path, "llama", DENSE_META, dense_tensors())
     data = path.read_bytes()
-    for cut in (60, len(data) // 2, len(data) - 10):
+    header = read_header(tmp_path / "cut.gguf")
+    last = max(header.tensors, key=lambda t: t.offset).name
+    got = {}
+    for cut in (60, header.data_start - 1, len(data) // 2, len(data) - 10):
         path.write_bytes(data[:cut])
-        with pytest.raises(UsageError, match=r"cut\.gguf: truncated or corrupt GGUF"):
+        with pytest.raises(UsageError) as err:
             read_gguf(path)
+        got[cut] = str(err.value).removeprefix(f"{path}: ")
+    assert (got[60], got[len(data) - 10]) == (
+        "truncated GGUF header",  # in the metadata
+        f"truncated GGUF file (tensor {last!r} ends past its end)",  # in the last tensor's data
+    )
+    for cut in (header.data_start - 1, len(data) // 2):  # before the data, in the data
+        assert got[cut].startswith("truncated GGUF file (tensor '"), got[cut]
 
 
 def test_zero_heads_and_missing_metadata(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, NodeLost, UsageError
 from halo_cluster.facts.model import Inventory
+from halo_cluster.jsonin import loads
 from halo_cluster.transport import TransportPlan
 from halo_cluster.wire.args import bench_driver_args
 from halo_cluster.wire.commands import BENCH_SPEC_ENV
@@ -104,7 +105,7 @@ def drive_remote(
 
     def on_line(line: str) -> None:
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             return
         if isinstance(event, dict) and event.get("event") == "progress":

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from halo_cluster.jsonin import loads
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -15,7 +16,7 @@ def read_events(lines: Iterator[str] | Sequence[str]) -> tuple[dict[str, Any] | 
     result, error = None, None
     for line in lines:
         try:
-            event = json.loads(line)
+            event = loads(line)
         except ValueError:
             continue
         if not isinstance(event, dict):

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster import __version__
-from halo_cluster.atomic import AtomicFile
+from halo_cluster.atomic import write_output
 from halo_cluster.errors import UsageError
-from halo_cluster.schema import VERSIONS, result_kind
+from halo_cluster.jsonin import load_file
+from halo_cluster.schema import VERSIONS, check_result
 
 
 def stamp(
@@ -43,24 +44,16 @@ def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) 
     else:
         moment = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
         path = results_dir / f"{kind}-{moment}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_file(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
     return path
 
 
-def write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file in the same directory, then
-    a rename), readable ``mode``; never onto something that is not a regular file (a
-    device such as /dev/stdout, a FIFO or a directory)."""
-    if path.exists() and not path.is_file():
-        raise UsageError(f"{path}: not a regular file; give the path of a file to write")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        target = AtomicFile(path, mode=mode)
-    except OSError as err:
-        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
-    with target as handle:
-        handle.write(text)
+def write_file(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path`` someone named (atomic.py ``write_output``): a regular file
+    replaced atomically, readable ``mode``; a link written through, never replaced; anything
+    else (a device, a FIFO, a directory) refused in one line. True when it was this
+    process's standard output (then what is printed next goes to stderr)."""
+    return write_output(path, text, mode)
 
 
 # the result schemas this halo reads: kind -> version (see schema.py)
@@ -68,24 +61,13 @@ KNOWN_SCHEMAS = VERSIONS
 MAX_RESULT_BYTES = 64 << 20
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
 def load(path: Path) -> dict[str, Any]:
-    """A result file; UsageError (one line) when it is not a readable halo result of a
-    schema this halo knows (``halo.bench.<kind>/<version>``), or carries NaN/Infinity."""
-    try:
-        if not path.is_file():
-            raise UsageError(f"{path}: not a regular file")
-        if path.stat().st_size > MAX_RESULT_BYTES:
-            raise UsageError(f"{path}: larger than 64 MiB; not a halo result")
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except OSError as err:
-        raise UsageError(f"{path}: {err.strerror or err}") from None
-    except (ValueError, RecursionError) as err:
-        raise UsageError(f"{path}: not JSON ({err})") from None
-    result_kind(data, path)
+    """A result file; UsageError (one line naming the file) when it is not a readable halo
+    result of a schema this halo knows (``halo.bench.<kind>/<version>``) whose every field
+    has its type (schema.py ``check_result``): not a regular file, over 64 MiB, not JSON,
+    numbers JSON does not allow or out of range, nested too deep, or of the wrong shape."""
+    data = load_file(path, MAX_RESULT_BYTES, "a halo result")
+    check_result(data, path)
     result: dict[str, Any] = data
     return result
 

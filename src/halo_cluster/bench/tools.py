@@ -4,11 +4,11 @@ ping-pong report it), bandwidth in Gb/s."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from halo_cluster.errors import ParseError
+from halo_cluster.jsonin import loads
 from halo_cluster.perftest import (
     Bandwidth,
     Latency,
@@ -131,7 +131,7 @@ def iperf3_client_argv(address: str, port: int, seconds: float, streams: int = 4
 def parse_iperf3(text: str) -> Bandwidth:
     """Goodput is what the receiver got (``end.sum_received``)."""
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError:
         raise ParseError("iperf3 output is not JSON (was -J given?)", text[:400]) from None
     if not isinstance(data, dict):
@@ -150,7 +150,7 @@ def parse_iperf3(text: str) -> Bandwidth:
 # -- halo's built-in probe (``halo net-probe``, JSON on stdout) -------------------------------
 def _builtin(text: str, key: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError:
         raise ParseError("built-in probe output is not JSON", text[-400:]) from None
     if not isinstance(data, dict) or not isinstance(data.get(key), (int, float)):

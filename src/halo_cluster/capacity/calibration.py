@@ -77,8 +77,11 @@ def read_serve_result(path: Path) -> Calibration:
         )
     index, level = _level(path, data)
     rate = _positive(path, f"levels[{index}].output_tokens_per_s", level.get("output_tokens_per_s"))
-    if level.get("errors"):
-        raise UsageError(f"{path}: levels[{index}] had {level['errors']} failed requests")
+    errors = level.get("errors")
+    if errors is not None and (isinstance(errors, bool) or not isinstance(errors, int)):
+        raise UsageError(f"{path}: levels[{index}].errors must be a whole number")
+    if errors:
+        raise UsageError(f"{path}: levels[{index}] had {errors} failed requests")
     lengths = [data.get("input_len"), data.get("output_len")]
     for key, value in zip(("input_len", "output_len"), lengths, strict=True):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -87,8 +90,8 @@ def read_serve_result(path: Path) -> Calibration:
     fast = max(rate, _itl_rate(level, "p50", rate))
     return Calibration(
         path=str(path),
-        created=str(data.get("created") or "undated"),
-        model=str(data.get("model") or "unnamed model"),
+        created=str(data.get("created") or "undated")[:64],  # shown in the plan's header
+        model=str(data.get("model") or "unnamed model")[:200],
         tokens_per_s=rate,
         tokens_per_s_low=slow,
         tokens_per_s_high=fast,

@@ -72,9 +72,8 @@ def find_hardware(hw_id: str) -> Hardware:
 
 def find_link(link_id: str) -> Link:
     """A link profile id or alias, or a ``halo bench collective`` result file (its α/β fit)."""
-    path = Path(link_id)
-    if link_id.endswith(".json") and path.is_file():
-        return link_from_result(path)
+    if link_id.endswith(".json"):  # no profile's id is: a file, read as one (or refused)
+        return link_from_result(Path(link_id))
     data = _data("links.json")
     resolved = data["aliases"].get(link_id, link_id)
     catalog = links()

@@ -1,7 +1,8 @@
 """A model from a GGUF file: the header's metadata (architecture, layers, heads, experts…)
 and the tensor table, whose exact byte sizes split the weights into the token embedding,
-output head, dense and routed-expert groups. Only the header and tensor table are read
-(the gguf package memory-maps the file; no weights are loaded).
+output head, dense and routed-expert groups. Only the header and tensor table are read, with
+the bounds of gguf_header.py (no weights are loaded, no long array is kept); the gguf
+package gives each tensor type's block size and bytes.
 
 A split model (``…-00001-of-00003.gguf``) is read from every shard found next to the first;
 when some are missing, the bytes are estimated from the shape and ``general.file_type``.
@@ -9,8 +10,8 @@ when some are missing, the bytes are estimated from the shape and ``general.file
 
 from __future__ import annotations
 
+import math
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,8 @@ from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
+from halo_cluster.gguf_header import MAX_BLOCKS, STRING, Header, Skipped, read_header, shown
 
-GGUF_MAGIC = b"GGUF"
-KNOWN_VERSIONS = (2, 3)
 SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 EXPERT_TENSOR = re.compile(r"\.ffn_(gate|up|down|gate_up)_exps\.")
 # llama_ftype (llama.h) -> our quant names, for estimating shards that are not there
@@ -31,6 +31,7 @@ FILE_TYPES = {
     23: "IQ3_XXS", 30: "IQ4_XS", 32: "bf16", 38: "MXFP4",
 }  # fmt: skip
 LIMIT = 100_000_000  # no metadata count of a real model comes near this
+MAX_SHARDS = 1000
 
 
 @dataclass(frozen=True)
@@ -42,70 +43,61 @@ class GgufModel:
     note: str  # how the bytes were obtained
 
 
-def _check_header(path: Path) -> None:
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(24)
-    except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
-    if head[:4] != GGUF_MAGIC:
-        raise UsageError(f"{path}: not a GGUF file (starts with {head[:4]!r}, not b'GGUF')")
-    if len(head) < 24:
-        raise UsageError(f"{path}: truncated GGUF header ({len(head)} bytes, 24 needed)")
-    little, big = struct.unpack("<I", head[4:8])[0], struct.unpack(">I", head[4:8])[0]
-    if little not in KNOWN_VERSIONS and big not in KNOWN_VERSIONS:
-        raise UsageError(
-            f"{path}: unknown GGUF version {little} (this reader knows versions 2 and 3)"
-        )
-
-
-def _reader(path: Path) -> Any:
-    _check_header(path)
+def _quant_sizes() -> dict[int, tuple[int, int]]:
+    """ggml type -> (elements per block, bytes per block), from the gguf package."""
     try:
         import gguf
     except ImportError:
         raise UsageError(
             "--gguf needs the gguf package: pip install 'halo-cluster[plan]'"
         ) from None
-    try:
-        return gguf.GGUFReader(path, "r")
-    except Exception as err:  # untrusted bytes: any failure of the parser is a bad file
-        raise UsageError(f"{path}: truncated or corrupt GGUF ({err})") from None
+    return {
+        int(kind): (int(block), int(size)) for kind, (block, size) in gguf.GGML_QUANT_SIZES.items()
+    }
 
 
-def _value(reader: Any, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    if field.types and field.types[0].name == "ARRAY":
-        if field.types[-1].name == "STRING":
-            return len(field.data)  # only the length of a string array is ever needed
-        return [int(v) for v in field.contents()]
-    return field.contents()
-
-
-def _int(path: Path, reader: Any, key: str, default: int | None = None) -> int:
-    value = _value(reader, key)
-    if value is None:
-        if default is None:
-            raise UsageError(f"{path}: metadata {key} is missing")
-        return default
-    if isinstance(value, list):  # per-layer values (e.g. head counts): the largest
-        value = max(value) if value else 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LIMIT:
-        raise UsageError(f"{path}: metadata {key} must be a count, got {value!r}")
+def _value(header: Header, key: str) -> Any:
+    value = header.metadata.get(key)
+    if isinstance(value, Skipped):  # too long to keep: its length, when that is what counts
+        return value.length if value.kind == STRING else value
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return len(value)  # only the length of a string array is ever needed
     return value
 
 
-def _spec(path: Path, reader: Any, tied: bool) -> ModelSpec:
-    arch = _value(reader, "general.architecture")
+def _int(path: Path, header: Header, key: str, default: int | None = None) -> int:
+    value = _value(header, key)
+    if value is None:
+        if default is None:
+            raise UsageError(f"{path}: metadata {shown(key)[1:-1]} is missing")
+        return default
+    if isinstance(value, list) and value and all(_is_count(v) for v in value):
+        value = max(value)  # per-layer values (e.g. head counts): the largest
+    if not _is_count(value):
+        raise UsageError(f"{path}: metadata {shown(key)[1:-1]} must be a count, got {shown(value)}")
+    count: int = value
+    return count
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= LIMIT
+
+
+def _spec(path: Path, header: Header, tied: bool) -> ModelSpec:
+    arch = _value(header, "general.architecture")
     if not isinstance(arch, str) or not arch:
         raise UsageError(f"{path}: metadata general.architecture is missing")
 
     def count(key: str, default: int | None = None) -> int:
-        return _int(path, reader, f"{arch}.{key}", default)
+        return _int(path, header, f"{arch}.{key}", default)
 
-    layers = count("block_count") - count("nextn_predict_layers", 0)
+    blocks = count("block_count")
+    if blocks > MAX_BLOCKS:
+        raise UsageError(
+            f"{path}: metadata {shown(arch)[1:-1]}.block_count = {blocks} is not a model's"
+            f" (at most {MAX_BLOCKS})"
+        )
+    layers = blocks - count("nextn_predict_layers", 0)
     hidden, heads = count("embedding_length"), count("attention.head_count")
     for key, value in (
         ("block_count", layers),
@@ -113,11 +105,12 @@ def _spec(path: Path, reader: Any, tied: bool) -> ModelSpec:
         ("attention.head_count", heads),
     ):
         if value <= 0:
-            raise UsageError(f"{path}: metadata {arch}.{key} must be > 0, got {value}")
-    vocab = count("vocab_size", 0) or _int(path, reader, "tokenizer.ggml.tokens", 0)
+            raise UsageError(f"{path}: metadata {shown(arch)[1:-1]}.{key} must be > 0, got {value}")
+    vocab = count("vocab_size", 0) or _int(path, header, "tokenizer.ggml.tokens", 0)
+    name = _value(header, "general.name")
     return ModelSpec(
         id=path.name,
-        name=str(_value(reader, "general.name") or path.stem),
+        name=name[:200] if isinstance(name, str) and name else path.stem,
         layers=layers,
         hidden=hidden,
         heads=heads,
@@ -137,27 +130,55 @@ def _spec(path: Path, reader: Any, tied: bool) -> ModelSpec:
         else 0,
         full_attention_interval=count("full_attention_interval", 0),
         context_limit=count("context_length", 0) or None,
-        dtype=FILE_TYPES.get(_int(path, reader, "general.file_type", 0), "bf16"),
+        dtype=FILE_TYPES.get(_int(path, header, "general.file_type", 0), "bf16"),
         source=f"GGUF {path.name}",
     )
 
 
-def _shards(path: Path, reader: Any) -> tuple[list[Path], int]:
+def _shards(path: Path, header: Header) -> tuple[list[Path], int]:
     """Every shard of a split model that exists next to ``path``, and how many there are."""
-    total = _int(path, reader, "split.count", 1)
+    total = _int(path, header, "split.count", 1)
     match = SHARD.match(path.name)
     if total <= 1 or match is None:
         return [path], 1
+    if total > MAX_SHARDS:
+        raise UsageError(f"{path}: metadata split.count = {total} is not a model's")
     names = [f"{match['stem']}-{no:05d}-of-{total:05d}.gguf" for no in range(1, total + 1)]
     return [path.with_name(n) for n in names if path.with_name(n).is_file()], total
 
 
-def _tensor_bytes(path: Path, spec: ModelSpec, readers: list[Any]) -> WeightBytes:
+def _sizes(path: Path, header: Header, quants: dict[int, tuple[int, int]]) -> list[float]:
+    """Each tensor's bytes; one line when a type is unknown, a shape does not fill whole
+    blocks, or the data would end past the end of the file (a truncated file)."""
+    sizes = []
+    for tensor in header.tensors:
+        if tensor.kind not in quants:
+            raise UsageError(
+                f"{path}: tensor {shown(tensor.name)} has an unknown type {tensor.kind}"
+            )
+        block, block_bytes = quants[tensor.kind]
+        elements = math.prod(tensor.shape)
+        if elements % block:
+            raise UsageError(
+                f"{path}: corrupt GGUF tensor table (tensor {shown(tensor.name)} of shape"
+                f" {list(tensor.shape)} is not whole blocks of {block})"
+            )
+        size = elements // block * block_bytes
+        if header.data_start + tensor.offset + size > header.size:
+            raise UsageError(
+                f"{path}: truncated GGUF file (tensor {shown(tensor.name)} ends past its end)"
+            )
+        sizes.append(float(size))
+    return sizes
+
+
+def _tensor_bytes(
+    path: Path, spec: ModelSpec, tables: list[tuple[Header, list[float]]]
+) -> WeightBytes:
     embedding = head = dense = experts = 0.0
     skip = [f"blk.{i}." for i in range(spec.layers, spec.layers + 8)]  # MTP (nextn) layers
-    for reader in readers:
-        for tensor in reader.tensors:
-            size = float(tensor.n_bytes)
+    for header, sizes in tables:
+        for tensor, size in zip(header.tensors, sizes, strict=True):
             if tensor.name == "token_embd.weight":
                 embedding += size
             elif tensor.name == "output.weight":
@@ -174,16 +195,19 @@ def _tensor_bytes(path: Path, spec: ModelSpec, readers: list[Any]) -> WeightByte
 
 
 def read_gguf(path: Path) -> GgufModel:
-    reader = _reader(path)
-    shards, total = _shards(path, reader)
+    header = read_header(path)
+    shards, total = _shards(path, header)
     if len(shards) == total:
-        readers = [reader, *[_reader(p) for p in shards if p != path]]
-        names = {t.name for r in readers for t in r.tensors}
-        spec = _spec(path, reader, tied="output.weight" not in names)
-        weights = _tensor_bytes(path, spec, readers)
+        files = [path, *[p for p in shards if p != path]]
+        headers = [header, *[read_header(p) for p in files[1:]]]
+        quants = _quant_sizes()
+        tables = [(h, _sizes(p, h, quants)) for p, h in zip(files, headers, strict=True)]
+        names = {t.name for h in headers for t in h.tensors}
+        spec = _spec(path, header, tied="output.weight" not in names)
+        weights = _tensor_bytes(path, spec, tables)
         note = f"exact tensor sizes from {total} file(s)"
         return GgufModel(spec, weights, total, total, note)
-    spec = _spec(path, reader, tied=False)  # most split (large) models have an output head
+    spec = _spec(path, header, tied=False)  # most split (large) models have an output head
     quant = find_quant(spec.dtype)
     weights = from_quant(spec, quant, "gguf")
     note = (

@@ -3,12 +3,12 @@ gpt-oss, Qwen3-Next keys). Bad values are one-line errors that name the file and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonin import load_file
 
 # Hugging Face config keys -> ours (first key present wins)
 HF_KEYS: dict[str, tuple[str, ...]] = {
@@ -57,19 +57,15 @@ LIMITS = {
     "context_limit": 1_000_000_000,
 }
 DEFAULT_LIMIT = 1_000_000
+MAX_JSON_BYTES = 16 << 20  # a config.json is a few KiB; a result with its rows, some MiB
 MODEL_TYPES_WITH_GATED_ATTENTION = ("qwen3_next",)
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object from ``path``; bad JSON or an unreadable file raise UsageError naming
-    the file. NaN and Infinity parse (Python writes them), so that the field holding one is
-    named by the caller's checks."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UsageError(f"cannot read {path}: {err.strerror or err}") from None
-    except ValueError as err:
-        raise UsageError(f"{path} is not JSON: {err}") from None
+    """A JSON object from the regular file ``path`` (at most 16 MiB); an unreadable file, bad
+    JSON, a number JSON does not allow (NaN, Infinity) or out of range (1e400, a 400-digit
+    integer), or nesting too deep, is one UsageError line naming the file (jsonin.py)."""
+    raw = load_file(path, MAX_JSON_BYTES, what)
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a JSON object ({what})")
     return raw

@@ -49,7 +49,7 @@ def serve_table(result: dict[str, object], where: str) -> None:
 
 
 def _lat(lat: dict[str, object]) -> str:
-    p99 = lat["p99"]
+    p99 = lat.get("p99")
     tail = f"{p99:.1f}" if isinstance(p99, float) else "-"
     return f"{lat['p50']:.1f} / {tail} ({lat['tool']})"
 
@@ -69,26 +69,27 @@ def net_table(result: dict[str, object]) -> None:
         "% PCIe",
     )
     for p in paths:
-        lat = p["latency_us"]
+        lat = p.get("latency_us")
         shown = _lat(lat) if lat else "[red]failed[/]"
-        bw = p["bandwidth_gbps"]
+        bw = p.get("bandwidth_gbps")
+        line, pcie = p.get("pct_line_rate"), p.get("pct_pcie")
         grid.add_row(
             f"{p['node']} → {p['peer']}",
             p["path"],
             shown,
             f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
-            f"{p['pct_line_rate']:.0f}" if p["pct_line_rate"] is not None else "-",
-            f"{p['pct_pcie']:.0f}" if p["pct_pcie"] is not None else "-",
+            f"{line:.0f}" if line is not None else "-",
+            f"{pcie:.0f}" if pcie is not None else "-",
         )
     console().print(grid)
     names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
     summary = [
-        f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p["latency_us"]
+        f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p.get("latency_us")
     ]
     if summary:
         click.echo(" / ".join(summary))
     for p in paths:
-        for error in p["errors"]:
+        for error in p.get("errors", []):
             click.echo(printable(f"{p['node']} → {p['peer']} {p['path']}: {error}"), err=True)
     for skip in result.get("skipped", []):  # type: ignore[attr-defined]
         line = f"skipped {skip['path']} for {skip['pair']}: {skip['reason']}"
@@ -126,16 +127,17 @@ def collective_table(result: dict[str, object]) -> None:
             " include larger sizes)"
         )
     if isinstance(fit, dict):
+        worst = fit.get("max_rel_error")
         click.echo(
             f"fit: α = {fit['alpha_us']:.2f} µs per step, β = {fit['beta_gbps']:.2f} Gb/s"
-            f" (worst point off by {fit['max_rel_error'] * 100:.0f} %)"
+            + (f" (worst point off by {worst * 100:.0f} %)" if worst is not None else "")
         )
 
 
 def tp_table(result: dict[str, object]) -> None:
     from halo_cluster.cli.output import console
 
-    model = result["model"]
+    model = result.get("model") or {}
     assert isinstance(model, dict)
     grid = table(
         f"{model.get('name')}: decode-step network replay on {result.get('world_size', '?')}"
@@ -154,7 +156,7 @@ def tp_table(result: dict[str, object]) -> None:
             str(row["allreduces_per_token"]),
             str(row["bytes_per_allreduce"]),
             f"{row['network_ms_per_token']:.3f}",
-            f"{row['tokens_per_s_ceiling'] or 0:.0f}",
+            f"{row.get('tokens_per_s_ceiling') or 0:.0f}",
         )
     console().print(grid)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -73,7 +74,7 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
     click.echo(f"{path} ({data.get('schema')}, {data.get('created')})")
     if data.get("incomplete"):
         click.echo(f"incomplete: {data['incomplete']}")
-    if kind == "net":
+    if kind == "net" and data.get("paths"):
         bench_render.net_table(data)
     elif kind == "collective" and data.get("sweep"):
         bench_render.collective_table(data)
@@ -117,9 +118,12 @@ def report(
             raise UsageError(f"{path}: not a complete {data['schema']} result ({err!r})") from None
     page = render(loaded, title)
     target = Path(output)
-    write_file(target, page)
+    on_stdout = write_file(target, page)  # -o /dev/stdout > file: the page alone on stdout
     if as_json:
-        emit_json({"output": str(target), "results": [str(p) for p in paths]})
+        emit_json(
+            {"output": str(target), "results": [str(p) for p in paths]},
+            sys.stderr if on_stdout else None,
+        )
     else:
-        click.echo(f"wrote {target} from {len(paths)} result(s)")
+        click.echo(f"wrote {target} from {len(paths)} result(s)", err=on_stdout)
     return 0

@@ -17,13 +17,13 @@ What belongs to the machine rather than the container (a systemd unit, ``ping`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.config import Config, NodeConfig, halo_node_code
 from halo_cluster.errors import NodeCallError
+from halo_cluster.jsonin import loads
 from halo_cluster.nodecode import NodeCode
 from halo_cluster.printable import printable, quoted
 from halo_cluster.runner.node_code import NodeRunner
@@ -110,8 +110,8 @@ class NodeClient:
         if not result.ok:
             raise NodeCallError(f"{self.name}: {what} failed: {escaped(result.error_text())}")
         try:
-            return json.loads(result.stdout)
-        except (ValueError, RecursionError) as err:
+            return loads(result.stdout)
+        except ValueError as err:
             raise NodeCallError(
                 f"{self.name}: unreadable {what} output from {self.node.runs} "
                 f"({escaped(str(err), 120)}; got {first_bytes(result.stdout)})"

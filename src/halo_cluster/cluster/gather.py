@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 
 from halo_cluster.checks.context import NodeReport
@@ -10,6 +9,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.model import Inventory, inventory_from_dict
+from halo_cluster.jsonin import loads
 from halo_cluster.nodecode import problem
 from halo_cluster.wire.args import inventory_args
 
@@ -37,8 +37,8 @@ def _report(config: Config, client: NodeClient) -> NodeReport:
             return NodeReport(node, None, found.detail, python=found)
         return NodeReport(node, None, f"{node.ssh}: {result.error_text()}")
     try:
-        inv = inventory_from_dict(json.loads(result.stdout))
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        inv = inventory_from_dict(loads(result.stdout))
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         # one line, whatever the node sent: the reason and the first bytes, escaped
         reason, shown = escaped(str(err), 120), first_bytes(result.stdout)
         message = f"{node.ssh}: unreadable inventory from {node.runs} ({reason}; got {shown})"

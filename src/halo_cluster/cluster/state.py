@@ -7,6 +7,7 @@ the last ``halo serve`` where Ray plays no part), when Ray was started, and what
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,12 @@ from typing import Any
 from halo_cluster.atomic import atomic_write
 from halo_cluster.config import Config
 from halo_cluster.errors import ParseError, StateError
+from halo_cluster.infile import read_text
+from halo_cluster.jsonin import loads
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.state/1"
+MAX_STATE_BYTES = 16 << 20  # a few KiB per node
 
 
 @dataclass
@@ -111,15 +115,12 @@ def state_path(config: Config) -> Path:
 def read_state(config: Config) -> ClusterState | None:
     """The state file (None when there is none); another schema or garbage: StateError."""
     path = state_path(config)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as err:
-        raise StateError(f"cannot read {path}: {err.strerror or err}") from None
+    text = read_text(path, MAX_STATE_BYTES, "a halo state file", StateError)
     try:
-        return _parse(json.loads(text))
-    except (ValueError, ParseError, RecursionError) as err:
+        return _parse(loads(text))
+    except (ValueError, ParseError) as err:
         raise StateError(
             f"{path}: not a {SCHEMA} state file halo can read ({err}): "
             "remove it, then run 'halo up' (or 'halo serve') again"
@@ -159,4 +160,3 @@ def write_state(config: Config, state: ClusterState) -> None:
     path = state_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(state.to_dict(), indent=2), prefix=".state.")
-

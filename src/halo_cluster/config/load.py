@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from halo_cluster.config.model import (
 )
 from halo_cluster.config.section import COMMAND_KEY, Section
 from halo_cluster.errors import ConfigError
+from halo_cluster.infile import read_text
 from halo_cluster.netnames import bind_host_problem, node_address_problem
 from halo_cluster.printable import quoted
 from halo_cluster.transport import WANTED
@@ -54,22 +54,7 @@ def load_config(path: Path) -> Config:
 
 def _read_config(path: Path) -> str:
     """The file's text: a regular file, at most 1 MiB, UTF-8 (a BOM is accepted)."""
-    import stat
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path}: not a regular file")
-        raw = handle.read(MAX_CONFIG_BYTES + 1)
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than 1 MiB; not a halo.toml")
-    try:
-        return raw.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    return read_text(path, MAX_CONFIG_BYTES, "a halo.toml", ConfigError)
 
 
 def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:

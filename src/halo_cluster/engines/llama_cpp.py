@@ -11,6 +11,7 @@ the connections it accepted). The API key reaches llama-server through its envir
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def model_layers(model: str) -> int | None:
     import importlib.util
 
     path = Path(model)
-    if not path.is_file() or importlib.util.find_spec("gguf") is None:
+    if not os.path.isfile(path) or importlib.util.find_spec("gguf") is None:
         return None
     from halo_cluster.capacity.gguf_file import read_gguf
 

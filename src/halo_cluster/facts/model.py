@@ -4,6 +4,8 @@ documented in docs/inventory.md."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,44 +186,101 @@ def _plain(obj: Any) -> Any:
 
 
 def inventory_from_dict(data: Mapping[str, Any]) -> Inventory:
-    """Rebuild an Inventory from its JSON form (as sent back by a remote ``halo inventory``)."""
-    return Inventory(
-        hostname=data.get("hostname"),
-        os=OsInfo(**data["os"]),
-        kernel=KernelInfo(**data["kernel"]),
-        memory=Memory(**data["memory"]),
-        memlock_bytes=data.get("memlock_bytes"),
-        rdma=tuple(_device_from_dict(dev) for dev in data["rdma"]),
-        net=tuple(
-            NetInterface(**{**iface, "ipv4": tuple(iface["ipv4"]), "ipv6": tuple(iface["ipv6"])})
-            for iface in data["net"]
-        ),
-        pci={bdf: PciLink(**link) for bdf, link in data["pci"].items()},
-        gpus=tuple(Gpu(**gpu) for gpu in data["gpus"]),
-        devices=Devices(
-            infiniband=tuple(data["devices"]["infiniband"]),
-            kfd=data["devices"]["kfd"],
-            dri=tuple(data["devices"]["dri"]),
-        ),
-        rdma_core=RdmaCore(
-            **{**data["rdma_core"], "providers": tuple(data["rdma_core"]["providers"])}
-        ),
-        firewall=Firewall(
-            **{
-                **data["firewall"],
-                "trusted_interfaces": tuple(data["firewall"]["trusted_interfaces"]),
-            }
-        ),
-        amd_memory=AmdMemory(**data["amd_memory"]),
-        container=data.get("container"),
-        versions=dict(data.get("versions", {})),
-        warnings=tuple(data.get("warnings", ())),
-    )
+    """Rebuild an Inventory from its JSON form (as sent back by a remote ``halo inventory``):
+    every field of the type its dataclass declares, an interface's addresses CIDRs. Anything
+    else is one ValueError naming the field (``net[0].mtu is 'abc', not an integer``), so a
+    node that sends it is one unreadable inventory, not a crash in a check. Keys it does not
+    know (a newer node's) are left out."""
+    inventory: Inventory = _build(Inventory, data, "")
+    for index, iface in enumerate(inventory.net):
+        for family, kind in (("ipv4", ipaddress.IPv4Interface), ("ipv6", ipaddress.IPv6Interface)):
+            for n, address in enumerate(getattr(iface, family)):
+                try:
+                    kind(address)
+                except ValueError:
+                    where = f"net[{index}].{family}[{n}]"
+                    raise ValueError(
+                        f"{where} is {_shown(address)}, not an address/prefix"
+                    ) from None
+    return inventory
 
 
-def _device_from_dict(dev: Mapping[str, Any]) -> RdmaDevice:
-    ports = tuple(
-        RdmaPort(**{**port, "gids": tuple(Gid(**gid) for gid in port["gids"])})
-        for port in dev["ports"]
-    )
-    return RdmaDevice(**{**dev, "ports": ports})
+def _build(cls: Any, data: Any, where: str) -> Any:
+    """The dataclass ``cls`` from ``data``, each field typed by its annotation (a string:
+    this module's annotations are not evaluated, Python 3.9 on nodes)."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where or 'the inventory'} is {_shown(data)}, not an object")
+    values = {}
+    for item in dataclasses.fields(cls):
+        place = f"{where}.{item.name}" if where else item.name
+        if item.name in data:
+            values[item.name] = _typed(str(item.type), data[item.name], place)
+        elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+            raise ValueError(f"{place} is missing")
+    return cls(**values)
+
+
+def _typed(annotation: str, value: Any, where: str) -> Any:
+    """``value`` as the type ``annotation`` names: int, float, str, bool, None, ``X | Y``,
+    ``tuple[X, ...]``, ``Mapping[str, X]``, or a dataclass of this module."""
+    arms = _split(annotation, "|")
+    if len(arms) > 1:
+        if value is None and "None" in arms:
+            return None
+        given = [arm for arm in arms if arm != "None"]
+        if len(given) == 1:
+            return _typed(given[0], value, where)
+        raise TypeError(f"no reader for {annotation}")  # not in this module
+    name, _, inner = annotation.partition("[")
+    if inner:
+        args = _split(inner[:-1], ",")
+        if name == "tuple" and args[1:] == ["..."]:
+            if not isinstance(value, list):
+                raise ValueError(f"{where} is {_shown(value)}, not a list")
+            return tuple(_typed(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if name == "Mapping" and args[0] == "str":
+            if not isinstance(value, dict):
+                raise ValueError(f"{where} is {_shown(value)}, not an object")
+            return {k: _typed(args[1], v, f"{where}[{_shown(k)}]") for k, v in value.items()}
+        raise TypeError(f"no reader for {annotation}")
+    if name in _SCALARS:
+        ok, what = _SCALARS[name]
+        if not ok(value):
+            raise ValueError(f"{where} is {_shown(value)}, not {what}")
+        return value
+    return _build(globals()[name], value, where)
+
+
+_SCALARS: dict[str, tuple[Any, str]] = {
+    "int": (lambda v: type(v) is int and v.bit_length() <= 64, "an integer"),
+    "float": (
+        lambda v: (
+            (type(v) is int and v.bit_length() <= 64) or (type(v) is float and math.isfinite(v))
+        ),
+        "a number",
+    ),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "None": (lambda v: v is None, "null"),
+}
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
+def _shown(value: Any) -> str:
+    """``value`` in an error line: a container by its kind, anything else escaped and short."""
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "a list"
+    if isinstance(value, int) and value.bit_length() > 64:
+        return "a number of more than 64 bits"
+    text = ascii(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -69,7 +69,7 @@ def serve_probe(args: argparse.Namespace) -> int:
 def gguf_layers(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from halo_cluster.node.gguf_header import block_count
+    from halo_cluster.gguf_header import block_count
 
     print(block_count(Path(args.path)))
     return 0

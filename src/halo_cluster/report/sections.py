@@ -132,7 +132,7 @@ def tp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
                     row["allreduces_per_token"],
                     row["bytes_per_allreduce"],
                     row["network_ms_per_token"],
-                    row["tokens_per_s_ceiling"],
+                    row.get("tokens_per_s_ceiling"),
                 ]
             )
         groups.append((name, bars))

@@ -10,13 +10,14 @@ Prometheus text (``monitor/exposition.py``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import WireError
 from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
+from halo_cluster.gguf_header import MAX_BLOCKS
+from halo_cluster.jsonin import loads
 
 
 def _shown(value: Any) -> str:
@@ -30,8 +31,8 @@ def _fail(command: str, where: str, what: str, value: Any) -> WireError:
 
 def _load(command: str, text: str) -> Any:
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
+        return loads(text)
+    except ValueError:
         raise _fail(command, "", "not JSON", text) from None
 
 
@@ -183,6 +184,9 @@ def parse_gguf_layers(text: str) -> int:
     stripped = text.strip()
     if not (stripped.isascii() and stripped.isdigit()):
         raise _fail("gguf-layers", "", "not a layer count", text)
+    if len(stripped) > len(str(MAX_BLOCKS)) or not 0 < int(stripped) <= MAX_BLOCKS:
+        # never llama.cpp's --n-gpu-layers: no model has as many (gguf_header.py)
+        raise _fail("gguf-layers", "", f"not a model's layer count (1 to {MAX_BLOCKS})", stripped)
     return int(stripped)
 
 

@@ -1,10 +1,14 @@
-"""The standard-library GGUF header reader (node/gguf_header.py) against the gguf package's own
+"""The standard-library GGUF header reader (gguf_header.py) against the gguf package's own
 GGUFReader, on files its GGUFWriter wrote (both byte orders); and on anything else, nothing
 but a one-line UsageError."""
 
 from __future__ import annotations
 
+import json
+import os
 import struct
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from halo_cluster import gguf_header
 from halo_cluster.errors import UsageError
-from halo_cluster.node.gguf_header import block_count, read_metadata
+from halo_cluster.gguf_header import KEEP_ARRAY, Skipped, block_count, read_metadata
 
 T = gguf.GGUFValueType
 LITTLE, BIG = gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG
@@ -187,16 +192,28 @@ def test_no_usable_block_count(tmp_path: Path, entries: list[Entry], arch: str) 
     [
         (b"", "truncated GGUF header"),
         (b"GGU", "truncated GGUF header"),
-        (b"PK\x03\x04" + bytes(40), "corrupt GGUF header (not a GGUF file (no GGUF magic))"),
+        (
+            b"PK\x03\x04" + bytes(40),
+            "not a GGUF file (it starts with b'PK\\x03\\x04', not b'GGUF')",
+        ),
         (
             b"GGUF" + struct.pack("<I", 1) + bytes(16),
-            "corrupt GGUF header (unknown GGUF version (this reader knows versions 2 and 3))",
+            "unknown GGUF version 1 (this reader knows versions 2 and 3)",
         ),
         (b"GGUF" + struct.pack("<IQQ", 3, 0, 2**40), f"corrupt GGUF header ({2**40} keys)"),
         (
             b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**40),
-            f"corrupt GGUF header (a string of {2**40} bytes)",
+            f"corrupt GGUF header (a key of {2**40} bytes)",
         ),
+        (  # a value's length past the end of the file: found by arithmetic, nothing read
+            b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1) + b"k" + struct.pack("<IQ", 8, 2**40),
+            "truncated GGUF header",
+        ),
+        (
+            b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1) + b"k" + struct.pack("<IIQ", 9, 8, 2**62),
+            "truncated GGUF header",
+        ),
+        (b"GGUF" + struct.pack("<IQQ", 3, 2**40, 0), f"corrupt GGUF header ({2**40} tensors)"),
         (
             b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1) + b"k" + struct.pack("<I", 13),
             "corrupt GGUF header (unknown value type 13)",
@@ -346,3 +363,126 @@ def test_any_written_header_truncated_anywhere(header: tuple[dict[str, Any], Any
             cut.write_bytes(data[:n])
             with pytest.raises(UsageError, match=r"truncated GGUF header$"):
                 read_metadata(cut)
+
+
+# -- bounds: a header built to exhaust the reader ------------------------------------------
+SPARSE = 64 << 20  # the file's size: mostly a hole, as a hostile file can be
+
+
+def gguf_string(text: str) -> bytes:
+    return struct.pack("<Q", len(text.encode())) + text.encode()
+
+
+ARCH = gguf_string("general.architecture") + struct.pack("<I", 8) + gguf_string("llama")
+BLOCKS = gguf_string("llama.block_count") + struct.pack("<II", 4, 32)
+
+
+def sparse(path: Path, keys: int, body: bytes, tail: bytes = b"") -> Path:
+    """A GGUF of SPARSE bytes: the header and ``body``, a hole, and ``tail`` at its very end."""
+    with path.open("wb") as out:
+        out.write(b"GGUF" + struct.pack("<IQQ", 3, 0, keys) + body)
+        out.truncate(SPARSE - len(tail))
+        out.seek(SPARSE - len(tail))
+        out.write(tail)
+    return path
+
+
+def hostile(tmp_path: Path) -> dict[str, Path]:
+    """One huge array before the block count (a u8 array filling the file, or 8 M empty
+    strings), a 64 MiB architecture name, and a block count of 2^64 - 1."""
+    huge = gguf_string("huge")
+    start = 24 + len(ARCH) + len(huge) + 16  # where the u8 array's elements begin
+    u8 = struct.pack("<IIQ", 9, 0, SPARSE - len(BLOCKS) - start)
+    strings = struct.pack("<IIQ", 9, 8, (SPARSE - 200) // 8)
+    arch = gguf_string("general.architecture") + struct.pack("<IQ", 8, SPARSE - 100)
+    blocks = ARCH + gguf_string("llama.block_count") + struct.pack("<IQ", 10, 2**64 - 1)
+    return {
+        "u8": sparse(tmp_path / "u8.gguf", 3, ARCH + huge + u8, BLOCKS),
+        "strings": sparse(tmp_path / "strings.gguf", 2, ARCH + huge + strings),
+        "arch": sparse(tmp_path / "arch.gguf", 1, arch),
+        "blocks": sparse(tmp_path / "blocks.gguf", 2, blocks),
+    }
+
+
+READ_ALL = """
+import json, re, sys
+from halo_cluster.errors import UsageError
+from halo_cluster.gguf_header import block_count
+got = {}
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        got[name] = block_count(path)
+    except UsageError as err:
+        got[name] = str(err).removeprefix(path + ": ")
+# VmHWM: this process's own peak (ru_maxrss would carry the forking parent's over exec)
+with open("/proc/self/status") as status:
+    peak = int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1))
+print(json.dumps({"got": got, "max_rss_kib": peak}))
+"""
+
+
+def test_huge_values_are_skipped_not_kept(tmp_path: Path) -> None:
+    files = hostile(tmp_path)
+    named = json.dumps({name: str(path) for name, path in files.items()})
+    done = subprocess.run(
+        [sys.executable, "-c", READ_ALL, named], capture_output=True, text=True, check=True
+    )
+    report = json.loads(done.stdout)
+    assert report["got"] == {
+        "u8": 32,  # the array is skipped with one seek, the block count after it read
+        "strings": "no block count in the GGUF header (architecture 'llama')",
+        "arch": "no block count in the GGUF header (architecture <a string of 67108764 bytes>)",
+        "blocks": "block count 18446744073709551615 in the GGUF header is not a model's (at most 100000)",
+    }
+    # a Python with these modules is ~20 MiB; keeping the 8 M strings would take ~500 MiB
+    assert report["max_rss_kib"] < 80 << 10, report
+    meta = read_metadata(files["strings"])
+    assert meta == {"general.architecture": "llama", "huge": Skipped(8, (SPARSE - 200) // 8)}
+
+
+def test_counts_past_the_end_of_the_file_are_found_by_arithmetic(tmp_path: Path) -> None:
+    path = sparse(tmp_path / "short.gguf", 1, gguf_string("k") + struct.pack("<IIQ", 9, 12, 2**61))
+    with pytest.raises(UsageError) as err:
+        read_metadata(path)
+    assert str(err.value) == f"{path}: truncated GGUF header"
+
+
+def test_too_many_strings_in_arrays_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gguf_header, "MAX_SCANNED", 1000)
+    entries: list[Entry] = [("t.s", [str(i) for i in range(70_000)], T.ARRAY, T.STRING)]
+    path = write(tmp_path / "many.gguf", entries)
+    with pytest.raises(UsageError) as err:
+        read_metadata(path)
+    assert str(err.value) == f"{path}: corrupt GGUF header (more than 1000 strings in arrays)"
+
+
+def test_long_arrays_keep_their_length_and_type(tmp_path: Path) -> None:
+    tokens = [f"t{i}" for i in range(KEEP_ARRAY + 1)]
+    entries: list[Entry] = [
+        ("tokenizer.ggml.tokens", tokens, T.ARRAY, T.STRING),
+        ("tokenizer.ggml.scores", [0.5] * (KEEP_ARRAY + 1), T.ARRAY, T.FLOAT32),
+        ("llama.block_count", 7, T.UINT32, None),
+    ]
+    path = write(tmp_path / "vocab.gguf", entries)
+    assert read_metadata(path) == {
+        "general.architecture": "llama",
+        "tokenizer.ggml.tokens": Skipped(8, KEEP_ARRAY + 1),
+        "tokenizer.ggml.scores": Skipped(6, KEEP_ARRAY + 1),
+        "llama.block_count": 7,
+    }
+    assert block_count(path) == 7
+
+
+def test_a_fifo_or_a_device_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.gguf"
+    os.mkfifo(fifo)
+    for path, kind in (
+        (fifo, "a FIFO"),
+        (Path("/dev/zero"), "a character device"),
+        (tmp_path, "a directory"),
+    ):
+        with pytest.raises(UsageError) as err:
+            block_count(path)
+        assert str(err.value) == f"{path}: {kind}, not a regular file"
