@@ -10,14 +10,13 @@ skipped, never waited on), and a p50 must be a finite positive number."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonin import load_file
 from halo_cluster.schema import SCHEMAS
 
 SCHEMA = SCHEMAS["net"]
@@ -43,19 +42,13 @@ def _p50_s(value: Any) -> float:
 
 
 def read_result(path: Path) -> Any:
-    """A result file's JSON: a regular file of at most MAX_RESULT_BYTES, opened without
-    waiting (OSError, or ValueError for any other content)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        raw = handle.read(MAX_RESULT_BYTES + 1)
-    if len(raw) > MAX_RESULT_BYTES:
-        raise ValueError(f"larger than {MAX_RESULT_BYTES >> 20} MiB")
+    """A result file's JSON, read by the one reader of outside files and JSON (a regular
+    file of at most MAX_RESULT_BYTES, opened without waiting; numbers in range, nesting
+    bounded): ValueError with the reason for anything else."""
     try:
-        return json.loads(raw)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+        return load_file(path, MAX_RESULT_BYTES, "a halo result")
+    except UsageError as err:  # the caller names the file: the reason alone
+        raise ValueError(str(err).removeprefix(f"{path}: ")) from None
 
 
 def latest_result(results_dir: Path) -> Path | None:
