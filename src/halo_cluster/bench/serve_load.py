@@ -37,6 +37,7 @@ from halo_cluster.schema import SCHEMAS
 from halo_cluster.stats import quantile
 
 SCHEMA = SCHEMAS["serve"]
+MAX_ANSWER = 16 << 20  # /tokenize and /v1/models answers: a few KiB from a real server
 
 
 @dataclass
@@ -84,7 +85,7 @@ def parse_stream(lines: Iterable[tuple[float, str]], start_s: float) -> Sample:
             break
         try:
             event = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # a hostile server's nesting too
             event = None
         if not isinstance(event, dict):
             sample.error = f"not a JSON object in the stream: {data[:80]!r}"
@@ -267,9 +268,9 @@ def tokenize_counter(client: Client, model: str) -> Callable[[str], int | None]:
             if response.status != 200 or "json" not in kind:
                 client.finish(response)
                 return None
-            data = json.loads(response.read())
+            data = json.loads(response.read(MAX_ANSWER))
             client.finish(response)
-        except (OSError, http.client.HTTPException, ValueError):
+        except (OSError, http.client.HTTPException, ValueError, RecursionError):
             client.drop()
             return None
         return read(data) if isinstance(data, dict) else None
@@ -296,7 +297,7 @@ def model_id(client: Client) -> str:
         conn = client.connection()
         conn.request("GET", client.prefix + "/v1/models", headers=client.headers)
         response = conn.getresponse()
-        body = response.read()
+        body = response.read(MAX_ANSWER)
         if response.status != 200:
             reason = body[:120].decode("utf-8", "replace").strip()
             raise HaloError(f"GET /v1/models answered HTTP {response.status}: {reason}")
@@ -304,7 +305,7 @@ def model_id(client: Client) -> str:
     except (OSError, http.client.HTTPException) as err:
         client.drop()
         raise HaloError(f"no answer to GET /v1/models ({type(err).__name__}: {err})") from None
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, RecursionError, KeyError, IndexError, TypeError):
         raise HaloError("GET /v1/models did not name a model; pass --model") from None
 
 

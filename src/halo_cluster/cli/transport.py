@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, BinaryIO
@@ -132,6 +134,7 @@ def verdict_exit_code(verdict: LogVerdict, expect: str | None) -> int:
     return EXIT_CODES[TransportError] if verdict.transport == "mixed" else 0
 
 
+MAX_LOG = 4 << 30  # a log that is not one (an endless pipe) stops being read here
 MAX_LINE = 1 << 16  # longer lines are cut: no NCCL line is anywhere near
 
 
@@ -148,13 +151,19 @@ def _read_sources(files: tuple[str, ...]) -> list[tuple[str, Iterator[str]]]:
             handle = open(name, "rb")  # noqa: SIM115 (closed by _lines when exhausted)
         except OSError as err:
             raise UsageError(f"cannot read log {name}: {err.strerror or err}") from None
+        mode = os.fstat(handle.fileno()).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISDIR(mode):
+            handle.close()
+            raise UsageError(f"cannot read log {name}: a device or directory, not a log")
         sources.append((name, _lines(handle, name)))
     return sources
 
 
 def _lines(handle: BinaryIO, name: str) -> Iterator[str]:
     from halo_cluster.errors import UsageError
+    from halo_cluster.infile import size_text
 
+    read = 0
     try:
         while True:
             try:
@@ -163,9 +172,17 @@ def _lines(handle: BinaryIO, name: str) -> Iterator[str]:
                 raise UsageError(f"cannot read log {name}: {err.strerror or err}") from None
             if not raw:
                 return
+            read += len(raw)
             if not raw.endswith(b"\n") and len(raw) == MAX_LINE:  # skip the rest of it
                 while (more := handle.readline(MAX_LINE)) and not more.endswith(b"\n"):
-                    pass
+                    read += len(more)
+                    if read > MAX_LOG:
+                        break
+            if read > MAX_LOG:
+                raise UsageError(
+                    f"log {name}: more than {size_text(MAX_LOG)} read; give the ranks' logs "
+                    "written with NCCL_DEBUG_SUBSYS=INIT,NET"
+                )
             yield raw.decode("utf-8", "replace")
     finally:
         if handle is not sys.stdin.buffer:
