@@ -123,7 +123,7 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         half = lab / "model" / "half.gguf"  # a whole header, its tensors cut off
         half.write_bytes(gguf.read_bytes()[: gguf.stat().st_size // 2])
         cases = [
-            (half, f"node1: {half}: truncated or corrupt GGUF"),
+            (half, f"node1: {half}: truncated GGUF file (tensor "),
             (lab / "nothing.gguf", f"node1: the model {lab / 'nothing.gguf'} is not there"),
             (lab / "model" / "model.safetensors", "is not a GGUF file"),
             (short, "is a truncated GGUF file"),

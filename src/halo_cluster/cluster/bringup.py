@@ -109,7 +109,8 @@ class Serving:
     def _from_store(self, engine: Engine, request: ServeRequest) -> ServeRequest:
         """A model named as in the nodes' stores (``halo model``): its path there, once every
         node that opens the weights holds it complete and the same (else one line naming the
-        node and the sync that fixes it). Paths and Hugging Face ids pass as they are."""
+        node and the sync that fixes it). Paths, Hugging Face ids and names that no store holds
+        pass as they are."""
         if not is_store_name(request.model):
             return request
         readers = (
@@ -117,6 +118,8 @@ class Serving:
         )
         self.progress(f"checking model {request.model} in the store of {', '.join(readers)}")
         found = resolve(self.cluster, request.model, readers)
+        if found is None:  # in no store: the engine's own name for a model
+            return request
         return dataclasses.replace(request, model=found.path)
 
     def _context(self, engine: Engine, request: ServeRequest, api_key: str | None) -> ServeContext:

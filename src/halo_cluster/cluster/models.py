@@ -118,14 +118,17 @@ def is_store_name(model: str) -> bool:
     )
 
 
-def resolve(cluster: Cluster, name: str, readers: list[str]) -> Resolved:
+def resolve(cluster: Cluster, name: str, readers: list[str]) -> Resolved | None:
     """``name`` on every node of ``readers`` (the nodes whose engine opens the weights):
     complete and the same content everywhere, else one line naming the node, what is wrong,
-    and the sync that fixes it."""
+    and the sync that fixes it. None when no node's store holds anything of that name: the
+    name is then the engine's own (a Hugging Face id such as ``gpt2``)."""
     # every node listed: one that is not a reader may still name where the model came from
     listing = store_listing(cluster, [n.name for n in cluster.config.nodes])
     rows = {row["name"]: row for row in model_table(listing)}
     row = rows.get(name)
+    if row is None and not any("error" in listing[n] for n in readers):
+        return None
     store = cluster.config.models.dir
     fix_source = (row or {}).get("source") or "SOURCE"
     for node in readers:
