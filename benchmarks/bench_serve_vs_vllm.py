@@ -20,7 +20,7 @@ prompts in the prefix cache), compares medians, and stops the server's whole pro
 at the end (no vLLM process and none of its /dev/shm segments left). Writes
 benchmarks/results/serve_vs_vllm.json.
 
-    .venv/bin/python benchmarks/bench_serve_vs_vllm.py [--engine DIR] [--rounds 8]
+    .venv/bin/python benchmarks/bench_serve_vs_vllm.py [--engine DIR] [--rounds 12]
 
 The engine environment (vLLM CPU) is --engine, else $HALO_ENGINE_ENV, else .venv-engine in
 the repository.
@@ -589,7 +589,9 @@ def main() -> None:
         default=os.environ.get("HALO_ENGINE_ENV") or str(REPO / ".venv-engine"),
         help="the engine environment (vLLM CPU)",
     )
-    parser.add_argument("--rounds", type=int, default=8, help="rounds on vllm serve")
+    # 12: with 8, two runs on the loaded 2-core VM had ITL p50 medians 15-25 % off in three
+    # cases, from rounds where the server bundled tokens into fewer events (docs/bench.md)
+    parser.add_argument("--rounds", type=int, default=12, help="rounds on vllm serve")
     parser.add_argument("--stand-in-rounds", type=int, default=3)
     args = parser.parse_args()
     engine = Path(args.engine)
