@@ -1,15 +1,26 @@
 """`halo bench serve` against `vllm bench serve` on the same vLLM server and the same workload.
 
-Target (issue: bench serve): halo's output tokens/s, TTFT p50 and ITL p50 within 10 % of
-what `vllm bench serve --dataset-name random` reports for the same server, input/output
-lengths, number of prompts and concurrency. The script builds the lab's tiny model
-(`halo lab model`), starts `vllm serve` on it (CPU, TP=1, 127.0.0.1:8124) from the engine
-environment, runs both tools round by round (which one goes first alternates; every
-invocation gets its own seed, so no run finds another's prompts in the prefix cache), compares
-medians, and stops the server's whole process group at the end (no vLLM process and none of
-its /dev/shm segments left). Writes benchmarks/results/serve_vs_vllm.json.
+Target (issue 29, restating the first one's): per case, over the same rounds,
+- TTFT: halo's is no farther from the server's own than `vllm bench serve`'s is. Each run's
+  distance is |the tool's mean TTFT - the server's own mean TTFT over that run| (the
+  server's Prometheus histogram, read before and after the run, see below); per case the
+  median over the rounds of each tool's distance is taken, and halo's must be <= vLLM's.
+  Whatever a client spends of its own between "request sent" and "first token seen" counts
+  against it. (The old target, TTFT p50 within 10 % of vLLM's, is kept in the result as
+  `within_10pct` for reference: on this machine halo's is 10-20 % shorter.)
+- ITL p50 and output tokens/s: the median over the rounds within 10 % of vLLM's.
+- The server's window held exactly the run's requests: halo runs with `--warmup 0`, as
+  `vllm bench serve` runs by default (no warm-up, no initial test request).
+`met` is all of these in every case.
 
-    .venv/bin/python benchmarks/bench_serve_vs_vllm.py [--engine DIR] [--rounds 8]
+The script builds the lab's tiny model (`halo lab model`), starts `vllm serve` on it (CPU,
+TP=1, 127.0.0.1:8124) from the engine environment, runs both tools round by round (which
+one goes first alternates; every invocation gets its own seed, so no run finds another's
+prompts in the prefix cache), compares medians, and stops the server's whole process group
+at the end (no vLLM process and none of its /dev/shm segments left). Writes
+benchmarks/results/serve_vs_vllm.json.
+
+    .venv/bin/python benchmarks/bench_serve_vs_vllm.py [--engine DIR] [--rounds 12]
 
 The engine environment (vLLM CPU) is --engine, else $HALO_ENGINE_ENV, else .venv-engine in
 the repository.
@@ -27,12 +38,13 @@ A third witness: the server's own Prometheus histograms (`vllm:time_to_first_tok
 `vllm:inter_token_latency_seconds`), read before and after every run. Their mean over the
 run is what the engine measured itself, from a request's arrival to its first token, with no
 client in it; each tool's mean is set beside it (`server_mean`), so that a difference between
-the tools can be put on the client that adds it. (vllm bench serve sends one extra request
-first, its "initial test run", which the server's mean also holds.)
+the tools can be put on the client that adds it. `requests` is the count the server saw in
+the window; it must equal the run's prompts.
 
 First, both tools run against a steady stand-in (tests/bench/fake_openai.py: a token every
-2 ms, every third one with empty text, usage at the end), where only the definitions and the
-clients' own overhead can differ (`stand_in` in the result).
+2 ms, every third one with empty text, usage at the end, and the same two histograms' sum
+and count from its own clock), where only the definitions and the clients' own overhead can
+differ (`stand_in` in the result, with its own `met`).
 """
 
 from __future__ import annotations
@@ -253,6 +265,8 @@ def run_halo(
                 str(OUTPUT_LEN),
                 "--seed",
                 str(seed),
+                "--warmup",
+                "0",  # as vllm bench serve: the server's window holds only the timed requests
                 "--out",
                 f"{tmp}/serve.json",
                 "--json",
@@ -371,7 +385,13 @@ def one_round(
             got[tool]["server_mean"] = server_means(before, server_histograms(url))
         shown = ", ".join(f"{m} {got[tool][m]}" for m in (*METRICS, "tpot_p50_ms"))
         print(f"  in {input_len} c{concurrency} round {r} {tool}: {shown}", flush=True)
-    return {"round": r, "first": first, **got, "ratio": ratios(got["halo"], got["vllm"])}
+    return {
+        "round": r,
+        "first": first,
+        **got,
+        "ratio": ratios(got["halo"], got["vllm"]),
+        "ttft_from_server_ms": {tool: from_server(got[tool], prompts) for tool in got},
+    }
 
 
 def all_rounds(
@@ -433,6 +453,51 @@ def streamed(run: dict[str, Any]) -> bool:
     return bool(run["itl_p50_ms"] >= STREAMED_ITL_MS)
 
 
+def from_server(run: dict[str, Any], prompts: int) -> float | None:
+    """|the tool's mean TTFT - the server's own mean TTFT| over one run (ms); None without
+    the server's reading, or when its window did not hold exactly the run's requests."""
+    own = run.get("server_mean")
+    if not own or own["ttft_mean_ms"] is None or own["requests"] != prompts:
+        return None
+    return round(abs(float(run["ttft_mean_ms"]) - float(own["ttft_mean_ms"])), 3)
+
+
+def target(
+    halo: list[dict[str, Any]], vllm: list[dict[str, Any]], prompts: int
+) -> dict[str, Any] | None:
+    """The target on these runs of one case (see the module's docstring): the median over
+    the runs of each tool's TTFT distance from the server, halo's no farther; ITL p50 and
+    output tokens/s medians within 10 %. None when a tool has no run."""
+    halo_median, vllm_median = medians(halo), medians(vllm)
+    if halo_median is None or vllm_median is None:
+        return None
+    ratio = ratios(halo_median, vllm_median)
+    seen = {
+        tool: [from_server(x, prompts) for x in runs]
+        for tool, runs in (("halo", halo), ("vllm", vllm))
+    }
+    known = {tool: [d for d in found if d is not None] for tool, found in seen.items()}
+    exact = all(len(known[tool]) == len(seen[tool]) for tool in seen)
+    distance = {
+        tool: round(statistics.median(found), 3) if found else None for tool, found in known.items()
+    }
+    halo_d, vllm_d = distance["halo"], distance["vllm"]
+    checks = {
+        "server_saw_only_the_runs": exact,
+        "ttft_no_farther_from_server": (
+            exact and halo_d is not None and vllm_d is not None and halo_d <= vllm_d
+        ),
+        "itl_p50_within_10pct": abs(ratio["itl_p50_ms"] - 1) <= 0.10,
+        "output_tok_s_within_10pct": abs(ratio["output_tok_s"] - 1) <= 0.10,
+    }
+    return {
+        "ttft_from_server_ms": distance,
+        "ratio": {m: ratio[m] for m in ("itl_p50_ms", "output_tok_s")},
+        "checks": checks,
+        "met": all(checks.values()),
+    }
+
+
 def medians(runs: list[dict[str, Any]]) -> dict[str, float] | None:
     if not runs:
         return None
@@ -463,16 +528,20 @@ def summary(input_len: int, concurrency: int, per_round: list[dict[str, Any]]) -
     kept = {tool: [x[tool] for x in per_round if streamed(x[tool])] for tool in ("halo", "vllm")}
     both = {tool: medians(runs) for tool, runs in kept.items()}
     in_mode = ratios(both["halo"], both["vllm"]) if both["halo"] and both["vllm"] else None
+    prompts = PROMPTS_PER_SLOT * concurrency
     return {
         "input_len": input_len,
         "output_len": OUTPUT_LEN,
         "concurrency": concurrency,
-        "prompts": PROMPTS_PER_SLOT * concurrency,
+        "prompts": prompts,
         "rounds": per_round,
+        "target": target([x["halo"] for x in per_round], [x["vllm"] for x in per_round], prompts),
+        "target_streamed": target(kept["halo"], kept["vllm"], prompts),
         "median": {**median, "ratio": ratio},
         "median_of_round_ratios": {
             m: round(statistics.median(x["ratio"][m] for x in per_round), 3) for m in METRICS
         },
+        # the first target, for reference: TTFT p50 too within 10 % of vLLM's
         "within_10pct": {m: abs(ratio[m] - 1) <= 0.10 for m in METRICS},
         # vllm's TTFT also holds its aiohttp client's own time before the request leaves
         # (about 0.75 ms more than halo's on this VM): a constant, not a ratio.
@@ -487,6 +556,10 @@ def summary(input_len: int, concurrency: int, per_round: list[dict[str, Any]]) -
             {m: abs(in_mode[m] - 1) <= 0.10 for m in METRICS} if in_mode else None
         ),
     }
+
+
+def met(cases: list[dict[str, Any]], key: str = "target") -> bool:
+    return bool(cases) and all(c[key] is not None and c[key]["met"] for c in cases)
 
 
 def versions(engine: Path) -> dict[str, str]:
@@ -516,7 +589,9 @@ def main() -> None:
         default=os.environ.get("HALO_ENGINE_ENV") or str(REPO / ".venv-engine"),
         help="the engine environment (vLLM CPU)",
     )
-    parser.add_argument("--rounds", type=int, default=8, help="rounds on vllm serve")
+    # 12: with 8, two runs on the loaded 2-core VM had ITL p50 medians 15-25 % off in three
+    # cases, from rounds where the server bundled tokens into fewer events (docs/bench.md)
+    parser.add_argument("--rounds", type=int, default=12, help="rounds on vllm serve")
     parser.add_argument("--stand-in-rounds", type=int, default=3)
     args = parser.parse_args()
     engine = Path(args.engine)
@@ -528,7 +603,7 @@ def main() -> None:
         subprocess.run([HALO, "lab", "model", str(model)], check=True, stdout=subprocess.DEVNULL)
         with stand_in_server(model) as url:
             print(f"stand-in server (steady {STAND_IN_TOKEN_MS} ms a token)", flush=True)
-            stand_in = all_rounds(url, engine, model, args.stand_in_rounds, 50_000)
+            stand_in = all_rounds(url, engine, model, args.stand_in_rounds, 50_000, witness=True)
         with vllm_server(engine, model, Path(tmp) / "server.log") as server:
             print("vllm serve", flush=True)
             url = f"http://{HOST}:{PORT}"
@@ -558,22 +633,20 @@ def main() -> None:
             "server": "tests/bench/fake_openai.py",
             "token_ms": STAND_IN_TOKEN_MS,
             "cases": stand_in,
-            "met": all(all(c["within_10pct"].values()) for c in stand_in),
+            "met": met(stand_in),
         },
-        "met": all(all(c["within_10pct"].values()) for c in cases),
-        "met_streamed": all(
-            c["within_10pct_streamed"] and all(c["within_10pct_streamed"].values()) for c in cases
-        ),
+        "met": met(cases),
+        "met_streamed": met(cases, "target_streamed"),
+        "met_first_target": all(all(c["within_10pct"].values()) for c in cases),
     }
     (HERE / "results" / "serve_vs_vllm.json").write_text(json.dumps(out, indent=2) + "\n")
-    for c in stand_in:
-        name = f"in{c['input_len']}/c{c['concurrency']}"
-        print(f"stand-in {name}: {c['median']['ratio']}")
-    for c in cases:
-        name = f"in{c['input_len']}/c{c['concurrency']}"
-        print(f"{name} all runs: {c['median']['ratio']}")
-        print(f"{name} streamed runs {c['streamed_runs']}: {c['median_streamed']['ratio']}")
-        print(f"{name} client minus server mean (ms): {c['client_minus_server_mean_ms']}")
+    for where, found in (("stand-in ", stand_in), ("", cases)):
+        for c in found:
+            name = f"{where}in{c['input_len']}/c{c['concurrency']}"
+            print(f"{name} ratios (all runs): {c['median']['ratio']}")
+            print(f"{name} streamed runs {c['streamed_runs']}")
+            print(f"{name} target: {c['target']}")
+    print(f"stand-in met: {out['stand_in']['met']}")  # type: ignore[index]
     print(f"met: {out['met']}; met on streamed runs: {out['met_streamed']}")
 
 

@@ -1,7 +1,9 @@
 """A small OpenAI-compatible server for the serve-load tests, shaped like vLLM's: streamed
 completions where some tokens carry empty text, a final usage event when asked for with
 ``stream_options.include_usage``, ``POST /tokenize``, keep-alive connections with Nagle off
-(as uvicorn has them). It records every request body it gets."""
+(as uvicorn has them). It records every request body it gets, and keeps its own time to
+first token and inter-token latency (from a request's body read to each event written) as
+vLLM's ``/metrics`` histograms' ``_sum`` and ``_count``."""
 
 from __future__ import annotations
 
@@ -34,6 +36,22 @@ class FakeOpenAI:
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long
         self.bodies: list[dict[str, Any]] = []
         self.connections = 0
+        self.own = {"ttft": [0.0, 0], "itl": [0.0, 0]}  # [sum in s, count]
+        self._lock = threading.Lock()
+
+    def observe(self, key: str, seconds: float) -> None:
+        with self._lock:
+            self.own[key][0] += seconds
+            self.own[key][1] += 1
+
+    def metrics(self) -> str:
+        names = {"ttft": "time_to_first_token_seconds", "itl": "inter_token_latency_seconds"}
+        with self._lock:
+            return "".join(
+                f'vllm:{names[key]}_sum{{model_name="{self.model}"}} {total!r}\n'
+                f'vllm:{names[key]}_count{{model_name="{self.model}"}} {count}\n'
+                for key, (total, count) in self.own.items()
+            )
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -58,6 +76,13 @@ class FakeOpenAI:
             def do_GET(self) -> None:
                 if self.path == "/v1/models":
                     self._json(200, {"object": "list", "data": [{"id": fake.model}]})
+                elif self.path == "/metrics":
+                    data = fake.metrics().encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 else:
                     self._json(404, {"error": "not found"})
 
@@ -67,6 +92,7 @@ class FakeOpenAI:
 
             def _post(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                arrived = time.perf_counter()
                 if self.path == "/tokenize" and fake.tokenize == "vllm":
                     self._json(200, {"count": count_tokens(body["prompt"]), "max_model_len": 1024})
                     return
@@ -89,6 +115,9 @@ class FakeOpenAI:
                     choice = {"index": 0, "text": text, "logprobs": None}
                     choice["finish_reason"] = "length" if last else None
                     self._event({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
+                    sent = time.perf_counter()
+                    fake.observe("itl" if index else "ttft", sent - arrived)
+                    arrived = sent
                 if fake.usage and (body.get("stream_options") or {}).get("include_usage"):
                     prompt = count_tokens(body["prompt"])
                     usage = {

@@ -345,6 +345,35 @@ def test_bench_serve_measures_what_vllm_bench_measures(tmp_path: Path) -> None:
     assert fake.connections == 1 + 1 + 2
 
 
+def test_without_warmup_the_servers_own_histograms_hold_only_the_timed_requests(
+    tmp_path: Path,
+) -> None:
+    """--warmup 0, as `vllm bench serve` runs by default: the server's own TTFT and ITL
+    histograms (what benchmarks/bench_serve_vs_vllm.py reads as its witness) count exactly
+    the timed requests."""
+    fake = FakeOpenAI("tiny", token_delay_s=0.005)
+    with serving(fake) as port:
+        url = f"http://127.0.0.1:{port}"
+        done = bench(
+            *("--url", url, "--concurrency", "2", "--prompts", "6", "--input-len", "8"),
+            *("--output-len", "4", "--warmup", "0", "--out", str(tmp_path / "s.json"), "--json"),
+        )
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+            own = response.read().decode()
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["workload"]["warmup_requests"] == 0 and len(fake.bodies) == 6
+    found = re.findall(r'^vllm:(\w+)_(sum|count)\{model_name="tiny"\} (\S+)$', own, re.M)
+    seen = {f"{name}_{kind}": float(value) for name, kind, value in found}
+    counts = {name: value for name, value in seen.items() if name.endswith("_count")}
+    assert counts == {
+        "time_to_first_token_seconds_count": 6,
+        "inter_token_latency_seconds_count": 6 * 3,
+    }
+    assert seen["time_to_first_token_seconds_sum"] >= 6 * 0.005  # each waited for its token
+    assert data["levels"][0]["requests"] == 6 and data["levels"][0]["ttft_ms"]["mean"] >= 5
+
+
 def test_server_without_usage_is_counted_in_chunks(tmp_path: Path) -> None:
     fake = FakeOpenAI("tiny", token_delay_s=0.0, usage=False)
     with serving(fake) as port:

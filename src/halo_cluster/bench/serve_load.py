@@ -11,7 +11,8 @@ output tokens/s — measured the way ``vllm bench serve`` measures them:
   instead, and the result says so (``tokens_from``);
 - TPOT = (end-to-end − TTFT) / (tokens − 1); output tokens/s = all output tokens / the wall
   time of the level, from the first request sent to the last one done;
-- one untimed warm-up request first; then every request gets its own random prompt of
+- one untimed warm-up request first (``warmup``; 0 for none, as ``vllm bench serve`` by
+  default); then every request gets its own random prompt of
   ``input_len`` tokens (bench/serve_prompts.py), ``max_tokens = output_len`` and
   ``ignore_eos``, so every request generates exactly ``output_len`` tokens.
 """
@@ -340,6 +341,7 @@ def run(
     key: str | None,
     progress: Callable[[str], None] | None = None,
     seed: int | None = None,
+    warmup: int = 1,
 ) -> dict[str, Any]:
     say = progress or (lambda _m: None)
     client = Client(url, key)
@@ -354,9 +356,10 @@ def run(
             tokenize_counter(client, model),
             usage_counter(client, model),
         )
-        say("warm-up request")
-        warm = random_text(rng, batch[0].words)  # not a workload prompt: nothing to cache
-        stream_request(client, completion_body(model, warm, output_len))
+        for _ in range(warmup):
+            say("warm-up request")
+            warm = random_text(rng, batch[0].words)  # not a workload prompt: nothing to cache
+            stream_request(client, completion_body(model, warm, output_len))
         results = []
         for index, concurrency in enumerate(levels):
             say(f"concurrency {concurrency}: {prompts} requests")
@@ -380,7 +383,7 @@ def run(
             "max_tokens": output_len,
             "ignore_eos": True,
             "temperature": 0.0,
-            "warmup_requests": 1,
+            "warmup_requests": warmup,
             "seed": seed,
         },
         "tokens_from": "usage" if all(r["tokens_from"] == "usage" for r in results) else "chunks",

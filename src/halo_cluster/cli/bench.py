@@ -64,6 +64,13 @@ def _levels(text: str) -> list[int]:
     help="Output tokens per request (max_tokens, ignore_eos).",
 )
 @click.option("--seed", type=int, help="Seed of the random prompts (default: new ones each run).")
+@click.option(
+    "--warmup",
+    default=1,
+    show_default=True,
+    type=click.IntRange(0, 100),
+    help="Untimed warm-up requests before the first level (0: none).",
+)
 @click.option("--api-key-env", metavar="NAME", help="Environment variable holding the API key.")
 @result_options
 def bench_serve(
@@ -75,6 +82,7 @@ def bench_serve(
     input_len: int,
     output_len: int,
     seed: int | None,
+    warmup: int,
     api_key_env: str | None,
     out: str | None,
     as_json: bool,
@@ -116,7 +124,16 @@ def bench_serve(
         target = url or (endpoint.url if endpoint else "")
         try:
             result = run(
-                target, model, levels, prompts, input_len, output_len, secret(key_env), say, seed
+                target,
+                model,
+                levels,
+                prompts,
+                input_len,
+                output_len,
+                secret(key_env),
+                say,
+                seed,
+                warmup,
             )
         except HaloError as err:
             where = f"{endpoint.route.node}'s server" if endpoint else target
