@@ -62,15 +62,7 @@ EXEC_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ
 def require_tools() -> dict[str, str]:
     if os.geteuid() != 0:
         raise LabError("halo lab needs root (network namespaces, bridges): run it with sudo")
-    found = {}
-    for tool, package in TOOLS.items():
-        path = shutil.which(tool) or (
-            f"/usr/sbin/{tool}" if os.path.exists(f"/usr/sbin/{tool}") else None
-        )
-        if path is None:
-            raise LabError(f"'{tool}' not found: install {package}")
-        found[tool] = path
-    return found
+    return {tool: _tool(tool, package) for tool, package in TOOLS.items()}
 
 
 def lab_dir(name: str, directory: str | None) -> Path:
@@ -401,16 +393,24 @@ _RATE = re.compile(r"^(\d{1,6})(\.\d{1,3})?(k|m|g)bit$")
 _SIZE = re.compile(r"^\d{1,9}[kmg]?$", re.I)
 
 
+def _rate_bits(text: str) -> float | None:
+    """bits/s of a rate as tc writes it (``1gbit``, ``2.5gbit``), None when it is not one."""
+    found = _RATE.match(text)
+    if found is None:
+        return None
+    return (
+        float(found.group(1) + (found.group(2) or ""))
+        * {"k": 1e3, "m": 1e6, "g": 1e9}[found.group(3)]
+    )
+
+
 def check_rate(text: str) -> str:
     """A rate as tc writes it: ``1gbit``, ``2.5gbit``, ``100mbit`` (at least 1 Mbit/s)."""
-    found = _RATE.match(text.strip().lower())
-    scale = {"k": 1e3, "m": 1e6, "g": 1e9}
-    if (
-        found is None
-        or float(found.group(1) + (found.group(2) or "")) * scale[found.group(3)] < 1e6
-    ):
+    rate = text.strip().lower()
+    bits = _rate_bits(rate)
+    if bits is None or bits < 1e6:
         raise UsageError(f"--fabric-rate {text!r}: use a rate such as 1gbit, 2.5gbit or 100mbit")
-    return text.strip().lower()
+    return rate
 
 
 def check_size(text: str) -> str:
@@ -422,12 +422,8 @@ def check_size(text: str) -> str:
 def tbf_args(rate: str, mtu: int) -> list[str]:
     """A token bucket at ``rate``: a burst of 10 ms of the rate (at least a few jumbo
     frames), packets queued at most 100 ms."""
-    found = _RATE.match(rate)
-    assert found is not None
-    bits = (
-        float(found.group(1) + (found.group(2) or ""))
-        * {"k": 1e3, "m": 1e6, "g": 1e9}[found.group(3)]
-    )
+    bits = _rate_bits(rate)
+    assert bits is not None
     burst = max(int(bits / 8 / 100), 4 * (mtu + 100), 16384)
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
 
