@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from halo_cluster.capacity import catalog, field
 from halo_cluster.capacity.engines import engines, find_engine
-from halo_cluster.capacity.estimate import Request, evaluate, layout_rows, step_seconds
+from halo_cluster.capacity.estimate import (
+    Request,
+    evaluate,
+    layout_rows,
+    rpc_stages,
+    step_seconds,
+)
 from halo_cluster.capacity.spec import Link, ModelSpec
 from halo_cluster.errors import UsageError
 
@@ -65,16 +71,47 @@ def test_rpc_messages_per_token_by_hand() -> None:
     assert seconds == pytest.approx(2 * 5.2e-6 + expected * 8 / 50e9)
 
 
-def test_rpc_network_is_one_round_trip_per_remote_node() -> None:
+def test_rpc_network_is_a_round_trip_and_a_fixed_cost_per_remote_node() -> None:
     m = MODELS["llama-3.1-8b"]
     req = Request(m, STRIX, TCP, nodes=3, quant="Q4_K_M", context=256, engine=LLAMA_CPP)
     _, network = step_seconds(req, 1, 3, 1)
     assert LLAMA_CPP.rpc is not None
     stage = LLAMA_CPP.rpc.stage_seconds(4096, 32 / 3, 1, 128, TCP.alpha_us, TCP.beta_gbps)
-    assert network == pytest.approx(2 * stage)
-    # layer split sends far less than tensor parallelism's 2·L + 2 all-reduces
+    fixed = LLAMA_CPP.tuning(STRIX).stage_us("tcp") * 1e-6
+    assert fixed == 2.8e-3  # the median of four published one-node/two-node pairs
+    assert network == pytest.approx(2 * (stage + fixed))
+    # its wire time is far less than tensor parallelism's 2·L + 2 all-reduces
     tp = step_seconds(Request(m, STRIX, TCP, nodes=2, context=256), 2, 1, 1)[1]
-    assert network < tp / 10
+    assert network - 2 * fixed < tp / 10
+    # over RDMA the stage costs what PR #20590 measured less than over TCP
+    rdma = step_seconds(replace(req, link=ROCE), 1, 3, 1)[1]
+    wire = LLAMA_CPP.rpc.stage_seconds(4096, 32 / 3, 1, 128, ROCE.alpha_us, ROCE.beta_gbps)
+    assert rdma == pytest.approx(2 * (wire + 0.77e-3))
+
+
+def test_an_older_build_resends_the_graph_and_waits_for_more_replies() -> None:
+    assert LLAMA_CPP.rpc is not None
+    old = replace(LLAMA_CPP.rpc, graph_reuse=False, round_trips=2)
+    graph = 9 + 12 + 8 * 30 * 16 + 296 * 40 * 16
+    recompute = 9 + 4
+    extra = graph - (graph + 255 * recompute) / 256
+    assert old.stage_bytes(4096, 16, 1, 128) == pytest.approx(
+        LLAMA_CPP.rpc.stage_bytes(4096, 16, 1, 128) + extra
+    )
+    assert old.stage_seconds(4096, 16, 1, 128, 70.0, 1.0) - LLAMA_CPP.rpc.stage_seconds(
+        4096, 16, 1, 128, 70.0, 1.0
+    ) == pytest.approx(2 * 70e-6 + extra * 8 / 1e9)
+
+
+def test_a_cpu_only_head_gets_the_logits_back_from_the_last_worker() -> None:
+    m = MODELS["llama-3.1-8b"]
+    cpu = replace(STRIX, cpu_only=True)
+    req = Request(m, cpu, TCP, nodes=3, quant="Q4_K_M", context=256, engine=LLAMA_CPP)
+    first, last = rpc_stages(req, 3, 1)
+    extra = (m.vocab - m.hidden) * 4 * 8 / (TCP.beta_gbps * 1e9)
+    assert last - first == pytest.approx(extra)
+    gpu_first, gpu_last = rpc_stages(replace(req, hardware=STRIX), 3, 1)
+    assert gpu_first == gpu_last == pytest.approx(first)
 
 
 @pytest.mark.parametrize("engine_id", ["llama.cpp", "vllm"])

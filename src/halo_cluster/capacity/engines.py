@@ -44,6 +44,13 @@ class Tuning:
     per_layer_us: float  # kernel launches and synchronisation, per layer and step
     per_linear_layer_us: float  # on top, per gated delta-net layer (Qwen3-Next): many small ops
     source: str
+    # llama.cpp RPC: the fixed cost of one remote stage per token (the host scheduling the
+    # split, synchronisation, serialisation), by the link's stack (tcp, rdma)
+    per_stage_us: tuple[tuple[str, float], ...] = ()
+
+    def stage_us(self, stack: str) -> float:
+        table = dict(self.per_stage_us)
+        return table.get(stack, table.get("tcp", 0.0))
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,9 @@ class Engine:
     def tuning(self, hw: Hardware) -> Tuning:
         """This engine on ``hw``; hardware without published measurements for this engine
         falls back to the hardware profile's own decode efficiency and no per-layer cost."""
+        measured = dict(hw.measured)
+        if self.id in measured:  # a profile halo measured on this machine
+            return _tuning(measured[self.id])  # type: ignore[arg-type]
         if hw.id in self.tunings:
             return self.tunings[hw.id]
         fallback = Efficiency(
@@ -78,17 +88,19 @@ def _efficiency(entry: dict[str, Any]) -> Efficiency:
     return Efficiency(entry["efficiency"], entry["low"], entry["high"], entry["source"])
 
 
+def _tuning(t: dict[str, Any]) -> Tuning:
+    return Tuning(
+        _efficiency(t["dense"]),
+        _efficiency(t["moe"]),
+        t["per_layer_us"],
+        t["per_linear_layer_us"],
+        t["source"],
+        tuple(sorted(t.get("per_stage_us", {}).items())),
+    )
+
+
 def _engine(data: dict[str, Any]) -> Engine:
-    tunings = {
-        hw: Tuning(
-            _efficiency(t["dense"]),
-            _efficiency(t["moe"]),
-            t["per_layer_us"],
-            t["per_linear_layer_us"],
-            t["source"],
-        )
-        for hw, t in data["hardware"].items()
-    }
+    tunings = {hw: _tuning(t) for hw, t in data["hardware"].items()}
     return Engine(
         id=data["id"],
         name=data["name"],

@@ -134,6 +134,8 @@ def engine_layouts(req: Request) -> list[tuple[str, int, int]]:
         return [(f"RPC{req.nodes}", 1, req.nodes)]
     rows = []
     for tp, pp in layouts(req.nodes * req.gpus_per_node):
+        if req.model.heads % tp:  # vLLM splits the attention heads evenly over TP ranks
+            continue
         rows.append((f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}", tp, pp))
     return rows
 
@@ -165,16 +167,45 @@ def network_seconds(req: Request, tp: int, pp: int, batch: int) -> float:
     payload = batch * m.hidden * ACTIVATION_BYTES
     protocol = req.engine.rpc
     if protocol is not None:
-        layers = m.layers / pp
-        stage = protocol.stage_seconds(
-            m.hidden, layers, batch, req.context // 2, link.alpha_us, link.beta_gbps
-        )
-        return (req.nodes - 1) * stage
+        return sum(rpc_stages(req, pp, batch))
     network = 0.0
     if tp > req.gpus_per_node:  # TP group spans nodes
         network += tp_collectives_per_token(m) * allreduce_s(payload, tp, link)
     cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
     return network + cross_stage * p2p_s(payload, link)
+
+
+def rpc_stages(req: Request, pp: int, batch: int) -> list[float]:
+    """Seconds each remote stage of a llama.cpp RPC split adds to a decode step: its round
+    trips and bytes over the link, and the engine's fixed cost per stage. On a CPU-only head
+    the last worker holds the output layer and returns the logits."""
+    m, link, protocol = req.model, req.link, req.engine.rpc
+    assert protocol is not None
+    fixed = req.engine.tuning(req.hardware).stage_us(link.stack) * 1e-6
+    stages = []
+    for index in range(req.nodes - 1):
+        last = index == req.nodes - 2
+        returned = m.vocab if last and req.hardware.cpu_only else 0
+        wire = protocol.stage_seconds(
+            m.hidden,
+            m.layers / pp,
+            batch,
+            req.context // 2,
+            link.alpha_us,
+            link.beta_gbps,
+            returned,
+        )
+        stages.append(wire + fixed)
+    return stages
+
+
+def shared_core_factor(req: Request, tp: int) -> float:
+    """How much slower each rank computes when the nodes share the machine's cores (the
+    lab): ranks that outnumber the cores take turns."""
+    cores = req.hardware.shared_cores
+    if cores <= 0 or tp <= cores:
+        return 1.0
+    return float(-(-tp // cores))
 
 
 def step_seconds(
@@ -186,6 +217,7 @@ def step_seconds(
     bandwidth = req.hardware.memory_bw_gbs * 1e9 * share
     compute = _read_bytes(req, tp, pp, batch, req.context) / bandwidth
     compute += fixed_seconds(req)
+    compute *= shared_core_factor(req, tp)
     return compute, network_seconds(req, tp, pp, batch)
 
 
@@ -275,3 +307,120 @@ def recommend(rows: list[Row]) -> tuple[Row | None, str]:
         f"({best.tokens_per_s_low:.1f}–{best.tokens_per_s_high:.1f}), network "
         f"{best.network_share:.1%} of each step, max context {best.max_context}"
     )
+
+
+@dataclass(frozen=True)
+class Step:
+    """The cluster at one node count: its fastest fitting layout (or the one that comes
+    closest), and what the added node changed."""
+
+    nodes: int
+    layout: str
+    fits: bool
+    tokens_per_s_batch1: float
+    tokens_per_s: float
+    decode_ms_compute_batch1: float
+    decode_ms_network_batch1: float
+    ratio_batch1: float | None  # decode speed relative to one node fewer
+    ratio: float | None  # the same at --batch
+    verdict: str  # faster, slower, fits (only now), capacity (fits, slower), same
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def node_steps(req: Request) -> list[Step]:
+    """From one node to ``req.nodes``: each count's fastest fitting layout, and whether
+    adding that node made decode faster or slower at batch 1 and at ``req.batch``."""
+    from dataclasses import replace
+
+    steps: list[Step] = []
+    for count in range(1, req.nodes + 1):
+        here = replace(req, nodes=count)
+        rows = layout_rows(here)
+        fitting = [r for r in rows if r.fits]
+        best = max(fitting or rows, key=lambda r: (r.tokens_per_s, r.max_context))
+        compute1, network1 = step_seconds(here, best.tp, best.pp, 1)
+        prev = steps[-1] if steps else None
+        ratio1 = best.tokens_per_s_batch1 / prev.tokens_per_s_batch1 if prev else None
+        ratio = best.tokens_per_s / prev.tokens_per_s if prev else None
+        if prev is None:
+            verdict = "fits" if best.fits else "does not fit"
+        elif best.fits and not prev.fits:
+            verdict = "fits"
+        elif not best.fits:
+            verdict = "does not fit"
+        elif ratio1 is not None and ratio1 > 1.02:
+            verdict = "faster"
+        elif ratio1 is not None and ratio1 < 0.98:
+            verdict = "capacity"
+        else:
+            verdict = "same"
+        steps.append(
+            Step(
+                count,
+                best.layout,
+                best.fits,
+                best.tokens_per_s_batch1,
+                best.tokens_per_s,
+                compute1 * 1e3,
+                network1 * 1e3,
+                ratio1,
+                ratio,
+                verdict,
+            )
+        )
+    return steps
+
+
+def step_sentence(step: Step, prev: Step, batch: int, link: str) -> str:
+    """One line: what the ``step.nodes``-th node does to decode, and why."""
+    added = step.decode_ms_network_batch1 - prev.decode_ms_network_batch1
+    saved = prev.decode_ms_compute_batch1 - step.decode_ms_compute_batch1
+    at_batch = (
+        f" ({step.ratio:.2f}× at batch {batch})" if batch > 1 and step.ratio is not None else ""
+    )
+    head = f"the {_ordinal(step.nodes)} node ({step.layout})"
+    if step.verdict == "does not fit":
+        return f"{head}: the model still does not fit"
+    if step.verdict == "fits" and not prev.fits:
+        more = f", {step.tokens_per_s:.1f} at batch {batch}" if batch > 1 else ""
+        return (
+            f"{head}: the model fits only from here; {step.tokens_per_s_batch1:.1f} tok/s "
+            f"at batch 1{more}"
+        )
+    why = f"it adds {added:.2f} ms of network per token over {link}"
+    if saved > 0.005:
+        why += f" and saves {saved:.2f} ms of compute"
+    change = f"decode {step.ratio_batch1:.2f}× of {prev.nodes} node{'s' if prev.nodes > 1 else ''}"
+    if step.verdict == "faster":
+        return f"{head}: {change}{at_batch}, faster: {why}"
+    if step.verdict == "capacity":
+        return f"{head}: {change}{at_batch}, slower: {why}; worth it only for capacity"
+    return f"{head}: {change}{at_batch}, about the same: {why}"
+
+
+def one_node_parts(req: Request) -> tuple[float, float]:
+    """(bytes one decode step of one node reads at batch 1, seconds one llama.cpp RPC stage
+    spends on ``req.link``'s round trips and bytes without the engine's fixed cost): what a
+    profile subtracts from its one-node runs."""
+    read = _read_bytes(req, 1, 1, 1, req.context)
+    protocol = req.engine.rpc
+    if protocol is None:
+        return read, 0.0
+    m, link = req.model, req.link
+    wire = protocol.stage_seconds(
+        m.hidden,
+        m.layers / 2,
+        1,
+        req.context // 2,
+        link.alpha_us,
+        link.beta_gbps,
+        m.vocab if req.hardware.cpu_only else 0,
+    )
+    return read, wire

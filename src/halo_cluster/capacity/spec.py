@@ -77,12 +77,24 @@ class Hardware:
     decode_efficiency: float
     unified: bool
     source: str
+    # nodes that share this many cores (the lab: every node is a namespace of one machine);
+    # 0: every node has its own processor
+    shared_cores: int = 0
+    # no GPU: llama.cpp's head then offloads the last layers and the output to its workers
+    cpu_only: bool = False
+    # per engine, the figures halo measured on this machine (a profile from 'halo lab
+    # profile'): engine id -> the Tuning fields, as the engine data files write them
+    measured: tuple[tuple[str, object], ...] = ()
+
+
+STACKS = ("tcp", "rdma")  # how bytes cross a link: the kernel's TCP, or RDMA verbs
 
 
 @dataclass(frozen=True)
 class Link:
     id: str
     name: str
-    alpha_us: float
-    beta_gbps: float
+    alpha_us: float  # one-way latency of a small message
+    beta_gbps: float  # sustained bandwidth
     source: str
+    stack: str = "tcp"

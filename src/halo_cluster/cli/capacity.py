@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,13 @@ if TYPE_CHECKING:
 )
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 64))
 @click.option("--gpus-per-node", default=1, show_default=True, type=click.IntRange(1, 16))
-@click.option("--hardware", default="strix-halo-128", show_default=True)
+@click.option(
+    "--hardware",
+    default="strix-halo-128",
+    show_default=True,
+    help="A hardware profile (see --list), 'lab' (this machine, measured by 'halo lab profile') "
+    "or a profile .json.",
+)
 @click.option("--memory-gib", type=float, help="Override the GPU-usable memory per node.")
 @click.option("--memory-bw-gbs", type=float, help="Override the memory bandwidth (GB/s).")
 @click.option(
@@ -70,7 +77,8 @@ if TYPE_CHECKING:
     "link_ids",
     multiple=True,
     metavar="LINK",
-    help="Link profile (id or alias) or a bench collective result .json; repeatable.",
+    help="A link preset (id or alias, see --list), your own as alpha=70us,bw=5gbit[,stack=rdma], "
+    "'lab' (measured by 'halo lab profile') or a bench collective result .json; repeatable.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print {model, hardware, rows, recommendation} as JSON."
@@ -114,8 +122,9 @@ def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]
 
 def _hardware(options: dict[str, Any]) -> Hardware:
     from halo_cluster.capacity import catalog
+    from halo_cluster.config import profiles_dir
 
-    hw = catalog.find_hardware(options["hardware"])
+    hw = catalog.find_hardware(options["hardware"], profiles_dir())
     memory = _positive("memory-gib", options["memory_gib"])
     bandwidth = _positive("memory-bw-gbs", options["memory_bw_gbs"])
     if memory is not None:
@@ -160,7 +169,11 @@ def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
     engine = find_engine(options["engine"])
     quant, weights = _weights(options, spec, gguf, engine)
     calibration = read_serve_result(Path(options["calibrate"])) if options["calibrate"] else None
-    links = [catalog.find_link(link) for link in (options["link_ids"] or ("roce", "tcp"))]
+    from halo_cluster.config import profiles_dir
+
+    links = [
+        catalog.find_link(link, profiles_dir()) for link in (options["link_ids"] or ("roce", "tcp"))
+    ]
     if options["nodes"] == 1:  # one node crosses no link: one row per layout is enough
         links = links[:1]
     shared = {
@@ -177,17 +190,40 @@ def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
 
 
 def _estimate(**options: Any) -> int:
-    from halo_cluster.capacity.estimate import layout_rows, recommend
+    from halo_cluster.capacity.estimate import layout_rows, node_steps, recommend
 
     requests, quant, note = _requests(options)
     rows = [row for req in requests for row in layout_rows(req)]
     best, reason = recommend(rows)
     req = requests[0]
+    steps = {r.link.id: node_steps(r) for r in requests} if req.nodes > 1 else {}
+    chosen = best.link if best is not None and best.link in steps else next(iter(steps), "")
+    lines = _step_lines(steps.get(chosen, []), req.batch, chosen)
     if options["as_json"]:
-        emit_json(_document(req, rows, best, reason, quant, note))
+        document = _document(req, rows, best, reason, quant, note)
+        document["nodes_added"] = {
+            "link": chosen or None,
+            "lines": lines,
+            "steps": {link: [s.to_dict() for s in found] for link, found in steps.items()},
+        }
+        emit_json(document)
         return 0
     _render(req, rows, reason, quant, note)
+    if lines:
+        from halo_cluster.cli.output import console, safe
+
+        out = console()
+        out.print(safe(f"adding nodes over {chosen}:"))
+        for line in lines:
+            out.print(safe(f"  {line}"))
     return 0
+
+
+def _step_lines(steps: list[Any], batch: int, link: str) -> list[str]:
+    """One line per added node: faster or slower, by how much and why."""
+    from halo_cluster.capacity.estimate import step_sentence
+
+    return [step_sentence(step, prev, batch, link) for prev, step in pairwise(steps)]
 
 
 def _document(
@@ -259,6 +295,7 @@ def _list(as_json: bool) -> int:
     from halo_cluster.capacity.quants import quant_names
 
     models = catalog.models()
+    links = catalog.links()
     if as_json:
         emit_json(
             {
@@ -274,13 +311,23 @@ def _list(as_json: bool) -> int:
                     for k, m in models.items()
                 },
                 "hardware": list(catalog.hardware_profiles()),
-                "links": list(catalog.links()),
+                "links": {
+                    k: {
+                        "name": v.name,
+                        "alpha_us": v.alpha_us,
+                        "beta_gbps": v.beta_gbps,
+                        "stack": v.stack,
+                        "source": v.source,
+                    }
+                    for k, v in links.items()
+                },
+                "link_aliases": catalog.link_aliases(),
                 "engines": list(engines()),
                 "quants": quant_names(),
             }
         )
         return 0
-    from halo_cluster.cli.output import console
+    from halo_cluster.cli.output import console, safe
 
     grid = table("Models", "id", "name", "params", "active", "layers", "hidden", "format")
     for key, m in models.items():
@@ -295,11 +342,27 @@ def _list(as_json: bool) -> int:
         )
     out = console()
     out.print(grid)
-    out.print("hardware: " + ", ".join(catalog.hardware_profiles()))
+    aliases: dict[str, list[str]] = {}
+    for alias, target in catalog.link_aliases().items():
+        aliases.setdefault(target, []).append(alias)
+    grid = table("Links (--link ID, or your own: alpha=70us,bw=5gbit[,stack=rdma])",
+                 "id", "link", "α µs", "β Gb/s", "stack", "aliases")  # fmt: skip
+    for key, v in links.items():
+        grid.add_row(
+            key,
+            v.name,
+            f"{v.alpha_us:g}",
+            f"{v.beta_gbps:g}",
+            v.stack,
+            ", ".join(aliases.get(key, [])),
+        )
+    out.print(grid)
+    out.print("link sources: halo plan --list --json (links.*.source)")
     out.print(
-        "links: "
-        + ", ".join(
-            f"{k} ({v.alpha_us:g} µs, {v.beta_gbps:g} Gb/s)" for k, v in catalog.links().items()
+        safe(
+            "hardware: "
+            + ", ".join(catalog.hardware_profiles())
+            + ", lab (this machine, measured by 'halo lab profile')"
         )
     )
     out.print("engines: " + ", ".join(engines()))

@@ -312,6 +312,70 @@ def boot(name: str | None, directory: str | None, node: str) -> int:
     return 0
 
 
+@lab.command("profile")
+@click.option(
+    "--llama-cpp",
+    metavar="DIR",
+    help="llama.cpp build to measure (default: $HALO_LLAMA_CPP, else .llama-cpp beside halo's "
+    "environment, when it exists).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
+def profile(llama_cpp: str | None, as_json: bool) -> int:
+    """Measure this machine as the lab's hardware, for 'halo plan --hardware lab': the
+    memory bandwidth of one thread, the loopback link (latency, one TCP stream), and per
+    engine a one-node run of the lab's tiny model (llama.cpp: llama-bench alone, and with
+    one ggml-rpc-server over loopback). Pinned as lab nodes run (head on core 0, the next
+    node on core 1); about a minute. Kept in $XDG_DATA_HOME/halo/hardware/lab.json."""
+    from halo_cluster.config import default_llama_cpp, profiles_dir
+    from halo_cluster.errors import UsageError
+    from halo_cluster.lab.profile import Profiler, write_profile
+
+    build = llama_cpp or default_llama_cpp()
+    if build is None:
+        raise UsageError(
+            "no llama.cpp build: pass --llama-cpp DIR or build it with 'make llama-cpp'"
+        )
+    say = None if as_json else (lambda m: click.echo(f"  {m}", err=True))
+    document = Profiler(build, progress=say).measure()
+    path = write_profile(document, profiles_dir())
+    if as_json:
+        emit_json(document)
+        return 0
+    click.echo(f"profile written to {path}")
+    click.echo(
+        f"  memory bandwidth {document['memory_bw_gbs']:g} GB/s (one thread), "
+        f"{document['shared_cores']} cores shared by the nodes"
+    )
+    link = document["link"]
+    click.echo(f"  loopback: α {link['alpha_us']:g} µs, β {link['beta_gbps']:g} Gb/s")
+    for name, figures in document["engines"].items():
+        stages = figures.get("per_stage_us", {})
+        click.echo(
+            f"  {name}: {figures['per_layer_us']:g} µs per layer"
+            + (f", {stages['tcp']:g} µs per RPC stage" if "tcp" in stages else "")
+        )
+    click.echo("  halo plan --gguf MODEL --engine llama.cpp --hardware lab --link lab --nodes 4")
+    return 0
+
+
+@lab.command("rate")
+@lab_options
+@click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
+@click.argument("rate")
+def rate(name: str | None, directory: str | None, rate: str, as_json: bool) -> int:
+    """Limit every node's fabric link to RATE both ways (the kernel's tbf qdisc), e.g. 1gbit,
+    2.5gbit, 10gbit; 'off' removes the limit. The lab keeps running: servers and their
+    connections stay up, the next packets see the new rate."""
+    from halo_cluster.lab.lab import Lab
+
+    state = Lab().set_rate(_state(name, directory), None if rate == "off" else rate)
+    if as_json:
+        emit_json(_status(state))
+    else:
+        click.echo(f"fabric: {state.fabric_rate or 'no limit'} on every node's link")
+    return 0
+
+
 def _size(count: float, units: tuple[str, ...], step: float) -> str:
     """1234567 -> '1.2 M'; whole numbers lose their '.0'."""
     for unit in units:

@@ -36,6 +36,7 @@ from halo_cluster.config.model import (
     default_llama_cpp,
     find_config,
     halo_node_code,
+    profiles_dir,
     results_dir,
     secret,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "find_config",
     "halo_node_code",
     "load_config",
+    "profiles_dir",
     "results_dir",
     "secret",
 ]

@@ -206,6 +206,12 @@ def results_dir() -> Path:
     return Path(base) / "halo" / "results"
 
 
+def profiles_dir() -> Path:
+    """Hardware profiles halo measured on this machine ('halo lab profile'):
+    $XDG_DATA_HOME/halo/hardware (~/.local/share/...)."""
+    return results_dir().parent / "hardware"
+
+
 def cache_dir() -> Path:
     """This user's cache for halo (the built node code): $XDG_CACHE_HOME/halo (~/.cache/...)."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

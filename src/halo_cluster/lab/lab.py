@@ -251,6 +251,26 @@ class Lab:
                 *tbf_args(state.fabric_rate, state.fabric_mtu),
             )
 
+    def set_rate(self, state: LabState, rate: str | None) -> LabState:
+        """Limit every node's fabric link to ``rate`` both ways from now on (None: no limit),
+        on a running lab: servers and connections stay up. The state keeps the rate, so a
+        node that boots again gets it too."""
+        _tool("tc", "iproute2 (Debian and Fedora)")
+        rate = check_rate(rate) if rate is not None else None
+        for node in state.nodes:
+            if rate is None:
+                for prefix, device in (
+                    (("ip", "netns", "exec", node.netns), FABRIC_IF),
+                    ((), node.host_fabric_veth),
+                ):
+                    # a link without a limit has no root qdisc of ours: nothing to remove
+                    self.sh(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
+        state = dataclasses.replace(state, fabric_rate=rate)
+        for node in state.nodes:
+            self._rate(state, node)
+        write_state(state)
+        return state
+
     def _start(self, state: LabState, node: LabNode, tools: dict[str, str]) -> LabNode:
         """The node's init: its own PID, mount and UTS namespaces inside its network
         namespace; private /tmp, /run and /dev/shm (hosts share none of them: an engine that
