@@ -138,6 +138,25 @@ def test_up_ssh_isolation_mtu_faults_down(workdir: Path) -> None:
         workdir, "ta", "node1", "ping", "-c", "1", "-W", "2", status["nodes"][2]["fabric_address"]
     )
     assert healed.returncode == 0
+    # a fabric rate on the running lab: tbf on both ends of every node's link, then none
+    limited = json.loads(
+        halo("lab", "rate", "--name", "ta", "2.5gbit", "--json", cwd=workdir).stdout
+    )
+    assert limited["fabric_rate"] == "2.5gbit"
+    inner = lab_exec(workdir, "ta", "node2", "tc", "qdisc", "show", "dev", "enp194s0np0").stdout
+    assert "tbf" in inner and "rate 2500Mbit" in inner
+    host_end = subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout
+    assert host_end.count("rate 2500Mbit") >= 3  # the host's end of each node's fabric veth
+    halo("lab", "rate", "--name", "ta", "1gbit", cwd=workdir)
+    inner = lab_exec(workdir, "ta", "node3", "tc", "qdisc", "show", "dev", "enp194s0np0").stdout
+    assert "rate 1Gbit" in inner
+    assert halo("lab", "rate", "--name", "ta", "off", cwd=workdir).stdout.startswith(
+        "fabric: no limit"
+    )
+    inner = lab_exec(workdir, "ta", "node2", "tc", "qdisc", "show", "dev", "enp194s0np0").stdout
+    assert "tbf" not in inner
+    bad = halo("lab", "rate", "--name", "ta", "fast", cwd=workdir, check=False)
+    assert bad.returncode == 2 and "RATE 'fast': use a rate such as 1gbit" in bad.stderr
     # kill: a crashed machine
     halo("lab", "kill", "--name", "ta", "node1", cwd=workdir)
     killed = json.loads(halo("lab", "status", "--json", "--name", "ta", cwd=workdir).stdout)

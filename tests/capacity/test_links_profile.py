@@ -266,3 +266,19 @@ def test_plan_list_shows_the_links_with_their_sources(capsys: pytest.CaptureFixt
     assert data["link_aliases"]["tb"] == "usb4-tcp"
     code, out, _ = run_plan(capsys, "--list")
     assert code == 0 and "alpha=70us,bw=5gbit" in out and "roce-25gbe" in out
+
+
+def test_a_measured_collective_cost_is_paid_per_all_reduce_and_rank() -> None:
+    figures = profile_document()["engines"]["llama.cpp"]
+    document = profile_document(engines={"vllm": {**figures, "per_collective_us": 900.0}})
+    hw = hardware_from_profile(document, "lab.json")
+    model = catalog.find_model("llama-3.1-8b")
+    link = catalog.find_link("alpha=30us,bw=10gbit")
+    req = Request(model, hw, link, nodes=4, engine=find_engine("vllm"), context=256)
+    from halo_cluster.capacity.estimate import allreduce_s, step_seconds
+
+    payload = model.hidden * 2
+    for tp in (2, 4):
+        network = step_seconds(replace(req, nodes=tp), tp, 1, 1)[1]
+        per = allreduce_s(payload, tp, link) + (tp - 1) * 900e-6
+        assert network == pytest.approx((2 * model.layers + 2) * per)

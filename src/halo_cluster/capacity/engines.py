@@ -47,6 +47,12 @@ class Tuning:
     # llama.cpp RPC: the fixed cost of one remote stage per token (the host scheduling the
     # split, synchronisation, serialisation), by the link's stack (tcp, rdma)
     per_stage_us: tuple[tuple[str, float], ...] = ()
+    # tensor parallelism: the fixed cost of one all-reduce between two ranks beyond its two
+    # ring steps of α (the collective library's own work); each further rank adds it again
+    per_collective_us: float = 0.0
+    # a stage whose worker shares the head's core (the lab): it runs as soon as the head
+    # waits, on a core that was just busy; None: as any other stage
+    per_stage_shared_core_us: float | None = None
 
     def stage_us(self, stack: str) -> float:
         table = dict(self.per_stage_us)
@@ -96,6 +102,8 @@ def _tuning(t: dict[str, Any]) -> Tuning:
         t["per_linear_layer_us"],
         t["source"],
         tuple(sorted(t.get("per_stage_us", {}).items())),
+        t.get("per_collective_us", 0.0),
+        t.get("per_stage_shared_core_us"),
     )
 
 

@@ -170,18 +170,21 @@ def network_seconds(req: Request, tp: int, pp: int, batch: int) -> float:
         return sum(rpc_stages(req, pp, batch))
     network = 0.0
     if tp > req.gpus_per_node:  # TP group spans nodes
-        network += tp_collectives_per_token(m) * allreduce_s(payload, tp, link)
+        fixed = (tp - 1) * req.engine.tuning(req.hardware).per_collective_us * 1e-6
+        network += tp_collectives_per_token(m) * (allreduce_s(payload, tp, link) + fixed)
     cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
     return network + cross_stage * p2p_s(payload, link)
 
 
 def rpc_stages(req: Request, pp: int, batch: int) -> list[float]:
     """Seconds each remote stage of a llama.cpp RPC split adds to a decode step: its round
-    trips and bytes over the link, and the engine's fixed cost per stage. On a CPU-only head
-    the last worker holds the output layer and returns the logits."""
+    trips and bytes over the link, and the engine's fixed cost per stage (on nodes that share
+    cores, a worker on the head's own core has its own). On a CPU-only head the last worker
+    holds the output layer and returns the logits."""
     m, link, protocol = req.model, req.link, req.engine.rpc
     assert protocol is not None
-    fixed = req.engine.tuning(req.hardware).stage_us(link.stack) * 1e-6
+    tuning = req.engine.tuning(req.hardware)
+    cores = req.hardware.shared_cores
     stages = []
     for index in range(req.nodes - 1):
         last = index == req.nodes - 2
@@ -195,7 +198,13 @@ def rpc_stages(req: Request, pp: int, batch: int) -> list[float]:
             link.beta_gbps,
             returned,
         )
-        stages.append(wire + fixed)
+        # nodes that share cores: node i (the head is node 0) runs on core i % cores
+        shared = cores > 0 and (index + 1) % cores == 0
+        if shared and tuning.per_stage_shared_core_us is not None:
+            fixed = tuning.per_stage_shared_core_us
+        else:
+            fixed = tuning.stage_us(link.stack)
+        stages.append(wire + fixed * 1e-6)
     return stages
 
 

@@ -34,6 +34,8 @@ class EngineRun:
     layers: int
     stage_wire_s: float  # the stage's round trips and bytes over loopback, as modelled
     source: str
+    # the same stage with its worker on the head's own core (None when not measured)
+    shared_core_token_s: float | None = None
 
 
 def engine_figures(run: EngineRun, bandwidth_gbs: float) -> dict[str, Any]:
@@ -53,6 +55,9 @@ def engine_figures(run: EngineRun, bandwidth_gbs: float) -> dict[str, Any]:
     if run.staged_token_s is not None:
         stage = max(0.0, run.staged_token_s - run.token_s - run.stage_wire_s)
         figures["per_stage_us"] = {"tcp": round(stage * 1e6, 2)}
+    if run.shared_core_token_s is not None:
+        shared = max(0.0, run.shared_core_token_s - run.token_s - run.stage_wire_s)
+        figures["per_stage_shared_core_us"] = round(shared * 1e6, 2)
     return figures
 
 
@@ -100,6 +105,9 @@ def hardware_from_profile(data: dict[str, Any], origin: str) -> Hardware:
                 raise UsageError(f"{origin}: engines.{name}.{kind} is missing")
             for key in ("efficiency", "low", "high"):
                 _number(share, key, f"{origin}: engines.{name}.{kind}")
+        for key in ("per_collective_us", "per_stage_shared_core_us"):
+            if key in figures:
+                _number(figures, key, f"{origin}: engines.{name}")
         stages = figures.get("per_stage_us", {})
         if not isinstance(stages, dict):
             raise UsageError(f"{origin}: engines.{name}.per_stage_us must map a stack to µs")

@@ -167,10 +167,20 @@ def seed_claim() -> dict[str, Any]:
     rows = {
         link: evaluate(Request(model, hardware, find_link(link)), 2, 1) for link in ("roce", "tcp")
     }
+    from itertools import pairwise
+
+    from halo_cluster.capacity.engines import find_engine
+    from halo_cluster.capacity.estimate import node_steps, step_sentence
+
+    # "should I add a node?": Qwen3-30B-A3B Q4_K_M over llama.cpp RPC on 5 GbE, 1 to 3 nodes
+    split = Request(find_model("qwen3-30b-a3b"), hardware, find_link("5gbe"), nodes=3,
+                    quant="Q4_K_M", engine=find_engine("llama.cpp"), batch=4)  # fmt: skip
+    steps = node_steps(split)
     return {
         "model": model.id,
         "collectives_per_token": tp_collectives_per_token(model),
         "rows": {link: row.to_dict() for link, row in rows.items()},
+        "nodes_added": [step_sentence(b, a, 4, "5gbe") for a, b in pairwise(steps)],
     }
 
 
@@ -185,3 +195,8 @@ def _show_capacity(out: Console, seed: dict[str, Any]) -> None:
         f"{tcp['tokens_per_s']:.2f} vs {roce['tokens_per_s']:.2f} tok/s "
         f"(memory-bound compute {roce['decode_ms_compute']:.0f} ms/token)"
     )
+    from rich.markup import escape
+
+    out.print("Should I add a node? Qwen3-30B-A3B Q4_K_M, llama.cpp RPC over 5 GbE:")
+    for line in seed["nodes_added"]:
+        out.print(f"  {escape(line)}")

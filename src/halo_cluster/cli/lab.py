@@ -319,14 +319,38 @@ def boot(name: str | None, directory: str | None, node: str) -> int:
     help="llama.cpp build to measure (default: $HALO_LLAMA_CPP, else .llama-cpp beside halo's "
     "environment, when it exists).",
 )
+@click.option(
+    "--engine",
+    metavar="DIR",
+    help="vLLM's environment to measure (default: $HALO_ENGINE, else .venv-engine beside "
+    "halo's environment, when it exists).",
+)
+@click.option("--no-engine", is_flag=True, help="Measure llama.cpp only (vLLM takes a minute).")
+@click.option(
+    "--gguf",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The model llama.cpp runs (default: the lab's tiny model, written for the run).",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, exists=True),
+    help="The same model for vLLM, a Hugging Face directory (default: the lab's tiny model).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON.")
-def profile(llama_cpp: str | None, as_json: bool) -> int:
+def profile(
+    llama_cpp: str | None,
+    engine: str | None,
+    no_engine: bool,
+    gguf: str | None,
+    checkpoint: str | None,
+    as_json: bool,
+) -> int:
     """Measure this machine as the lab's hardware, for 'halo plan --hardware lab': the
     memory bandwidth of one thread, the loopback link (latency, one TCP stream), and per
     engine a one-node run of the lab's tiny model (llama.cpp: llama-bench alone, and with
     one ggml-rpc-server over loopback). Pinned as lab nodes run (head on core 0, the next
     node on core 1); about a minute. Kept in $XDG_DATA_HOME/halo/hardware/lab.json."""
-    from halo_cluster.config import default_llama_cpp, profiles_dir
+    from halo_cluster.config import default_engine, default_llama_cpp, profiles_dir
     from halo_cluster.errors import UsageError
     from halo_cluster.lab.profile import Profiler, write_profile
 
@@ -336,7 +360,10 @@ def profile(llama_cpp: str | None, as_json: bool) -> int:
             "no llama.cpp build: pass --llama-cpp DIR or build it with 'make llama-cpp'"
         )
     say = None if as_json else (lambda m: click.echo(f"  {m}", err=True))
-    document = Profiler(build, progress=say).measure()
+    vllm = None if no_engine else engine or default_engine()
+    document = Profiler(
+        build, progress=say, gguf=gguf, engine=vllm, checkpoint=checkpoint
+    ).measure()
     path = write_profile(document, profiles_dir())
     if as_json:
         emit_json(document)
@@ -353,6 +380,11 @@ def profile(llama_cpp: str | None, as_json: bool) -> int:
         click.echo(
             f"  {name}: {figures['per_layer_us']:g} µs per layer"
             + (f", {stages['tcp']:g} µs per RPC stage" if "tcp" in stages else "")
+            + (
+                f", {figures['per_collective_us']:g} µs per all-reduce"
+                if "per_collective_us" in figures
+                else ""
+            )
         )
     click.echo("  halo plan --gguf MODEL --engine llama.cpp --hardware lab --link lab --nodes 4")
     return 0

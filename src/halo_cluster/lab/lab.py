@@ -256,7 +256,7 @@ class Lab:
         on a running lab: servers and connections stay up. The state keeps the rate, so a
         node that boots again gets it too."""
         _tool("tc", "iproute2 (Debian and Fedora)")
-        rate = check_rate(rate) if rate is not None else None
+        rate = check_rate(rate, "RATE") if rate is not None else None
         for node in state.nodes:
             if rate is None:
                 for prefix, device in (
@@ -424,12 +424,12 @@ def _rate_bits(text: str) -> float | None:
     )
 
 
-def check_rate(text: str) -> str:
+def check_rate(text: str, what: str = "--fabric-rate") -> str:
     """A rate as tc writes it: ``1gbit``, ``2.5gbit``, ``100mbit`` (at least 1 Mbit/s)."""
     rate = text.strip().lower()
     bits = _rate_bits(rate)
     if bits is None or bits < 1e6:
-        raise UsageError(f"--fabric-rate {text!r}: use a rate such as 1gbit, 2.5gbit or 100mbit")
+        raise UsageError(f"{what} {text!r}: use a rate such as 1gbit, 2.5gbit or 100mbit")
     return rate
 
 

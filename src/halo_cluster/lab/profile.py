@@ -7,8 +7,12 @@ head on core 0 and the next node on core 1 (``taskset``), over loopback:
 - the memory bandwidth one thread reads at (memchr over 256 MiB, best of 7);
 - the loopback link: one-way latency of a small TCP message (median of 2000 round trips)
   and the bandwidth of one TCP stream;
-- llama.cpp: ``llama-bench`` decode (tg) of the lab's tiny model on one node, then again
-  with the model's layers split with one ``ggml-rpc-server`` over loopback.
+- llama.cpp: ``llama-bench`` decode (tg) of the model on one node, then again with the
+  model's layers split with one ``ggml-rpc-server`` over loopback;
+- vLLM (when the engine environment is there): ``vllm serve`` of the same model on one node
+  (TP=1, one thread), its time per output token over streamed requests; and one Gloo
+  all-reduce of a token's hidden state between two processes over loopback, the cost of a
+  tensor-parallel collective beyond its round trips.
 
 A multi-node run is never part of the profile: those are what it predicts.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -35,7 +40,8 @@ from halo_cluster.errors import HaloError
 from halo_cluster.runner.local import LocalRunner
 
 TG_TOKENS = 128  # llama-bench -n: tokens decoded per repetition
-REPETITIONS = 5
+REPETITIONS = 3  # llama-bench -r
+ROUNDS = 3  # llama-bench runs of each kind, interleaved; their median counts
 HEAD_CORE, WORKER_CORE = 0, 1
 
 _BANDWIDTH = """
@@ -93,8 +99,14 @@ class Profiler:
         llama_cpp: str | None,
         runner: LocalRunner | None = None,
         progress: Callable[[str], None] | None = None,
+        gguf: str | None = None,
+        engine: str | None = None,
+        checkpoint: str | None = None,
     ) -> None:
         self.llama_cpp = llama_cpp
+        self.gguf = gguf  # the model to run; None: the lab's tiny model
+        self.engine = engine  # vLLM's environment; None: vLLM is not measured
+        self.checkpoint = checkpoint  # the same model for vLLM (config, safetensors, tokenizer)
         self.runner = runner or LocalRunner()
         self.progress = progress or (lambda _msg: None)
 
@@ -134,23 +146,36 @@ class Profiler:
             "engines": {},
             "measurements": {},
         }
-        if self.llama_cpp:
-            run, raw = self._llama_cpp(bandwidth, alpha_us, beta_gbps)
-            document["engines"]["llama.cpp"] = engine_figures(run, bandwidth)
-            document["measurements"]["llama.cpp"] = raw
+        with tempfile.TemporaryDirectory(prefix="halo-profile-") as tmp:
+            gguf, checkpoint = self._models(Path(tmp))
+            if self.llama_cpp:
+                run, raw = self._llama_cpp(gguf, bandwidth, alpha_us, beta_gbps)
+                document["engines"]["llama.cpp"] = engine_figures(run, bandwidth)
+                document["measurements"]["llama.cpp"] = raw
+            if self.engine:
+                run, raw = self._vllm(checkpoint, bandwidth, alpha_us)
+                document["engines"]["vllm"] = engine_figures(run, bandwidth)
+                document["engines"]["vllm"]["per_collective_us"] = raw["per_collective_us"]
+                document["measurements"]["vllm"] = raw
         return document
 
-    def _llama_cpp(
-        self, bandwidth: float, alpha_us: float, beta_gbps: float
-    ) -> tuple[EngineRun, dict[str, Any]]:
-        from halo_cluster.capacity.engines import find_engine
-        from halo_cluster.capacity.estimate import Request, one_node_parts
-        from halo_cluster.capacity.gguf_file import read_gguf
-        from halo_cluster.capacity.profile import hardware_from_profile
-        from halo_cluster.capacity.spec import Link
-        from halo_cluster.engines.llama_cpp_argv import offload_layers
+    def _models(self, tmp: Path) -> tuple[str, str]:
+        """The model in both formats: the ones given, else the lab's tiny model written."""
         from halo_cluster.lab.tiny_model import write_model
         from halo_cluster.lab.tiny_spec import TinyModelSpec
+
+        gguf, checkpoint = self.gguf, self.checkpoint
+        if gguf is None or (self.engine and checkpoint is None):
+            self.progress("writing the lab's tiny model")
+            write_model(tmp, TinyModelSpec(), force=True, formats=("safetensors", "gguf"))
+        return gguf or str(tmp / "model.gguf"), checkpoint or str(tmp)
+
+    def _llama_cpp(
+        self, model: str, bandwidth: float, alpha_us: float, beta_gbps: float
+    ) -> tuple[EngineRun, dict[str, Any]]:
+        from halo_cluster.capacity.estimate import one_node_parts
+        from halo_cluster.capacity.gguf_file import read_gguf
+        from halo_cluster.engines.llama_cpp_argv import offload_layers
 
         assert self.llama_cpp is not None
         bench = str(Path(self.llama_cpp) / "bin" / "llama-bench")
@@ -158,53 +183,36 @@ class Profiler:
         for program in (bench, server):
             if not os.access(program, os.X_OK):
                 raise HaloError(f"{program}: not found; build llama.cpp with 'make llama-cpp'")
-        spec = TinyModelSpec()
-        with tempfile.TemporaryDirectory(prefix="halo-profile-") as tmp:
-            self.progress("llama.cpp: writing the tiny model")
-            model = str(Path(tmp) / "model.gguf")
-            write_model(Path(tmp), spec, force=True, formats=("gguf",))
-            base = ["-m", model, "-p", "0", "-n", str(TG_TOKENS), "-t", "1"]
-            base += ["-r", str(REPETITIONS), "-o", "json"]
-            self.progress("llama.cpp: one node (llama-bench tg)")
-            alone = self._bench([bench, *base])
-            port = _free_port()
-            self.progress("llama.cpp: one stage over loopback (ggml-rpc-server)")
-            process = self.runner.start(
-                [
-                    "taskset",
-                    "-c",
-                    str(WORKER_CORE),
-                    server,
-                    "-H",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "-t",
-                    "1",
-                ]
-            )
-            try:
+        found = read_gguf(Path(model))
+        spec = found.spec
+        base = ["-m", model, "-p", "0", "-n", str(TG_TOKENS), "-t", "1"]
+        base += ["-r", str(REPETITIONS), "-o", "json"]
+        layers = str(offload_layers(spec.layers, 1))
+        servers = {}  # one rpc-server on the other core, one on the head's own
+        try:
+            for core in (WORKER_CORE, HEAD_CORE):
+                port = _free_port()
+                servers[core] = (port, self.runner.start(
+                    ["taskset", "-c", str(core), server, "-H", "127.0.0.1", "-p", str(port),
+                     "-t", "1"]
+                ))  # fmt: skip
+            for port, process in servers.values():
                 _wait_port(port, process)
-                layers = offload_layers(spec.layers, 1)
-                staged = self._bench(
-                    [bench, *base, "--rpc", f"127.0.0.1:{port}", "-ngl", str(layers)]
-                )
-            finally:
+            runs: dict[str, list[float]] = {"alone": [], "other": [], "same": []}
+            for index in range(ROUNDS):  # interleaved: a slow minute touches all three
+                self.progress(f"llama.cpp: round {index + 1} of {ROUNDS} (llama-bench tg)")
+                runs["alone"].append(self._bench([bench, *base]))
+                for name, core in (("other", WORKER_CORE), ("same", HEAD_CORE)):
+                    rpc = f"127.0.0.1:{servers[core][0]}"
+                    runs[name].append(self._bench([bench, *base, "--rpc", rpc, "-ngl", layers]))
+        finally:
+            for _, process in servers.values():
                 process.kill()
                 process.wait()
-            found = read_gguf(Path(model))
-        hardware = hardware_from_profile(_skeleton(bandwidth), "the profile being measured")
-        loopback = Link("loopback", "loopback", alpha_us, beta_gbps, "measured")
-        req = Request(
-            found.spec,
-            hardware,
-            loopback,
-            nodes=1,
-            context=TG_TOKENS,
-            engine=find_engine("llama.cpp"),
-            weights=found.weights,
+        alone, staged, shared = (statistics.median(runs[k]) for k in ("alone", "other", "same"))
+        read_bytes, wire_s = one_node_parts(
+            _request(found.spec, found.weights, "llama.cpp", bandwidth, alpha_us, beta_gbps)
         )
-        read_bytes, wire_s = one_node_parts(req)
         run = EngineRun(
             "llama.cpp",
             1 / alone,
@@ -212,17 +220,86 @@ class Profiler:
             read_bytes,
             spec.layers,
             wire_s,
-            f"halo lab profile: llama-bench tg{TG_TOKENS} of the lab's tiny model (layers "
-            f"{spec.layers}, hidden {spec.hidden}, F16), one thread, alone {alone:.1f} tok/s "
-            f"and with one ggml-rpc-server over loopback {staged:.1f} tok/s",
+            f"halo lab profile: llama-bench tg{TG_TOKENS} of {found.spec.name} (layers "
+            f"{spec.layers}, hidden {spec.hidden}), one thread, median of {ROUNDS}: alone "
+            f"{alone:.1f} tok/s, with one ggml-rpc-server over loopback on the other core "
+            f"{staged:.1f} tok/s, on the head's own core {shared:.1f} tok/s",
+            1 / shared,
         )
         raw = {
-            "model": {"layers": spec.layers, "hidden": spec.hidden, "vocab": spec.vocab},
+            "model": {
+                "name": spec.name,
+                "layers": spec.layers,
+                "hidden": spec.hidden,
+                "vocab": spec.vocab,
+                "file": os.path.basename(model),
+            },
             "tg_tokens": TG_TOKENS,
             "alone_tokens_per_s": round(alone, 2),
             "one_stage_tokens_per_s": round(staged, 2),
+            "one_stage_same_core_tokens_per_s": round(shared, 2),
+            "rounds": {k: [round(v, 2) for v in found] for k, found in runs.items()},
             "read_bytes": round(read_bytes),
             "stage_wire_us": round(wire_s * 1e6, 2),
+        }
+        return run, raw
+
+    def _vllm(
+        self, checkpoint: str, bandwidth: float, alpha_us: float
+    ) -> tuple[EngineRun, dict[str, Any]]:
+        from halo_cluster.capacity.estimate import one_node_parts
+        from halo_cluster.capacity.hf_config import model_from_hf_config
+
+        assert self.engine is not None
+        vllm = str(Path(self.engine) / "bin" / "vllm")
+        python = str(Path(self.engine) / "bin" / "python")
+        if not os.access(vllm, os.X_OK):
+            raise HaloError(f"{vllm}: not found; build the engine with 'make engine'")
+        spec = model_from_hf_config(Path(checkpoint) / "config.json")
+        port = _free_port()
+        self.progress("vLLM: one node, TP=1 (vllm serve; about a minute to start)")
+        process = self.runner.start(
+            ["taskset", "-c", str(HEAD_CORE), "env", *(f"{k}={v}" for k, v in VLLM_ENV.items()),
+             vllm, "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
+             "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8"],
+            new_session=True,
+        )  # fmt: skip
+        try:
+            _wait_health(port, process)
+            token_s = decode_seconds(port, "vllm serve", requests=6)
+        finally:
+            _stop(process)
+        self.progress("vLLM: one Gloo all-reduce between two processes over loopback")
+        done = self.runner.run(
+            [python, "-c", _GLOO.format(port=_free_port(), hidden=spec.hidden, rounds=400)],
+            timeout=300,
+        )
+        try:
+            if not done.ok:
+                raise ValueError(done.error_text())
+            collective_us = float(done.stdout.split()[-1])
+        except (ValueError, IndexError) as err:
+            raise HaloError(f"measuring a Gloo all-reduce failed: {err}") from None
+        read_bytes, _ = one_node_parts(_request(spec, None, "vllm", bandwidth, alpha_us, 1.0))
+        run = EngineRun(
+            "vllm",
+            token_s,
+            None,
+            read_bytes,
+            spec.layers,
+            0.0,
+            f"halo lab profile: vllm serve of {spec.name} (layers {spec.layers}, hidden "
+            f"{spec.hidden}), TP=1, one thread, {1 / token_s:.1f} tok/s per stream; one Gloo "
+            f"all-reduce of a token's hidden state between two processes "
+            f"{collective_us:.0f} µs",
+        )
+        raw = {
+            "model": {"name": spec.name, "layers": spec.layers, "hidden": spec.hidden},
+            "tokens_per_s": round(1 / token_s, 2),
+            "read_bytes": round(read_bytes),
+            "allreduce_us": round(collective_us, 2),
+            # beyond the ring's two steps of α: what each further rank adds
+            "per_collective_us": round(max(0.0, collective_us - 2 * alpha_us), 2),
         }
         return run, raw
 
@@ -231,6 +308,133 @@ class Profiler:
         if not done.ok:
             raise HaloError(f"llama-bench failed: {done.error_text()}")
         return parse_llama_bench(done.stdout)
+
+
+VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": str(HEAD_CORE),
+}
+
+_GLOO = """
+import os, statistics, time
+rank = 1 if os.fork() == 0 else 0
+os.sched_setaffinity(0, {{rank}})
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+x = torch.ones({hidden}, dtype=torch.bfloat16)
+took = []
+for _ in range({rounds}):
+    start = time.perf_counter()
+    dist.all_reduce(x)
+    took.append(time.perf_counter() - start)
+dist.destroy_process_group()
+if rank:
+    os._exit(0)
+os.wait()
+print(statistics.median(took[{rounds} // 10:]) * 1e6)
+"""
+
+
+def decode_seconds(port: int, what: str, requests: int = 6, tokens: int = 64) -> float:
+    """Median time per output token of ``requests`` streamed completions (the first is a
+    warm-up), each ``tokens`` long: (last token - first token) / (tokens - 1)."""
+    import http.client
+    import json
+    import statistics
+
+    per_token = []
+    for index in range(requests):
+        body = json.dumps({
+            "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
+            "stream": True, "ignore_eos": True, "model": _model_id(port),
+        })  # fmt: skip
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        try:
+            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            if response.status != 200:
+                raise HaloError(f"{what}: HTTP {response.status} for a completion")
+            stamps = []
+            for line in response:
+                if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
+                    stamps.append(time.perf_counter())
+        except OSError as err:
+            raise HaloError(f"{what}: the completion failed: {err}") from None
+        finally:
+            conn.close()
+        if len(stamps) < tokens // 2:
+            raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
+        if index:
+            per_token.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
+    return statistics.median(per_token)
+
+
+def _model_id(port: int) -> str:
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/v1/models")
+        found: str = json.loads(conn.getresponse().read(1 << 20))["data"][0]["id"]
+        return found
+    except (OSError, ValueError, KeyError, IndexError) as err:
+        raise HaloError(f"no model listed on port {port}: {err}") from None
+    finally:
+        conn.close()
+
+
+def _wait_health(port: int, process: Any, seconds: float = 900.0) -> None:
+    import http.client
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise HaloError(f"vllm serve exited ({process.returncode}) before it was healthy")
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            conn.request("GET", "/health")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(1)
+    raise HaloError(f"vllm serve was not healthy within {seconds:g} s")
+
+
+def _stop(process: Any) -> None:
+    """End a server started in its own session, and everything it started."""
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except Exception:  # it did not end in time: no more asking
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _request(
+    spec: Any, weights: Any, engine: str, bandwidth: float, alpha_us: float, beta_gbps: float
+) -> Any:
+    """The planner's request for one node of this model on the profile being measured."""
+    from halo_cluster.capacity.engines import find_engine
+    from halo_cluster.capacity.estimate import Request
+    from halo_cluster.capacity.profile import hardware_from_profile
+    from halo_cluster.capacity.spec import Link
+
+    hardware = hardware_from_profile(_skeleton(bandwidth), "the profile being measured")
+    loopback = Link("loopback", "loopback", alpha_us, beta_gbps, "measured")
+    return Request(
+        spec, hardware, loopback, nodes=1, context=TG_TOKENS, engine=find_engine(engine),
+        weights=weights, quant=spec.dtype,
+    )  # fmt: skip
 
 
 def _skeleton(bandwidth: float) -> dict[str, Any]:
