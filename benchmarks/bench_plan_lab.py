@@ -303,6 +303,15 @@ def main() -> None:
             "predicted": round(predicted, 4),
             "error": round((predicted - measured) / measured, 4),
         }
+    out = HERE / "results" / "plan_lab.json"
+    profiles = {name: profile for name in engines}
+    if out.is_file():  # an engine not run now keeps its cells, and the profile they used
+        kept = json.loads(out.read_text())
+        grid += [c for c in kept.get("grid", []) if c["engine"] not in engines]
+        before = kept.get("profiles") or dict.fromkeys(
+            {c["engine"] for c in kept.get("grid", [])}, kept.get("profile")
+        )
+        profiles = {**{k: v for k, v in before.items() if k not in engines}, **profiles}
     summary = {"all": summarize(grid)}
     for name in sorted({c["engine"] for c in grid}):
         summary[name] = summarize([c for c in grid if c["engine"] == name])
@@ -315,18 +324,18 @@ def main() -> None:
             "kv_heads": spec.kv_heads,
             "vocab": spec.vocab,
             "parameters": made.parameters,
-            "format": "F16 GGUF (halo lab model --format gguf)",
+            "format": "halo lab model --format both: F16 GGUF (llama.cpp), bf16 safetensors (vLLM)",
         },
         "rounds": args.rounds,
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.machine()},
         "took_s": round(time.time() - started, 1),
-        "profile": profile,
+        # per engine, the profile its predictions used (measured just before its grid)
+        "profiles": profiles,
         "targets": {"median_abs_error": TARGET, "ratio_median_abs_error": TARGET},
         "summary": summary,
         "grid": grid,
     }
-    out = HERE / "results" / "plan_lab.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     for c in grid:
         r = c["ratio_to_one_node"]

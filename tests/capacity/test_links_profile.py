@@ -282,3 +282,19 @@ def test_a_measured_collective_cost_is_paid_per_all_reduce_and_rank() -> None:
         network = step_seconds(replace(req, nodes=tp), tp, 1, 1)[1]
         per = allreduce_s(payload, tp, link) + (tp - 1) * 900e-6
         assert network == pytest.approx((2 * model.layers + 2) * per)
+
+
+def test_in_the_lab_a_worker_on_the_heads_core_costs_its_own_stage() -> None:
+    run = EngineRun("llama.cpp", 1 / 120, 1 / 90, 100e6, 8, 100e-6, "a run", 1 / 95)
+    figures = engine_figures(run, 17.0)
+    assert figures["per_stage_shared_core_us"] == round((1 / 95 - 1 / 120 - 100e-6) * 1e6, 2)
+    hw = hardware_from_profile(profile_document(engines={"llama.cpp": figures}), "lab.json")
+    model = catalog.find_model("llama-3.1-8b")
+    req = Request(model, hw, catalog.find_link("alpha=30us,bw=10gbit"), nodes=4,
+                  quant="Q4_K_M", engine=LLAMA, context=128)  # fmt: skip
+    second, third, fourth = rpc_stages(req, 4, 1)
+    other = figures["per_stage_us"]["tcp"] * 1e-6
+    shared = figures["per_stage_shared_core_us"] * 1e-6
+    # node2 and node4 on the other core, node3 on the head's (two cores)
+    assert third - shared == pytest.approx(second - other)
+    assert fourth - other > second - other  # the last returns the logits
