@@ -329,6 +329,16 @@ def test_mp_executor_starts_every_node_with_its_own_plan(tmp_path: Path) -> None
     assert srv.stop() and not nodes["node1"].running and not nodes["node2"].running
 
 
+def test_one_node_holding_the_whole_model_has_nothing_to_prove(tmp_path: Path) -> None:
+    nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(executor="mp")))
+    result = serve(srv, tp=1, wait_s=5)
+    assert (result.proven, result.problems, result.stopped) == ("one node", [], False)
+    assert result.traffic == {"tokens": 0, "nodes": {}, "problems": [], "one_node": True}
+    assert nodes["node1"].running and not any("setsid" in s for s in nodes["node2"].scripts)
+    assert not any("serve-probe --tokens 64" in s for s in nodes["node1"].scripts)
+
+
 def test_preflight_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
     nodes = {"node1": Node("", (0, 0, None)), "node2": Node("", (0, 0, None), preflight=10)}
     srv = cluster(

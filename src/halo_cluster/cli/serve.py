@@ -133,8 +133,10 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
                 for path, v in paths.items()
             )
             click.echo(plain(f"  {node}: {shown}"))  # interface names from the nodes
-    proven = result.proven or "no"
-    click.echo(f"transport proven: {proven} (expected {result.expected})")
+    if result.proven == "one node":
+        click.echo("transport: none to prove (one node holds the whole model)")
+    else:
+        click.echo(f"transport proven: {result.proven or 'no'} (expected {result.expected})")
     for problem in result.problems:
         click.echo(f"  problem: {plain(problem)}", err=True)
     if result.stopped:

@@ -93,7 +93,10 @@ class Serving:
             self.progress("warming up (one short request)")
             warm = self._complete(request.serve, WARMUP_TOKENS)
             witness = engine.witness(ctx, prepared)
-            traffic = self.probe_traffic(request.serve, ctx, prepared.witnesses, prepared.rdma)
+            if len(prepared.witnesses) > 1 or prepared.rdma:
+                traffic = self.probe_traffic(request.serve, ctx, prepared.witnesses, prepared.rdma)
+            else:  # one node holds the whole model over sockets: no fabric, nothing to prove
+                traffic = {"tokens": 0, "nodes": {}, "problems": [], "one_node": True}
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             self._record_proof(request, prepared, witness, result)
@@ -236,7 +239,9 @@ class Serving:
         witness: Witness,
         traffic: dict[str, Any],
     ) -> ServeResult:
-        problems = [*witness.problems, *traffic["problems"]]
+        one_node = bool(traffic.get("one_node"))
+        # on one node the engine meets no peer: a rendezvous or a path has nothing to show
+        problems = [] if one_node else [*witness.problems, *traffic["problems"]]
         url, log = self.where(request.serve)
         return ServeResult(
             url=url,
@@ -249,7 +254,7 @@ class Serving:
             engine=witness.engine,
             traffic=traffic,
             ranks=witness.ranks,
-            proven=None if problems else witness.transport,
+            proven="one node" if one_node else None if problems else witness.transport,
             problems=problems,
         )
 
