@@ -197,7 +197,7 @@ def vllm_cells(
                         print(f"round {round_ + 1}: vLLM TP={tp}, rate {rate}", file=sys.stderr)
                         out = work / f"serve-{tp}-{rate}-{round_}.json"
                         sh([HALO, "bench", "serve", "--config", config, "--concurrency", "1",
-                            "--prompts", "5", "--input-len", "16", "--output-len", "64",
+                            "--prompts", "8", "--input-len", "16", "--output-len", "64",
                             "--warmup", "1", "--out", str(out)], timeout=1200)  # fmt: skip
                         level = json.loads(out.read_text())["levels"][0]
                         cell = cells.setdefault((rate, tp), {"rounds": []})

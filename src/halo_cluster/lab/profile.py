@@ -259,7 +259,9 @@ class Profiler:
         port = _free_port()
         self.progress("vLLM: one node, TP=1 (vllm serve; about a minute to start)")
         process = self.runner.start(
-            ["taskset", "-c", str(HEAD_CORE), "env", *(f"{k}={v}" for k, v in VLLM_ENV.items()),
+            # as on a lab node: the engine's compute thread bound to the head's core
+            # (VLLM_CPU_OMP_THREADS_BIND), its API server and scheduler free to move
+            ["env", *(f"{k}={v}" for k, v in VLLM_ENV.items()),
              vllm, "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
              "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8"],
             new_session=True,
