@@ -137,7 +137,8 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         fabric2 = json.loads(halo("lab", "status", "--dir", str(lab), "--json").stdout)["nodes"][1][
             "fabric_address"
         ]
-        listening = "for i in $(seq 100); do ss -ltn | grep -q ':50052 ' && break; sleep 0.1; done"
+        # up to 60 s for a loaded machine's Python to listen; it ends as soon as it does
+        listening = "for i in $(seq 600); do ss -ltn | grep -q ':50052 ' && break; sleep 0.1; done"
         _node(tmp_path, lab, "node2", f"setsid python3 -m http.server 50052 --bind {fabric2} "
               f">/dev/null 2>&1 < /dev/null & {listening}")  # fmt: skip
         busy = _serve(tmp_path, config, gguf)
