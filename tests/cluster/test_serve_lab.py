@@ -115,11 +115,12 @@ def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
         assert "backend=gloo" in logs and SECRET not in logs
         status = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
         assert status["serve"]["healthy"] and len(status["serve"]["ranks"]) == 2
-        # a node dies while serving: status names it within 10 s
+        # a node dies while serving: status names it without waiting out its health request
+        # (halo gives that 15 s; the rest is startup and SSH on a live node, seconds)
         assert halo("lab", "kill", "--dir", str(lab), "node2").returncode == 0
         start = time.monotonic()
-        lost = halo("status", "--config", str(config), "--json", env=env, timeout=30)
-        assert time.monotonic() - start < 10
+        lost = halo("status", "--config", str(config), "--json", env=env, timeout=60)
+        assert time.monotonic() - start < 15
         serve = json.loads(lost.stdout)["serve"]
         assert not serve["healthy"] and serve["lost"] == ["node2"] and "node2" in serve["detail"]
         # the head's vLLM may already have ended on losing its peer (a loaded machine sees
