@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,26 @@ EXPECTED = FIXTURES / "expected"
 OUTPUTS = FIXTURES / "outputs"
 SCENARIOS = sorted(p.name for p in ROOTS.iterdir())
 IN_CI = os.environ.get("CI") == "true"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    hear_ctrl_c()
+
+
+def hear_ctrl_c() -> None:
+    """Make the programs the tests start hear Ctrl-C, however the suite itself was started.
+
+    A shell without job control starts a job sent to the background (``cmd &``, ``nohup
+    cmd &``, a CI step's background script) with SIGINT ignored, and an ignored signal stays
+    ignored across fork and exec: pytest, and every halo a test starts, would inherit it.
+    Python then installs no KeyboardInterrupt handler, so a test's Ctrl-C reached halo as
+    nothing while its ssh children (whose multiplexing client sets its own handler) died of
+    it: the Ctrl-C lab tests failed as if halo ignored Ctrl-C (exit 1 on a killed remote
+    tool, a serve that kept waiting for /health). Python's own handler here instead of the
+    ignore: a handled signal is reset to its default in an exec'd child, so each child
+    starts as it would from a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def require(condition: bool, reason: str) -> None:

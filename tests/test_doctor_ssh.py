@@ -40,7 +40,7 @@ def sshd(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     proc = subprocess.Popen(
         [SSHD, "-D", "-e", "-f", str(tmp_path / "sshd_config")], stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a loaded machine's sshd; it ends once sshd listens
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:

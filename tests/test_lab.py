@@ -373,6 +373,7 @@ def test_ssh_connections_are_shared_one_master_per_node(workdir: Path) -> None:
     itself) every command goes through the lab's one master per node; with an ssh_config
     that does not, through halo's own master in its control directory, which
     close_connections (halo down) ends."""
+    from halo_cluster.runner.result import TIMED_OUT
     from halo_cluster.runner.sharing import close_connections, control_dir
     from halo_cluster.runner.ssh import SSHRunner
 
@@ -406,7 +407,7 @@ def test_ssh_connections_are_shared_one_master_per_node(workdir: Path) -> None:
     # halo down ends halo's master, and leaves the lab's (the lab's own ssh_config) alone
     assert close_connections(["node1"], lab / "ssh_config") == []
     assert close_connections(["node1", "node2"], plain) == ["node2"]
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a bound on a hang: it ends once the master is gone
     while established(node2) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (established(node1), established(node2)) == (1, 0)
@@ -421,9 +422,8 @@ def test_ssh_connections_are_shared_one_master_per_node(workdir: Path) -> None:
     assert close_connections(["node2"], plain) == ["node2"]
     # a node that dies takes its shared connection with it: the next command fails fast
     halo("lab", "kill", "--name", "sr", "node1", cwd=workdir)
-    started = time.monotonic()
-    assert not lab_runner.run(["true"], timeout=30).ok
-    assert time.monotonic() - started < 15
+    gone = lab_runner.run(["true"], timeout=30)
+    assert not gone.ok and gone.returncode != TIMED_OUT, gone  # it failed, not waited it out
     halo("lab", "down", "--name", "sr", cwd=workdir)
     assert leftovers("sr") == {"netns": [], "links": [], "processes": []}
 

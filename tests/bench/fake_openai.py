@@ -1,13 +1,13 @@
 """A small OpenAI-compatible server for the serve-load tests, shaped like vLLM's: streamed
 completions where some tokens carry empty text, a final usage event when asked for with
 ``stream_options.include_usage``, ``POST /tokenize``, keep-alive connections with Nagle off
-(as uvicorn has them). It records every request body it gets, and keeps its own time to
-first token and inter-token latency (from a request's body read to each event written) as
-vLLM's ``/metrics`` histograms' ``_sum`` and ``_count``."""
+(as uvicorn has them). It records every request body it gets and every stream its client
+cut (how many tokens it had been sent), and keeps its own time to first token and
+inter-token latency (from a request's body read to each event written) as vLLM's
+``/metrics`` histograms' ``_sum`` and ``_count``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -36,6 +36,7 @@ class FakeOpenAI:
         self.idle_close_s = idle_close_s  # close a keep-alive connection idle this long
         self.bodies: list[dict[str, Any]] = []
         self.connections = 0
+        self.cut: list[int] = []  # per stream its client went away from: tokens it was sent
         self.own = {"ttft": [0.0, 0], "itl": [0.0, 0]}  # [sum in s, count]
         self._lock = threading.Lock()
 
@@ -87,8 +88,12 @@ class FakeOpenAI:
                     self._json(404, {"error": "not found"})
 
             def do_POST(self) -> None:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self._post()  # the client may go away (Ctrl-C in a test)
+                self.tokens_sent: int | None = None  # a stream's, once it has begun
+                try:
+                    self._post()
+                except (BrokenPipeError, ConnectionResetError):  # Ctrl-C in a test
+                    if self.tokens_sent is not None:
+                        fake.cut.append(self.tokens_sent)
 
             def _post(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -108,6 +113,7 @@ class FakeOpenAI:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
+                self.tokens_sent = 0
                 for index in range(body["max_tokens"]):
                     time.sleep(fake.token_delay_s)
                     text = "" if index % 3 == 1 else f" w{index}"  # a token with no text yet
@@ -115,6 +121,7 @@ class FakeOpenAI:
                     choice = {"index": 0, "text": text, "logprobs": None}
                     choice["finish_reason"] = "length" if last else None
                     self._event({"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
+                    self.tokens_sent = index + 1
                     sent = time.perf_counter()
                     fake.observe("itl" if index else "ttft", sent - arrived)
                     arrived = sent

@@ -8,11 +8,13 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from halo_cluster.bench.serve_load import (
     Sample,
     completion_body,
     parse_stream,
+    run_level,
     stream_request,
     summarize,
     tokenize_counter,
@@ -276,6 +279,38 @@ def test_a_keep_alive_connection_the_server_closed_is_opened_again() -> None:
         client.close()
     assert (first.error, first.tokens, second.error, second.tokens) == (None, 2, None, 2)
     assert fake.connections == 2
+
+
+def until(condition: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    """Poll for an event; the bound only turns a hang into a failure (it ends at the event)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.02)
+
+
+def test_ctrl_c_cuts_the_stream_in_flight() -> None:
+    """Ctrl-C while a level streams: KeyboardInterrupt, and the stream in flight is cut, not
+    read to its end: the server sees its client go before the last of its tokens (load
+    cannot make that happen by itself; awaiting the stream would leave nothing cut)."""
+    output_len = 400  # 20 s of tokens at the fake's pace
+    fake = FakeOpenAI("tiny", token_delay_s=0.05)
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def ctrl_c() -> None:  # once the first token is out: a stream is in flight
+        until(lambda: fake.own["ttft"][1] >= 1, "a first token")
+        signal.pthread_kill(main, signal.SIGINT)
+
+    with serving(fake) as port:
+        client = Client(f"http://127.0.0.1:{port}", None)
+        sender = threading.Thread(target=ctrl_c, daemon=True)
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_level(client, "tiny", 1, [Prompt("a b c", 3, None)], output_len)
+        sender.join()
+        until(lambda: bool(fake.cut), "the stream cut (the server sees it at its next write)")
+    assert len(fake.cut) == 1 and fake.cut[0] < output_len
 
 
 def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

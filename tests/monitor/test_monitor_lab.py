@@ -262,7 +262,8 @@ def test_interfaces_come_and_go_and_a_flood_of_partial_requests(
         done = halo("lab", "exec", "--name", "mon", "node1", "--", "bash", "-c", script, cwd=cwd)
         assert done.returncode == 0, done.stderr
 
-    def until(condition, timeout_s: float = 10) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    # a bound on a hang, not a guess: each wait ends at the exporter's first sample showing it
+    def until(condition, timeout_s: float = 60) -> dict:  # type: ignore[no-untyped-def,type-arg]
         deadline = time.monotonic() + timeout_s
         while True:
             samples = metrics(address)

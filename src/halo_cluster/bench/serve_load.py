@@ -28,11 +28,12 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from halo_cluster.bench.serve_prompts import Prompt, random_text, workload
+from halo_cluster.client.fanout import POLL_S
 from halo_cluster.errors import HaloError
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.stats import quantile
@@ -320,7 +321,7 @@ def run_level(
             pool.submit(stream_request, client, completion_body(model, p.text, output_len))
             for p in prompts
         ]
-        samples = [future.result() for future in futures]
+        samples = [_sample(future) for future in futures]
     except BaseException:  # Ctrl-C: end the streams in flight instead of waiting for them
         pool.shutdown(wait=False, cancel_futures=True)
         client.close()
@@ -329,6 +330,17 @@ def run_level(
     pool.shutdown()
     client.close()  # the pool's threads are gone: so are their connections
     return summarize(concurrency, samples, wall)
+
+
+def _sample(future: Future[Sample]) -> Sample:
+    """A stream's sample, waited for in steps: a Ctrl-C that lands just before a wait without
+    a timeout is only seen when that wait ends, here when the stream in flight has ended by
+    itself (it would be awaited, not cut); in steps it is seen within one."""
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            continue
 
 
 def run(
