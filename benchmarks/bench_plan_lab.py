@@ -13,6 +13,9 @@ model's load does not count). Predicted: `halo plan --gguf MODEL --engine llama.
 profile's loopback latency and RATE the lab's tbf rate (the profile's loopback bandwidth
 when unlimited).
 
+`--engines vllm` measures vLLM TP=1/2/4 the same way (`halo serve --executor mp`, `halo bench
+serve` at concurrency 1); the planner does not predict it in the lab yet (docs/plan.md).
+
 Targets (issue 27): median absolute error <= 15 % over the grid, and the N-node/1-node
 ratio within 15 % (median over the multi-node cells). Writes
 benchmarks/results/plan_lab.json.
