@@ -26,6 +26,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +198,7 @@ class Profiler:
                      "-t", "1"]
                 ))  # fmt: skip
             for port, process in servers.values():
-                _wait_port(port, process)
+                _wait(process, partial(_listening, port), "ggml-rpc-server", 60.0)
             runs: dict[str, list[float]] = {"alone": [], "other": [], "same": []}
             for index in range(ROUNDS):  # interleaved: a slow minute touches all three
                 self.progress(f"llama.cpp: round {index + 1} of {ROUNDS} (llama-bench tg)")
@@ -267,7 +268,7 @@ class Profiler:
             new_session=True,
         )  # fmt: skip
         try:
-            _wait_health(port, process)
+            _wait(process, lambda: _healthy(port), "vllm serve", 900.0)
             token_s = decode_seconds(port, "vllm serve", requests=6)
         finally:
             _stop(process)
@@ -388,24 +389,37 @@ def _model_id(port: int) -> str:
         conn.close()
 
 
-def _wait_health(port: int, process: Any, seconds: float = 900.0) -> None:
+def _healthy(port: int) -> bool:
     import http.client
 
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/health")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _wait(process: Any, ready: Callable[[], bool], what: str, seconds: float) -> None:
+    """Poll ``ready`` until it holds; one line when ``process`` exits first or time runs out."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise HaloError(f"vllm serve exited ({process.returncode}) before it was healthy")
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        try:
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        finally:
-            conn.close()
-        time.sleep(1)
-    raise HaloError(f"vllm serve was not healthy within {seconds:g} s")
+            raise HaloError(f"{what} exited ({process.returncode}) before it was ready")
+        if ready():
+            return
+        time.sleep(0.2)
+    raise HaloError(f"{what} was not ready within {seconds:g} s")
 
 
 def _stop(process: Any) -> None:
@@ -466,19 +480,6 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def _wait_port(port: int, process: Any, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise HaloError(f"ggml-rpc-server exited ({process.returncode}) before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise HaloError(f"ggml-rpc-server did not listen on 127.0.0.1:{port} within {seconds:g} s")
 
 
 def _memory_gib() -> float:
