@@ -45,6 +45,8 @@ RDMA_BW_SIZE = 65536
 RDMA_LAT_ITERS = 10000
 RDMA_BW_ITERS = 5000
 PORT_ATTEMPTS = 5
+# After a tool failed: a short ping-pong over the path, and how long it may take.
+PATH_PROBE, PATH_PROBE_S = "path-probe", 15.0
 PERFTEST_JSON = "perftest-json"
 PERFTEST_JSON_SCRIPT = (
     'report=$1; shift; "$@" --out_json --out_json_file="$report" >/dev/null || exit $?; '
@@ -213,11 +215,12 @@ class NetBench:
         leg: Leg,
         role: str,
         commands: Callable[[int], tuple[list[str], list[str]]],
+        limit: float | None = None,
     ) -> str:
         """Start the server on the peer, run the client on the node, stop the server; the
         client's output. ``commands(port)`` gives (server, client); a port already in use on
         the peer moves to the next one. A node or path that stops answering ends the run."""
-        limit = self._limit()
+        limit = self._limit() if limit is None else limit
         for _attempt in range(PORT_ATTEMPTS):
             port = next(self._ports)
             server, client = commands(port)
@@ -230,25 +233,42 @@ class NetBench:
         done = self.jobs.run(leg.node, f"{role}-client", client, limit)
         self.jobs.stop(leg.peer, f"{role}-server")  # frees its port before the next leg
         if not done.ok:
-            self._check_alive(leg.node, leg.peer, timed_out=done.returncode == TIMED_OUT, leg=leg)
+            self._check_alive(leg.node, leg.peer)
+            # A tool that failed fast (refused, unreachable) on a path that was cut says so
+            # in its own words: whether the path still answers is asked again, directly.
+            if done.returncode == TIMED_OUT:
+                raise self._stopped(leg, "the tool timed out")
+            if role != PATH_PROBE and not self._path_answers(leg):
+                raise self._stopped(leg, f"{client[0]} failed and a probe got no answer")
             raise ParseError(f"{client[0]} on {leg.node.name}: {done.error_text()}")
         return done.stdout
 
-    def _check_alive(
-        self,
-        *nodes: NodeConfig,
-        timed_out: bool = False,
-        leg: Leg | None = None,
-    ) -> None:
+    def _path_answers(self, leg: Leg) -> bool:
+        """Whether ``leg``'s path carries a short TCP ping-pong now (the built-in probe)."""
+        peer, node = self.clients[leg.peer.name], self.clients[leg.node.name]
+
+        def commands(port: int) -> tuple[list[str], list[str]]:
+            server = peer.command(*net_probe_serve_args(leg.target, port, PATH_PROBE_S + 10))
+            return server, node.command(*net_probe_ping_args(leg.target, port, 0.2))
+
+        try:
+            self._pair_run(leg, PATH_PROBE, commands, limit=PATH_PROBE_S)
+        except (ParseError, BenchError):
+            return False
+        return True
+
+    def _check_alive(self, *nodes: NodeConfig) -> None:
         for node in nodes:
             answer = self.clients[node.name].run(["true"], timeout=10)
             if not answer.ok:
                 raise BenchError(f"lost {node.name}: it does not answer ({answer.error_text()})")
-        if timed_out and leg is not None:
-            raise BenchError(
-                f"{leg.path} path {leg.source} → {leg.target} ({leg.node.name} → "
-                f"{leg.peer.name}) stopped answering: the tool timed out"
-            )
+
+    @staticmethod
+    def _stopped(leg: Leg, why: str) -> BenchError:
+        return BenchError(
+            f"{leg.path} path {leg.source} → {leg.target} ({leg.node.name} → "
+            f"{leg.peer.name}) stopped answering: {why}"
+        )
 
     def _latency(self, leg: Leg) -> Latency:
         if leg.path == "rdma":

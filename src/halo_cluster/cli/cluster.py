@@ -123,6 +123,29 @@ def _print_serve(serve: dict[str, object]) -> None:
         shown = ", ".join(f"{word} {r['rank']} on {r['node']} ({r['address']})" for r in ranks)
         proven = serve.get("proven") or "no"
         click.echo(printable(f"  {word}s: {shown}; transport proven: {proven}"))
+    _print_supervisor(serve.get("supervisor"))
+
+
+def _print_supervisor(sup: object) -> None:
+    if not isinstance(sup, dict):
+        click.echo("  supervisor: none (served with --no-supervise, or by an older halo)")
+        return
+    uptime = sup.get("uptime_s")
+    latency = sup.get("probe_latency_s")
+    parts = [
+        f"  supervisor: {sup.get('state')}",
+        f"up {uptime:.0f} s" if isinstance(uptime, int | float) else None,
+        f"{sup.get('restarts') or 0} restart(s)",
+        f"last probe {latency * 1000:.0f} ms" if isinstance(latency, int | float) else None,
+    ]
+    click.echo(printable(", ".join(p for p in parts if p)))
+    if sup.get("cause"):
+        click.echo(printable(f"    cause: {sup['cause']}"))
+    for change in sup.get("history") or []:
+        if isinstance(change, dict) and isinstance(change.get("at"), int | float):
+            at = time.strftime("%H:%M:%S", time.localtime(change["at"]))
+            cause = f": {change['cause']}" if change.get("cause") else ""
+            click.echo(printable(f"    {at} {change.get('state')}{cause}"))
 
 
 @click.command()

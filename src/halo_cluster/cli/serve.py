@@ -58,6 +58,13 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
     "--wait", "wait_s", default=900.0, show_default=True, help="Seconds to wait for /health."
 )
 @click.option(
+    "--no-supervise",
+    is_flag=True,
+    help="A one-off run: leave no supervisor on the head (by default one probes the server "
+    "every few seconds and restarts the whole group after a crash, a wedge or a lost node; "
+    "[serve.supervise] in halo.toml).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -76,6 +83,7 @@ def serve(
     executor: str | None,
     engine: str | None,
     wait_s: float,
+    no_supervise: bool,
     as_json: bool,
 ) -> int:
     """Start vLLM tensor-parallel (or llama.cpp over RPC, --engine) across the cluster,
@@ -86,7 +94,10 @@ def serve(
     address, each rank's node) and every node's interface/RDMA counters during a probe
     request (bytes per generated token). When they show another path than the plan asked
     for, the server is stopped and halo exits 1 with the evidence (unless --allow-fallback).
-    Ctrl-C while waiting stops what was started."""
+    Ctrl-C while waiting stops what was started. Then a supervisor stays on the head
+    (docs/supervise.md): it needs nothing from this machine, restarts the whole group in
+    order after a crash or a wedge, brings it back after a lost node answers again, and
+    stops in 'failed' after a crash loop; 'halo status' shows its state."""
     from halo_cluster.engines.request import serve_request
 
     serving = _serving(config_path, as_json)
@@ -102,6 +113,7 @@ def serve(
         allow_fallback=allow_fallback,
         insecure=insecure,
         force=force,
+        supervise=not no_supervise,
     )
     result = serving.start(request)
     if as_json:
@@ -150,6 +162,14 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
             f"serving {plain(result.model)} at {result.url} (ready in {result.ready_s:g} s; "
             f"log {result.log} on {head})"
         )
+        sup = result.supervisor
+        if sup:
+            click.echo(
+                f"supervised from {sup['node']} (pid {sup['pid']}, a probe every "
+                f"{sup['interval_s']:g} s): halo status, halo logs --supervisor"
+            )
+        else:
+            click.echo("not supervised (--no-supervise): nothing restarts it")
 
 
 def _per_token(value: float | None) -> str:
@@ -172,9 +192,17 @@ def stop(config_path: str | None) -> int:
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @click.option("-n", "--lines", default=200, show_default=True, help="Lines to show first.")
 @click.option("--node", help="The node whose log to show (default the head; mp executor only).")
-def logs(config_path: str | None, follow: bool, lines: int, node: str | None) -> int:
-    """Show the server's log on the head (or on --node)."""
+@click.option("--supervisor", is_flag=True, help="The supervisor's log on the head instead.")
+def logs(
+    config_path: str | None, follow: bool, lines: int, node: str | None, supervisor: bool
+) -> int:
+    """Show the server's log on the head (or on --node), or the supervisor's."""
     server = _serving(config_path, True)
+    if supervisor:
+        from halo_cluster.cluster import supervise
+
+        sys.stdout.write(plain(supervise.tail(server.cluster, lines)) + "\n")
+        return 0
     member = server.config.node(node) if node else server.head
     text = server.tail(lines, member)
     sys.stdout.write(plain(text))  # the log is the engine's text: its escapes are shown

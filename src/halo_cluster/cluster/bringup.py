@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.cluster import proof
+from halo_cluster.cluster import proof, supervise
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.models import is_store_name, resolve
@@ -53,6 +53,11 @@ from halo_cluster.wire.commands import SERVE_KEY_ENV
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
 PROBE_TOKENS = 64
+
+
+def request_interval(found: dict[str, Any]) -> float | None:
+    settings = found.get("settings")
+    return settings.get("interval_s") if isinstance(settings, dict) else None
 
 
 class Serving:
@@ -87,7 +92,8 @@ class Serving:
         started = time.monotonic()
         try:
             self._record_launch(ctx, prepared)
-            engine.launch(ctx, prepared)
+            launching, steps = supervise.recording(ctx)  # what a restart will run again
+            engine.launch(launching, prepared)
             self._wait_healthy(request, prepared.members)
             ready_s = time.monotonic() - started
             self.progress("warming up (one short request)")
@@ -100,6 +106,9 @@ class Serving:
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             self._record_proof(request, prepared, witness, result)
+            refused = bool(result.problems) and not request.allow_fallback
+            if request.serve.supervise.enabled and not refused:
+                result.supervisor = self._supervise(ctx, prepared, steps)
         except BaseException:
             self.progress("stopping the server on every node")
             self._stop()
@@ -108,6 +117,19 @@ class Serving:
             self._stop()
             result.stopped = True
         return result
+
+    def _supervise(
+        self, ctx: ServeContext, prepared: Prepared, steps: list[supervise.Step]
+    ) -> dict[str, Any]:
+        first = supervise.install(self.cluster, ctx, prepared, steps)
+        _log, _pid = process.log_paths(self.config.name, supervise.ROLE)
+        return {
+            "state": first.get("state"),
+            "pid": first.get("pid"),
+            "node": self.head.name,
+            "interval_s": request_interval(first),
+            "probe_latency_s": (first.get("last_probe") or {}).get("latency_s"),
+        }
 
     def _from_store(self, engine: Engine, request: ServeRequest) -> ServeRequest:
         """A model named as in the nodes' stores (``halo model``): its path there, once every
@@ -304,12 +326,19 @@ class Serving:
         return self._stop()
 
     def _stop(self) -> bool:
+        """The supervisor first (so it never restarts what is being stopped), then every
+        node's server, twice if a start the supervisor had under way still landed; then the
+        supervisor's key and spec are taken away."""
         name = self.config.name
-        stopped = each(
-            list(self.config.nodes), lambda n: process.stop(self.cluster.client(n), name)
-        )
+        supervised = supervise.stop(self.cluster)
+        nodes = list(self.config.nodes)
+        stopped = each(nodes, lambda n: process.stop(self.cluster.client(n), name))
+        if supervised:
+            again = each(nodes, lambda n: process.stop(self.cluster.client(n), name))
+            stopped = [a or b for a, b in zip(stopped, again, strict=True)]
+        supervise.forget(self.cluster)
         state = self._state
         if state is not None and state.serve is not None:  # no server: status shows none
             state.serve = None
             self._save(state)
-        return any(stopped)
+        return any(stopped) or supervised

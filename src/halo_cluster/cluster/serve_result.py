@@ -23,3 +23,4 @@ class ServeResult:
     ready_s: float | None = None
     warmup_s: float | None = None
     stopped: bool = False
+    supervisor: dict[str, Any] | None = None  # the supervisor left on the head, if any

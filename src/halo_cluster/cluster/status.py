@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from halo_cluster.client.fanout import each
+from halo_cluster.cluster import supervise
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.lifecycle import Lifecycle
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
@@ -79,6 +80,41 @@ def serve_health(
         "ranks": served.ranks,
         "proven": served.proven,
         "lost": lost,
+        "supervisor": supervisor_summary(supervise.status(cluster)),
+    }
+
+
+HISTORY_SHOWN = 10
+
+
+def supervisor_summary(
+    found: dict[str, Any] | None, now: float | None = None
+) -> dict[str, Any] | None:
+    """The supervisor's state as ``halo status`` shows it: the state, whether its process
+    runs, uptime of the current serving spell, restarts, the last cause, the last probe and
+    the latest state changes. A supervisor that is not running shows as such, whatever its
+    file last said."""
+    if found is None:
+        return None
+    now = time.time() if now is None else now
+    since = found.get("serving_since")
+    probe = found.get("last_probe")
+    probe = probe if isinstance(probe, dict) else {}
+    history = found.get("history")
+    history = history if isinstance(history, list) else []
+    state = found.get("state")
+    if not found.get("running") and state not in ("stopped", "failed"):
+        state = "not running"
+    return {
+        "state": state,
+        "running": bool(found.get("running")),
+        "uptime_s": round(now - since, 1) if isinstance(since, int | float) else None,
+        "restarts": found.get("restarts"),
+        "cause": found.get("cause"),
+        "probe_latency_s": probe.get("latency_s"),
+        "probe_at": probe.get("at"),
+        "nodes": found.get("nodes") or {},
+        "history": history[-HISTORY_SHOWN:],
     }
 
 

@@ -31,6 +31,7 @@ from halo_cluster.errors import ConfigError
 from halo_cluster.infile import read_text
 from halo_cluster.netnames import bind_host_problem, node_address_problem
 from halo_cluster.printable import quoted
+from halo_cluster.supervision import SuperviseSettings
 from halo_cluster.transport import WANTED
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -181,6 +182,8 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
 def _serve(where: _Locator, raw: Any) -> ServeConfig:
     if not isinstance(raw, dict):
         raise where.error("serve", "[serve] must be a table")
+    supervise = _supervise(where, raw.get(SUPERVISE_TABLE, {}))
+    raw = {k: v for k, v in raw.items() if k != SUPERVISE_TABLE}
     sections = _engine_sections(where, raw)
     _moved(where, raw)
     _unknown(where, {k: v for k, v in raw.items() if k not in sections}, SERVE_KEYS, "serve")
@@ -217,7 +220,52 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         max_num_seqs=ints["max_num_seqs"],
         extra_args=tuple(extra),
         sections=sections,
+        supervise=supervise,
     )
+
+
+SUPERVISE_TABLE = "supervise"
+# [serve.supervise]: each key's type and the least value it takes
+_SUPERVISE_LIMITS: dict[str, tuple[type, float]] = {
+    "interval_s": (float, 0.5),
+    "deadline_s": (float, 1.0),
+    "wedge_probes": (int, 1),
+    "backoff_s": (float, 0.0),
+    "backoff_max_s": (float, 0.0),
+    "crash_restarts": (int, 1),
+    "crash_window_s": (float, 1.0),
+    "start_timeout_s": (float, 5.0),
+    "memory_min_available_pct": (float, 0.0),
+    "memory_max_pressure_pct": (float, 0.0),
+}
+_SUPERVISE_MAX = 86400.0 * 7  # a week: any setting above is a typo
+
+
+def _supervise(where: _Locator, raw: Any) -> SuperviseSettings:
+    """``[serve.supervise]``: every value a number in its range (``enabled`` a boolean)."""
+    label = f"serve.{SUPERVISE_TABLE}"
+    if not isinstance(raw, dict):
+        raise where.error(SUPERVISE_TABLE, f"[{label}] must be a table")
+    _unknown(where, raw, {*_SUPERVISE_LIMITS, "enabled"}, label)
+    values: dict[str, Any] = {}
+    if "enabled" in raw:
+        if not isinstance(raw["enabled"], bool):
+            raise where.error("enabled", f"{label}.enabled must be true or false")
+        values["enabled"] = raw["enabled"]
+    for key, (kind, low) in _SUPERVISE_LIMITS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or (kind is int and not isinstance(value, int)):
+            what = "a whole number" if kind is int else "a number"
+            raise where.error(key, f"{label}.{key} must be {what}")
+        if not low <= value <= _SUPERVISE_MAX or value != value:
+            raise where.error(key, f"{label}.{key} must be between {low:g} and {_SUPERVISE_MAX:g}")
+        values[key] = kind(value)
+    if "memory_max_pressure_pct" in values and values["memory_max_pressure_pct"] > 100:
+        raise where.error("memory_max_pressure_pct", f"{label}.memory_max_pressure_pct is a %")
+    return SuperviseSettings(**values)
 
 
 def _engine_sections(where: _Locator, raw: dict[str, Any]) -> dict[str, Section]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
+from halo_cluster.supervision import SuperviseSettings
 
 if TYPE_CHECKING:
     from halo_cluster.nodecode import NodeCode
@@ -116,6 +117,7 @@ class ServeConfig:
     max_num_seqs: int | None = None
     extra_args: tuple[str, ...] = ()  # appended to the engine's own command line
     sections: Mapping[str, Section] = field(default_factory=dict)
+    supervise: SuperviseSettings = field(default_factory=SuperviseSettings)  # [serve.supervise]
 
     def section(self, name: str) -> Section | None:
         return self.sections.get(name)

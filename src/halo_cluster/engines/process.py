@@ -20,10 +20,11 @@ def local_host(host: str) -> str:
     return "127.0.0.1" if host == "0.0.0.0" else host
 
 
-def log_paths(cluster: str) -> tuple[str, str]:
-    """(log, pid file) on a node, as shell words (the state dir expands there)."""
+def log_paths(cluster: str, role: str = "serve") -> tuple[str, str]:
+    """(log, pid file) on a node, as shell words (the state dir expands there): the
+    engine's (``serve``) or the supervisor's (``supervise``)."""
     name = shlex.quote(cluster)  # validated, but quoted all the same
-    return f"{STATE_DIR}/serve-{name}.log", f"{STATE_DIR}/serve-{name}.pid"
+    return f"{STATE_DIR}/{role}-{name}.log", f"{STATE_DIR}/{role}-{name}.pid"
 
 
 def alive_script(cluster: str) -> str:
@@ -32,11 +33,13 @@ def alive_script(cluster: str) -> str:
     return f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
 
 
-def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
+def background_script(
+    env: Mapping[str, str], argv: list[str], cluster: str, role: str = "serve"
+) -> str:
     """Start ``argv`` detached in its own process group, its output in the log, its pid
     in the pid file (both 0600, in the 0700 state directory, whatever the engine or the
     auth); the working directory is HOME (a node's caches and state live there)."""
-    log, pid = log_paths(cluster)
+    log, pid = log_paths(cluster, role)
     return (
         f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
         f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
@@ -59,6 +62,45 @@ def reach_script(address: str, port: int, seconds: int) -> str:
         f"for i in $(seq {int(seconds) * 5}); do\n"
         f"  if {tcp_probe(address, port)}; then exit 0; fi\n"
         "  sleep 0.2\ndone\nexit 1\n"
+    )
+
+
+def probe_script(cluster: str) -> str:
+    """The supervisor's question to a member, answered as ``key=value`` lines: whether the
+    process 'halo serve' started there runs, MemTotal/MemAvailable (KiB) and the 'full'
+    line of /proc/pressure/memory where the kernel has it (``supervision.parse_member_answer``)."""
+    _log, pid = log_paths(cluster)
+    return (
+        f'p="$(cat {pid} 2>/dev/null)"\n'
+        'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi\n'
+        'while read -r k v _; do case "$k" in\n'
+        '  MemTotal:) echo "mem_total_kib=$v" ;;\n'
+        '  MemAvailable:) echo "mem_available_kib=$v" ;;\n'
+        "esac; done < /proc/meminfo 2>/dev/null\n"
+        "if [ -r /proc/pressure/memory ]; then\n"
+        '  while read -r k rest; do [ "$k" = full ] && echo "psi_full=$rest"; done '
+        "< /proc/pressure/memory\n"
+        "fi\nexit 0\n"
+    )
+
+
+def log_tail_script(cluster: str, lines: int = 5) -> str:
+    log, _pid = log_paths(cluster)
+    return f"tail -n {int(lines)} {log} 2>/dev/null\nexit 0\n"
+
+
+def stop_group_script(cluster: str, role: str) -> str:
+    """Stop a process group halo started (TERM, KILL after 5 s); exit 3 when none ran."""
+    _log, pid = log_paths(cluster, role)
+    return (
+        f"pidfile={pid}\n"
+        'p="$(cat "$pidfile" 2>/dev/null)" || exit 3\n'
+        'ran=3; if kill -0 "$p" 2>/dev/null; then ran=0; fi\n'
+        'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
+        'for i in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
+        'kill -KILL -- "-$p" 2>/dev/null || true\n'
+        'rm -f "$pidfile"\n'
+        "exit $ran\n"
     )
 
 

@@ -26,10 +26,13 @@ def serve_request(
     allow_fallback: bool = False,
     insecure: bool = False,
     force: bool = False,
+    supervise: bool = True,
 ) -> ServeRequest:
     """The request, every option checked: an engine's table that does not parse, or a flag
     the engine does not take, is one line before anything runs."""
     serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
+    if not supervise:
+        serve = replace(serve, supervise=replace(serve.supervise, enabled=False))
     problem = None if serve.host.startswith("-") else bind_host_problem(serve.host)
     if serve.host.startswith("-") or problem is not None:
         why = f" {problem}" if problem else ""

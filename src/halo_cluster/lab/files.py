@@ -44,7 +44,10 @@ def _sshd_config(d: Path, home: str, *addresses: str) -> str:
         f"# halo lab node sshd: root by key only\n{listen}Port 22\n"
         # each node its own HOME: logs, pid files and caches of two nodes never collide
         f"SetEnv HOME={home}\n"
-        f"HostKey {d / 'host_ed25519'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
+        # the lab's key, and the node's own ~/.ssh/authorized_keys (where halo serve's
+        # supervisor on the head has its key authorized, as on a real node)
+        f"HostKey {d / 'host_ed25519'}\n"
+        f"AuthorizedKeysFile {d / 'authorized_keys'} {home}/.ssh/authorized_keys\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\n"
         "UsePAM no\nStrictModes no\nPidFile /run/sshd.pid\nAcceptEnv none\nLogLevel ERROR\n"

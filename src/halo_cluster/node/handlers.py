@@ -221,6 +221,12 @@ def _usage(message: str) -> Exception:
     return UsageError(message)
 
 
+def supervise(args: argparse.Namespace) -> int:
+    from halo_cluster.node.supervisor import main as supervise_main
+
+    return supervise_main(args.spec, lambda line: print(line, flush=True))
+
+
 HANDLERS: dict[str, Handler] = {
     "inventory": inventory,
     "counters": counters,
@@ -240,4 +246,5 @@ HANDLERS: dict[str, Handler] = {
     "model-hash": model_hash,
     "model-pipe": model_pipe,
     "model-stop": model_stop,
+    "supervise": supervise,
 }

@@ -18,6 +18,7 @@ from halo_cluster.wire.commands import (
     SERVE_HEALTH,
     SERVE_PROBE,
     SETUP,
+    SUPERVISE,
 )
 
 
@@ -127,3 +128,8 @@ def exporter_args(
 
 def node_info_args() -> list[str]:
     return NODE_INFO.argv()
+
+
+def supervise_args(spec: str) -> list[str]:
+    """The supervisor on the head, reading its spec from ``spec`` (a file there)."""
+    return SUPERVISE.argv(spec=spec)

@@ -147,6 +147,8 @@ MODEL_HASH = Command(
 )
 MODEL_PIPE = Command("model-pipe")  # the spec in $HALO_MODEL_SPEC
 MODEL_STOP = Command("model-stop", (Arg("--run", required=True),))
+# the supervisor on the head: its spec (with the API key) is a 0600 file, never argv
+SUPERVISE = Command("supervise", (Arg("--spec", required=True, help="the spec file (JSON)"),))
 
 COMMANDS = (
     INVENTORY,
@@ -167,6 +169,7 @@ COMMANDS = (
     MODEL_HASH,
     MODEL_PIPE,
     MODEL_STOP,
+    SUPERVISE,
 )
 NAMES = tuple(c.name for c in COMMANDS)
 METAVARS = {RDMA: "DEVICE:PORT", TARGET: "ADDRESS:PORT", PEER: "NAME,PATH,ADDR", CSV: "A,B,..."}

@@ -1,0 +1,325 @@
+"""The controller's side of supervision (``node/supervisor.py`` is the supervisor itself).
+
+``halo serve`` records the scripts an engine's ``launch`` ran on each node, in order
+(``recording``); once the server is proven it leaves a supervisor on the head
+(``install``): a key of the head's own (made there, never leaving it) authorized on every
+other member for this server, the spec (the members, the recorded start, the probe and stop
+scripts, the API key) written 0600 into the head's state directory, and the supervisor
+started detached through the node code. The install waits for the supervisor's first round
+of probes, so a head that cannot reach a member over SSH is one line at serve time, not a
+silent gap later. ``halo stop`` stops the supervisor first (``stop``), then the server, then
+takes the key off the members and the spec (it holds the API key) off the head (``forget``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.client.node import NodeClient, escaped
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.proof import counters_call, mgmt_address
+from halo_cluster.config import NodeConfig
+from halo_cluster.engines import process
+from halo_cluster.engines.protocol import Prepared, ServeContext
+from halo_cluster.errors import LifecycleError
+from halo_cluster.jsonin import loads
+from halo_cluster.runner.local import LocalRunner
+from halo_cluster.runner.quote import exports
+from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.wire.args import supervise_args
+
+ROLE = "supervise"
+FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
+
+
+# -- the start, as the engine ran it ----------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    node: str
+    argv: tuple[str, ...]
+    stdin: str | None
+    timeout_s: float
+
+
+@dataclass
+class RecordingRunner:
+    """A node's runner that keeps every command run through it, in order, across nodes."""
+
+    inner: Runner
+    node: str
+    steps: list[Step]
+    lock: threading.Lock
+
+    def run(
+        self,
+        argv: Sequence[str],
+        stdin: str | None = None,
+        timeout: float = 30.0,
+        on_line: LineSink | None = None,
+    ) -> Result:
+        with self.lock:
+            self.steps.append(Step(self.node, tuple(argv), stdin, timeout))
+        return self.inner.run(argv, stdin, timeout, on_line)
+
+
+def recording(ctx: ServeContext) -> tuple[ServeContext, list[Step]]:
+    """``ctx`` whose clients record what they run (for ``launch``), and the steps list."""
+    steps: list[Step] = []
+    lock = threading.Lock()
+    clients = {
+        name: NodeClient(c.node, RecordingRunner(c.runner, name, steps, lock), c.code)
+        for name, c in ctx.clients.items()
+    }
+    return replace(ctx, clients=clients), steps
+
+
+# -- install ----------------------------------------------------------------------------------
+def state_dir(client: NodeClient) -> str:
+    """halo's state directory on the node, expanded there (0700, created when missing)."""
+    found = client.script(f"mkdir -p {process.STATE_DIR} && chmod 700 {process.STATE_DIR} && "
+                          f"printf %s {process.STATE_DIR}\n")  # fmt: skip
+    path = found.stdout.strip()
+    if not found.ok or not path.startswith("/"):
+        raise LifecycleError(
+            f"{client.name}: no state directory for the supervisor: {found.error_text()}"
+        )
+    return path
+
+
+def key_tag(cluster: Cluster) -> str:
+    """The comment that marks the supervisor's key in a member's authorized_keys."""
+    return f"halo-supervise:{cluster.config.name}@{cluster.head.name}"
+
+
+def _head_key(cluster: Cluster, base: str) -> str:
+    """The head's own key for reaching the members (made once, kept 0600 on the head)."""
+    key = f"{base}.key"
+    made = cluster.client(cluster.head).script(
+        exports({"HALO_KEY_PATH": key, "HALO_TAG": key_tag(cluster)}) + "set -e\numask 077\n"
+        "command -v ssh-keygen >/dev/null || { echo 'no ssh-keygen on this node' >&2; exit 4; }\n"
+        '[ -f "$HALO_KEY_PATH" ] || '
+        'ssh-keygen -q -t ed25519 -N "" -C "$HALO_TAG" -f "$HALO_KEY_PATH" </dev/null\n'
+        'cat "$HALO_KEY_PATH.pub"\n'
+    )
+    line = made.stdout.strip()
+    if not made.ok or not line.startswith("ssh-"):
+        raise LifecycleError(
+            f"{cluster.head.name}: could not make the supervisor's SSH key: {made.error_text()} "
+            "(install openssh-client there, or serve with --no-supervise)"
+        )
+    return line
+
+
+def _authorize(cluster: Cluster, member: NodeConfig, key_line: str) -> None:
+    """The head's key in the member's ~/.ssh/authorized_keys, from the head's addresses only."""
+    head = cluster.head
+    sources = [a for a in (mgmt_address(head), head.fabric_address) if a]
+    restrict = (
+        f'from="{",".join(sources)}",no-agent-forwarding,no-port-forwarding ' if sources else ""
+    )
+    script = exports({"HALO_TAG": key_tag(cluster), "HALO_KEY": restrict + key_line}) + (
+        "set -e\numask 077\nmkdir -p \"$HOME/.ssh\"\nf=\"$HOME/.ssh/authorized_keys\"\n"
+        'touch "$f"\n{ grep -vF -- "$HALO_TAG" "$f" || true; printf "%s\\n" "$HALO_KEY"; } '
+        '> "$f.halo-new"\ncat "$f.halo-new" > "$f"\nrm -f "$f.halo-new"\n'
+    )  # fmt: skip
+    done = cluster.client(member).script(script)
+    if not done.ok:
+        raise LifecycleError(
+            f"{member.name}: could not authorize the supervisor's key: {done.error_text()}"
+        )
+
+
+def _ssh_target(cluster: Cluster, node: NodeConfig) -> dict[str, Any]:
+    """Where the head reaches ``node`` over SSH: the host, user and port this machine's ssh
+    config gives its target (``ssh -G``), so an alias resolves to its address."""
+    config = cluster.config.ssh_config
+    argv = ["ssh", "-G", *(["-F", str(config)] if config else []), node.ssh]
+    found = LocalRunner().run(argv, stdin="", timeout=10)
+    values: dict[str, str] = {}
+    for line in found.stdout.splitlines():
+        key, _sep, value = line.partition(" ")
+        values.setdefault(key.lower(), value.strip())
+    host = values.get("hostname") or node.host
+    return {"host": host, "user": values.get("user"), "port": int(values.get("port") or 22)}
+
+
+def spec_dict(
+    cluster: Cluster,
+    ctx: ServeContext,
+    prepared: Prepared,
+    steps: list[Step],
+    targets: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    """The supervisor's spec (``node/supervisor.read_spec``); it holds the API key."""
+    name, head = cluster.config.name, cluster.head
+    runs = {m.name for m in prepared.members}
+    counted = {n.name for n in prepared.witnesses}
+    members = []
+    for node in _members(prepared):
+        plan = ctx.plans.get(node.name)
+        counters = None
+        if node.name in counted and plan is not None:
+            counters = ctx.client(node).command(*counters_call(node, plan))
+        members.append(
+            {
+                "name": node.name,
+                "ssh": None if node.name == head.name else targets[node.name],
+                "prefix": list(node.exec_prefix),
+                "fabric": None if node.name == head.name else (plan.address if plan else None),
+                "counters": counters,
+                "runs": node.name in runs,
+            }
+        )
+    serve = ctx.request.serve
+    return {
+        "version": 1,
+        "cluster": name,
+        "head": head.name,
+        "engine": ctx.request.engine,
+        "model": ctx.request.model,
+        "host": serve.host,
+        "port": serve.port,
+        "api_key": ctx.api_key,
+        "rdma": prepared.rdma,
+        "allow_fallback": ctx.request.allow_fallback,
+        "settings": serve.supervise.to_dict(),
+        "members": members,
+        "start": [
+            {"node": s.node, "argv": list(s.argv), "stdin": s.stdin, "timeout_s": s.timeout_s}
+            for s in steps
+        ],
+        "probe_script": process.probe_script(name),
+        "stop_script": process.stop_script(name),
+        "log_tail_script": process.log_tail_script(name),
+    }
+
+
+def _members(prepared: Prepared) -> list[NodeConfig]:
+    """The nodes running the engine, then those whose counters witness (Ray's ranks)."""
+    seen: dict[str, NodeConfig] = {}
+    for node in [*prepared.members, *prepared.witnesses]:
+        seen.setdefault(node.name, node)
+    return list(seen.values())
+
+
+def install(
+    cluster: Cluster, ctx: ServeContext, prepared: Prepared, steps: list[Step]
+) -> dict[str, Any]:
+    """Leave the supervisor on the head; its first round of probes, as it wrote it."""
+    head = cluster.head
+    client = cluster.client(head)
+    base = f"{state_dir(client)}/{ROLE}-{cluster.config.name}"
+    remote = [n for n in _members(prepared) if n.name != head.name]
+    targets: dict[str, dict[str, Any]] = {}
+    if remote:
+        cluster.progress(
+            f"supervisor: authorizing {head.name}'s key on {', '.join(n.name for n in remote)}"
+        )
+        key_line = _head_key(cluster, base)
+        each(remote, lambda n: _authorize(cluster, n, key_line))
+        targets = {n.name: _ssh_target(cluster, n) for n in remote}
+    spec = json.dumps(spec_dict(cluster, ctx, prepared, steps, targets))
+    end = f"HALO_SPEC_{secrets.token_hex(8)}"  # a heredoc's end that the JSON cannot hold
+    written = client.script(
+        f"set -e\numask 077\ncat > {json.dumps(base + '.spec.json')} <<'{end}'\n{spec}\n{end}\n"
+        f"rm -f {json.dumps(base + '.json')}\n"
+    )
+    if not written.ok:
+        raise LifecycleError(
+            f"{head.name}: could not write the supervisor's spec: {written.error_text()}"
+        )
+    argv = client.command(*supervise_args(base + ".spec.json"))
+    started = client.script(process.background_script({}, argv, cluster.config.name, ROLE))
+    if not started.ok:
+        raise LifecycleError(f"{head.name}: could not start the supervisor: {started.error_text()}")
+    cluster.progress(f"supervisor: started on {head.name}, waiting for its first round of probes")
+    return _first_round(cluster)
+
+
+def _first_round(cluster: Cluster) -> dict[str, Any]:
+    deadline = time.monotonic() + FIRST_ROUND_S
+    while time.monotonic() < deadline:
+        found = status(cluster)
+        if found is not None and not found.get("running"):
+            raise LifecycleError(
+                f"the supervisor on {cluster.head.name} exited: {tail(cluster, 3)}"
+            )
+        if found is not None and found.get("last_probe"):
+            lost = {n: v for n, v in (found.get("nodes") or {}).items() if not v.get("reachable")}
+            if lost:
+                name, why = next(iter(lost.items()))
+                raise LifecycleError(
+                    f"the supervisor on {cluster.head.name} cannot reach {name} over SSH "
+                    f"({escaped(str(why.get('error')))}); serve with --no-supervise to skip it"
+                )
+            return found
+        time.sleep(1.0)
+    raise LifecycleError(
+        f"the supervisor on {cluster.head.name} wrote no probe within {FIRST_ROUND_S:g} s: "
+        f"{tail(cluster, 3)}"
+    )
+
+
+# -- a running supervisor --------------------------------------------------------------------
+def status(cluster: Cluster) -> dict[str, Any] | None:
+    """The supervisor's state file on the head, with ``running`` (its process alive); None
+    when no supervisor ever ran for this cluster there."""
+    name = cluster.config.name
+    _log, pid = process.log_paths(name, ROLE)
+    state = f"{process.STATE_DIR}/{ROLE}-{name}.json"
+    found = cluster.client(cluster.head).script(
+        f'if kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null; then echo running; '
+        f"else echo stopped; fi\ncat {state} 2>/dev/null || true\n",
+        timeout=30,
+    )
+    if not found.ok:
+        return None
+    running, _sep, text = found.stdout.partition("\n")
+    if not text.strip():
+        return None
+    try:
+        data = loads(text)
+    except ValueError:
+        return {
+            "running": running == "running",
+            "state": "unknown",
+            "cause": "unreadable state file",
+        }
+    if not isinstance(data, dict):
+        return None
+    data["running"] = running == "running"
+    return data
+
+
+def tail(cluster: Cluster, lines: int = 200) -> str:
+    log, _pid = process.log_paths(cluster.config.name, ROLE)
+    found = cluster.client(cluster.head).script(f"tail -n {int(lines)} {log} 2>/dev/null\n")
+    return found.stdout.strip() or "its log is empty"
+
+
+def stop(cluster: Cluster) -> bool:
+    """Stop the supervisor on the head (before the server: a stop never races a restart)."""
+    script = process.stop_group_script(cluster.config.name, ROLE)
+    return cluster.client(cluster.head).script(script, 60).ok
+
+
+def forget(cluster: Cluster) -> None:
+    """The supervisor's key off every other node, its spec (with the API key) off the head."""
+    head, tag = cluster.head, key_tag(cluster)
+    script = exports({"HALO_TAG": tag}) + (
+        'f="$HOME/.ssh/authorized_keys"\n[ -f "$f" ] || exit 0\n'
+        'grep -qF -- "$HALO_TAG" "$f" || exit 0\n'
+        '{ grep -vF -- "$HALO_TAG" "$f" || true; } > "$f.halo-new"\n'
+        'cat "$f.halo-new" > "$f"\nrm -f "$f.halo-new"\n'
+    )
+    others = [n for n in cluster.config.nodes if n.name != head.name]
+    each(others, lambda n: cluster.client(n).script(script, 30))
+    spec = f"{process.STATE_DIR}/{ROLE}-{cluster.config.name}.spec.json"
+    cluster.client(head).script(f"rm -f {spec}\n", 30)

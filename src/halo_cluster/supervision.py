@@ -1,0 +1,244 @@
+"""What the supervisor on the head decides, as pure functions: the settings
+(``[serve.supervise]``), the states a supervised server is in, and the policy that turns one
+round of probes into the next action. The loop that probes and acts is ``node/supervisor.py``;
+the controller's side (install, stop, status) is ``cluster/supervise.py``.
+
+States::
+
+    starting ──► serving ◄──────────────┐
+                   │  crash / wedge      │ proven again
+                   ▼                     │
+               restarting ───────────────┘
+                   │  K restarts within W s       a member unreachable (SSH, fabric)
+                   ▼                              ──► degraded ──► (it answers) restarting
+                 failed  (no more restarts until the user acts; memory guard too)
+
+A restart is always the whole serving group, in the order it was first started. Restarts back
+off exponentially (``backoff_s`` doubled per restart already in the window, at most
+``backoff_max_s``); the (K+1)-th restart wanted within ``crash_window_s`` ends in ``failed``
+instead, so a crash loop ends after exactly K attempts.
+
+Standard library only (Python 3.9): the node side imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STARTING, SERVING, DEGRADED, RESTARTING, FAILED, STOPPED = (
+    "starting",
+    "serving",
+    "degraded",
+    "restarting",
+    "failed",
+    "stopped",
+)
+STATES = (STARTING, SERVING, DEGRADED, RESTARTING, FAILED, STOPPED)
+HISTORY_KEPT = 50  # state changes kept in the state file
+
+# one metric value per state, for the exporter (halo_serve_state)
+STATE_CODES = {STOPPED: 0, STARTING: 1, SERVING: 2, DEGRADED: 3, RESTARTING: 4, FAILED: 5}
+
+
+@dataclass(frozen=True)
+class SuperviseSettings:
+    """``[serve.supervise]``: probe interval and deadline, backoff, crash-loop limits and the
+    memory guard. Every duration is in seconds."""
+
+    enabled: bool = True
+    interval_s: float = 5.0  # between two rounds of probes
+    deadline_s: float = 30.0  # a one-token generation must complete within this
+    wedge_probes: int = 2  # failed generations in a row (processes alive) that make a wedge
+    backoff_s: float = 2.0  # the first restart waits this long; doubled for each one after
+    backoff_max_s: float = 60.0
+    crash_restarts: int = 3  # K: restarts allowed within the window ...
+    crash_window_s: float = 600.0  # W: ... before the state is 'failed'
+    start_timeout_s: float = 900.0  # a restarted group must answer /health within this
+    memory_min_available_pct: float = 3.0  # MemAvailable below this % of MemTotal: stop
+    memory_max_pressure_pct: float = 60.0  # /proc/pressure/memory "full avg10" above: stop
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> SuperviseSettings:
+        known = SuperviseSettings.__dataclass_fields__
+        return SuperviseSettings(**{k: v for k, v in data.items() if k in known})
+
+
+# -- one round of probes ------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemberProbe:
+    """One member node as the head saw it in one round."""
+
+    name: str
+    reachable: bool  # SSH (or, for the head, bash) answered
+    alive: bool = True  # its engine process (pid file) runs
+    fabric: bool | None = None  # its fabric address answered a ping from the head (None: not asked)
+    mem_total_kib: int | None = None
+    mem_available_kib: int | None = None
+    pressure_full_avg10: float | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One round: every member, /health on the head, and a one-token generation."""
+
+    at: float
+    members: tuple[MemberProbe, ...]
+    health: bool
+    generated: bool
+    latency_s: float | None = None  # the generation's time, when it completed
+    detail: str = ""  # why /health or the generation failed
+
+
+# -- what to do next -------------------------------------------------------------------------
+NOTHING, RESTART, DEGRADE, FAIL, MEMORY_STOP = (
+    "nothing",
+    "restart",
+    "degrade",
+    "fail",
+    "memory-stop",
+)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    cause: str = ""
+    wait_s: float = 0.0  # RESTART: the backoff before the attempt
+    nodes: tuple[str, ...] = ()  # DEGRADE: the nodes lost
+
+
+@dataclass
+class Policy:
+    """The decisions between probes: keeps the count of failed generations in a row and
+    the times of the restarts within the window."""
+
+    settings: SuperviseSettings
+    wedged_rounds: int = 0
+    restarts_at: list[float] = field(default_factory=list)
+
+    def decide(self, state: str, probe: Probe) -> Action:
+        """The action after ``probe`` while the server is in ``state``."""
+        if state in (FAILED, STOPPED):
+            return Action(NOTHING)
+        lost = lost_members(probe)
+        if lost:
+            self.wedged_rounds = 0
+            return Action(DEGRADE, f"lost {', '.join(n for n, _ in lost)}: " + lost[0][1],
+                          nodes=tuple(n for n, _ in lost))  # fmt: skip
+        memory = memory_problem(self.settings, probe)
+        if memory:
+            return Action(MEMORY_STOP, memory)
+        if state == DEGRADED:  # every member answers again: bring the group back
+            return self.restart(probe.at, "every member answers again")
+        dead = [m.name for m in probe.members if not m.alive]
+        if dead:
+            return self.restart(probe.at, f"the engine's process exited on {', '.join(dead)}")
+        if probe.health and probe.generated:
+            self.wedged_rounds = 0
+            return Action(NOTHING)
+        self.wedged_rounds += 1
+        if self.wedged_rounds < self.settings.wedge_probes:
+            return Action(NOTHING)
+        what = "/health answers but " if probe.health else ""
+        cause = f"wedged: {what}no token within {self.settings.deadline_s:g} s for " + (
+            f"{self.wedged_rounds} probes in a row ({probe.detail})" if probe.detail else
+            f"{self.wedged_rounds} probes in a row"
+        )  # fmt: skip
+        return self.restart(probe.at, cause)
+
+    def restart(self, now: float, cause: str) -> Action:
+        """A restart with its backoff, or ``failed`` when K restarts are already in the window."""
+        self.wedged_rounds = 0
+        window = self.settings.crash_window_s
+        self.restarts_at = [t for t in self.restarts_at if now - t < window]
+        done = len(self.restarts_at)
+        if done >= self.settings.crash_restarts:
+            return Action(
+                FAIL,
+                f"crash loop: {done} restarts within {window:g} s did not keep it up; "
+                f"last cause: {cause}",
+            )
+        self.restarts_at.append(now)
+        wait = min(self.settings.backoff_max_s, self.settings.backoff_s * (2**done))
+        return Action(RESTART, cause, wait_s=wait)
+
+
+def lost_members(probe: Probe) -> list[tuple[str, str]]:
+    """(name, why) of each member the head cannot reach: SSH or its fabric address."""
+    lost = []
+    for member in probe.members:
+        if not member.reachable:
+            lost.append((member.name, member.error or "it does not answer"))
+        elif member.fabric is False:
+            lost.append((member.name, member.error or "its fabric address does not answer"))
+    return lost
+
+
+def memory_problem(settings: SuperviseSettings, probe: Probe) -> str:
+    """Why the memory guard stops the engine now ('' when it does not)."""
+    for m in probe.members:
+        total, available = m.mem_total_kib, m.mem_available_kib
+        if total and available is not None:
+            pct = 100.0 * available / total
+            if pct < settings.memory_min_available_pct:
+                return (
+                    f"memory guard: {m.name} had {available / 1048576:.1f} GiB available "
+                    f"({pct:.1f} % of {total / 1048576:.1f} GiB, below "
+                    f"{settings.memory_min_available_pct:g} %): stopped the engine before "
+                    "the node froze"
+                )
+        pressure = m.pressure_full_avg10
+        if pressure is not None and pressure > settings.memory_max_pressure_pct:
+            return (
+                f"memory guard: {m.name}'s memory pressure (full avg10) was {pressure:g} % "
+                f"(above {settings.memory_max_pressure_pct:g} %): stopped the engine before "
+                "the node froze"
+            )
+    return ""
+
+
+# -- the probe script's answer (pure) -------------------------------------------------------
+def parse_member_answer(name: str, text: str) -> MemberProbe:
+    """A member's answer to the probe script (``key=value`` lines: alive, MemTotal,
+    MemAvailable, the PSI 'full' line); an unreadable value is left out, never guessed."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    return MemberProbe(
+        name=name,
+        reachable=True,
+        alive=values.get("alive") == "1",
+        fabric=_flag(values.get("fabric")),
+        mem_total_kib=_int(values.get("mem_total_kib")),
+        mem_available_kib=_int(values.get("mem_available_kib")),
+        pressure_full_avg10=_pressure(values.get("psi_full")),
+    )
+
+
+def _flag(text: str | None) -> bool | None:
+    return None if text not in ("0", "1") else text == "1"
+
+
+def _int(text: str | None) -> int | None:
+    if text is None or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+def _pressure(line: str | None) -> float | None:
+    """``avg10=1.23 avg60=… total=…`` -> 1.23."""
+    for word in (line or "").split():
+        if word.startswith("avg10="):
+            try:
+                value = float(word[6:])
+            except ValueError:
+                return None
+            return value if 0.0 <= value <= 100.0 else None
+    return None
