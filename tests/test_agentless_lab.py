@@ -103,7 +103,9 @@ def test_a_corrupted_cache_is_replaced_never_run(workdir: Path, tmp_path: Path) 
         "remove it or chown it to uid 0"
     )
     assert (code, refused["severity"], refused["evidence"]) == (1, "fail", [line]), refused
-    assert refused["summary"] == "node1's cache of halo's node code could be changed by another user"
+    assert (
+        refused["summary"] == "node1's cache of halo's node code could be changed by another user"
+    )
     assert finding(report, "node2", "node.python")["severity"] == "ok"
     os.chown(path.parent, 0, 0)
     assert doctor(workdir, lab)[0] == 0

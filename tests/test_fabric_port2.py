@@ -267,6 +267,10 @@ def test_serves_counters_witness_reads_port_2(tmp_path: Path) -> None:
     srv = cluster(tmp_path, nodes, ServeConfig(model="/m"), {"node1": plan()})
     serve(srv, tp=1, allow_fallback=True, wait_s=5)
     asked = [s for s in nodes["node1"].scripts if " counters" in s]
-    assert asked == [
-        "/h/halo counters --fabric 10.40.0.21 --mgmt 198.18.1.11 --rdma mlx4_0:2",
-    ] * 2  # before and after the probe request
+    assert (
+        asked
+        == [
+            "/h/halo counters --fabric 10.40.0.21 --mgmt 198.18.1.11 --rdma mlx4_0:2",
+        ]
+        * 2
+    )  # before and after the probe request

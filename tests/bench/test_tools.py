@@ -49,9 +49,7 @@ def test_perftest_bandwidth_units(name: str, gbps: float) -> None:
 
 
 def test_perftest_json_reports() -> None:
-    assert parse_perftest_json(read("perftest-write-bw.json")) == Bandwidth(
-        50.64, None, "perftest"
-    )
+    assert parse_perftest_json(read("perftest-write-bw.json")) == Bandwidth(50.64, None, "perftest")
     assert parse_perftest_json(read("perftest-write-lat.json")) == Latency(
         5.23, 6.02, 5.27, 1000, "perftest"
     )

@@ -263,7 +263,9 @@ def vllm_table(**keys: Any) -> dict[str, Section]:
 
 
 def serve(srv: Serving, **asked: Any) -> ServeResult:
-    """``halo serve`` with these flags (``tp``, ``executor``, ``engine``, ...)."""
+    """``halo serve`` with these flags (``tp``, ``executor``, ``engine``, ...): the bring-up
+    alone (the supervisor it leaves is tested in tests/test_supervise_install.py and the lab)."""
+    asked.setdefault("supervise", False)
     return srv.start(serve_request(srv.config, **asked))
 
 

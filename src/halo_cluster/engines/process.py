@@ -27,10 +27,21 @@ def log_paths(cluster: str, role: str = "serve") -> tuple[str, str]:
     return f"{STATE_DIR}/{role}-{name}.log", f"{STATE_DIR}/{role}-{name}.pid"
 
 
+# Sets $alive to 1 when the process in $p runs: a zombie (killed, its parent gone and not
+# yet reaped by an init that waits) is dead, however kill -0 answers. The state is the
+# field after the command's name in /proc/PID/stat (the name may hold spaces and ')').
+_ALIVE = (
+    'alive=0; if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then\n'
+    '  s="$(cat "/proc/$p/stat" 2>/dev/null)"; s="${s##*) }"\n'
+    '  case "${s%% *}" in Z|X) ;; *) alive=1 ;; esac\n'
+    "fi\n"
+)
+
+
 def alive_script(cluster: str) -> str:
     """Exit 0 when the program 'halo serve' started on a node (its pid file) still runs."""
     _log, pid = log_paths(cluster)
-    return f'kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null\n'
+    return f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}[ "$alive" = 1 ]\n'
 
 
 def background_script(
@@ -71,8 +82,7 @@ def probe_script(cluster: str) -> str:
     line of /proc/pressure/memory where the kernel has it (``supervision.parse_member_answer``)."""
     _log, pid = log_paths(cluster)
     return (
-        f'p="$(cat {pid} 2>/dev/null)"\n'
-        'if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo alive=1; else echo alive=0; fi\n'
+        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
         'while read -r k v _; do case "$k" in\n'
         '  MemTotal:) echo "mem_total_kib=$v" ;;\n'
         '  MemAvailable:) echo "mem_available_kib=$v" ;;\n'

@@ -339,7 +339,13 @@ class Supervisor:
                 return "stopped"
             done = self.runners[step.node].run(list(step.argv), step.stdin, step.timeout_s)
             if not done.ok:
-                return f"{step.node}: a start step failed: {_short(done.error_text())}"
+                dead = [m for m in self.spec.members if m.runs and not self.member_alive(m)]
+                why = (
+                    f"the engine exited on {dead[0].name} while starting: {self.last_line(dead[0])}"
+                    if dead
+                    else _short(done.error_text())
+                )
+                return f"{step.node}: a start step failed: {why}"
         error = self.wait_healthy()
         return error if error is not None else self.prove()
 

@@ -1,0 +1,192 @@
+"""The supervisor's loop for real on this machine, one member (the head itself): a stand-in
+server started by the start script halo records, killed, wedged (SIGSTOP), made unable to
+start (a crash loop), and the supervisor stopped. Each wait ends on the state it waits for;
+its bound only keeps a broken loop from hanging the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from halo_cluster import supervision as sv
+from halo_cluster.engines import process
+from halo_cluster.node.supervisor import SpecError, Supervisor, read_spec
+
+STANDIN = Path(__file__).with_name("standin_server.py")
+CLUSTER = "sup-test"
+BOUND_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spec(tmp: Path, port: int, **settings: Any) -> dict[str, Any]:
+    argv = [sys.executable, str(STANDIN), str(port), str(tmp / "broken")]
+    return {
+        "version": 1,
+        "cluster": CLUSTER,
+        "head": "node1",
+        "engine": "standin",
+        "model": "standin",
+        "host": "127.0.0.1",
+        "port": port,
+        "api_key": None,
+        "rdma": False,
+        "allow_fallback": False,
+        "settings": {"interval_s": 0.5, "deadline_s": 3.0, "backoff_s": 0.2, **settings},
+        "members": [
+            {
+                "name": "node1",
+                "ssh": None,
+                "prefix": [],
+                "fabric": None,
+                "counters": None,
+                "runs": True,
+            }
+        ],
+        "start": [
+            {
+                "node": "node1",
+                "argv": ["bash", "-s"],
+                "stdin": process.background_script({}, argv, CLUSTER),
+                "timeout_s": 30,
+            },
+            {
+                "node": "node1",
+                "argv": ["bash", "-s"],
+                "stdin": process.reach_script("127.0.0.1", port, 20),
+                "timeout_s": 30,
+            },
+        ],
+        "probe_script": process.probe_script(CLUSTER),
+        "stop_script": process.stop_script(CLUSTER),
+        "log_tail_script": process.log_tail_script(CLUSTER),
+    }
+
+
+def until(check: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not seen within {BOUND_S:g} s: {what}")
+
+
+def pid_of() -> int:
+    _log, pid = process.log_paths(CLUSTER)
+    text = os.popen(f"cat {pid}").read().strip()  # the shell expands the state directory
+    return int(text)
+
+
+def process_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return stat.rsplit(") ", 1)[1].split()[0]
+
+
+@pytest.fixture
+def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = free_port()
+    lines: list[str] = []
+    running: list[tuple[Supervisor, threading.Thread]] = []
+
+    def start(**settings: Any) -> Supervisor:
+        path = tmp_path / "spec.json"
+        path.write_text(json.dumps(spec(tmp_path, port, **settings)))
+        path.chmod(0o600)
+        sup = Supervisor(read_spec(path), path, lines.append)
+        assert sup.start_group() is None  # as 'halo serve' started it before leaving it
+        thread = threading.Thread(target=sup.run, daemon=True)
+        thread.start()
+        running.append((sup, thread))
+        return sup
+
+    yield start, lines, tmp_path
+    for sup, thread in running:
+        sup.stopping.set()
+        thread.join(30)
+        sup.stop_all()
+
+
+def test_a_killed_server_is_restarted_and_serving_again(supervised: Any) -> None:
+    start, _lines, _tmp = supervised
+    sup = start()
+    until(lambda: sup.record["last_probe"] and sup.record["last_probe"]["generated"], "a probe")
+    first = pid_of()
+    os.kill(first, signal.SIGKILL)
+    until(lambda: sup.record["restarts"] == 1 and sup.record["state"] == sv.SERVING, "restarted")
+    assert pid_of() != first
+    causes = [h["cause"] for h in sup.record["history"] if h["state"] == sv.RESTARTING]
+    assert causes == ["the engine's process exited on node1"]
+    saved = json.loads(sup.state_path.read_text())
+    assert saved["state"] == sv.SERVING and saved["restarts"] == 1
+    assert oct(sup.state_path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_stopped_server_is_a_wedge_and_restarted(supervised: Any) -> None:
+    start, _lines, _tmp = supervised
+    sup = start(wedge_probes=2)
+    until(lambda: sup.record["last_probe"], "a probe")
+    wedged = pid_of()
+    os.kill(wedged, signal.SIGSTOP)
+    until(lambda: sup.record["restarts"] == 1 and sup.record["state"] == sv.SERVING, "restarted")
+    cause = next(h["cause"] for h in sup.record["history"] if h["state"] == sv.RESTARTING)
+    assert cause.startswith("wedged: no token within 3 s for 2 probes in a row")
+    assert process_state(wedged) in ("gone", "Z")  # stopped for good (a zombie until reaped)
+
+
+def test_a_crash_loop_ends_in_failed_after_exactly_k_restarts(supervised: Any) -> None:
+    start, lines, tmp = supervised
+    sup = start(crash_restarts=2)
+    until(lambda: sup.record["last_probe"], "a probe")
+    (tmp / "broken").write_text("")  # the model cannot be loaded any more
+    os.kill(pid_of(), signal.SIGKILL)
+    until(lambda: sup.record["state"] == sv.FAILED, "failed")
+    assert sup.record["restarts"] == 0
+    assert len(sup.policy.restarts_at) == 2
+    assert sup.record["cause"].startswith("crash loop: 2 restarts within 600 s did not keep it up")
+    assert "cannot load the model" in sup.record["cause"]
+    assert sum(line.split(" ", 1)[1].startswith("restart failed:") for line in lines) == 2
+    time.sleep(1.5)  # three more rounds' time: nothing more is tried
+    assert len(sup.policy.restarts_at) == 2 and sup.record["state"] == sv.FAILED
+
+
+def test_stopping_the_supervisor_leaves_the_server_to_halo_stop(supervised: Any) -> None:
+    start, _lines, _tmp = supervised
+    sup = start()
+    until(lambda: sup.record["last_probe"], "a probe")
+    sup.stopping.set()
+    until(lambda: sup.record["state"] == sv.STOPPED, "stopped")
+    os.kill(pid_of(), 0)  # the server itself is stopped by 'halo stop', after the supervisor
+
+
+def test_a_spec_that_is_not_one_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "spec.json"
+    for text, said in (
+        ("{", "unreadable supervisor spec"),
+        ('{"version": 9}', "not a supervisor spec of version 1"),
+        ('{"version": 1, "members": []}', "unreadable supervisor spec ('start')"),
+    ):
+        bad.write_text(text)
+        with pytest.raises(SpecError) as err:
+            read_spec(bad)
+        assert said in str(err.value) and "\n" not in str(err.value)
