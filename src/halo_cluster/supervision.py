@@ -80,6 +80,7 @@ class MemberProbe:
     mem_available_kib: int | None = None
     pressure_full_avg10: float | None = None
     error: str = ""
+    ray: bool | None = None  # its raylet runs (None: the server does not use Ray)
 
 
 @dataclass(frozen=True)
@@ -138,6 +139,9 @@ class Policy:
         dead = [m.name for m in probe.members if not m.alive]
         if dead:
             return self.restart(probe.at, f"the engine's process exited on {', '.join(dead)}")
+        rayless = [m.name for m in probe.members if m.ray is False]
+        if rayless:
+            return self.restart(probe.at, f"Ray is not running on {', '.join(rayless)}")
         if probe.health and probe.generated:
             self.wedged_rounds = 0
             return Action(NOTHING)
@@ -219,6 +223,7 @@ def parse_member_answer(name: str, text: str) -> MemberProbe:
         mem_total_kib=_int(values.get("mem_total_kib")),
         mem_available_kib=_int(values.get("mem_available_kib")),
         pressure_full_avg10=_pressure(values.get("psi_full")),
+        ray=_flag(values.get("ray")),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.config import default_llama_cpp
+from halo_cluster.config import default_engine, default_llama_cpp
 from tests.conftest import halo, require
 
 pytestmark = pytest.mark.lab
@@ -176,3 +176,67 @@ def test_halo_stop_during_a_restart_leaves_nothing_running(served: Lab) -> None:
         assert lab.exec(node, LEFT).strip() == "", node
     assert "halo-supervise" not in lab.exec("node2", "cat ~/.ssh/authorized_keys 2>/dev/null")
     assert "spec" not in lab.exec("node1", "ls ~/.local/state/halo")  # the API key's file
+
+
+# -- vLLM's CPU build: its own mp executor, and Ray -------------------------------------------
+@pytest.fixture
+def vllm_lab(tmp_path: Path) -> Iterator[Lab]:
+    require(os.geteuid() == 0, "halo lab needs root")
+    require(default_engine() is not None, "no engine environment (make engine)")
+    lab = Lab(tmp_path, f"sv{os.getpid() % 10000}v")
+    up = halo("lab", "up", "--name", lab.name, "--dir", str(lab.dir))
+    assert up.returncode == 0, up.stderr
+    with open(lab.config, "a") as config:
+        config.write("\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\n")
+    try:
+        assert halo("lab", "model", str(lab.dir / "model")).returncode == 0
+        yield lab
+    finally:
+        halo("stop", "--config", lab.config)
+        halo("down", "--config", lab.config)
+        halo("lab", "down", "--dir", str(lab.dir))
+
+
+def _serve_vllm(lab: Lab, *flags: str) -> dict[str, Any]:
+    done = halo(
+        "serve", str(lab.dir / "model"), "--config", lab.config, "--json", *flags, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert result["proven"] == "socket" and result["supervisor"]["state"] == "serving"
+    return result
+
+
+KILL_RANK = 'kill -KILL "$(cat "$HOME/.local/state/halo/serve-lab-$1.pid")"'
+
+
+def test_vllm_mp_a_killed_rank_on_node2_restarts_every_rank(vllm_lab: Lab) -> None:
+    lab = vllm_lab
+    _serve_vllm(lab, "--executor", "mp")
+    lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
+    lab.exec("node2", KILL_RANK.replace("$1", lab.name))
+    found = restarted(lab, 1)
+    assert lab.causes("restarting") == ["the engine's process exited on node2"]
+    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
+    assert lab.status()["serve"]["healthy"]
+
+
+def test_vllm_on_ray_head_killed_then_node2_lost_and_back(vllm_lab: Lab) -> None:
+    lab = vllm_lab
+    assert halo("up", "--config", lab.config).returncode == 0
+    _serve_vllm(lab, "--tp", "2")
+    lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
+    lab.exec("node1", KILL_RANK.replace("$1", lab.name))  # the API server on the head
+    found = restarted(lab, 1)
+    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
+    assert halo("lab", "kill", "--dir", str(lab.dir), "node2").returncode == 0
+    assert lab.until(lambda s: s["state"] == "degraded", "degraded")["cause"].startswith(
+        "lost node2"
+    )
+    assert halo("lab", "heal", "--dir", str(lab.dir), "node2").returncode == 0
+    restarted(lab, 2)  # Ray on node2 started again by the supervisor, then the server
+    assert (
+        "starting Ray on node2 again" in halo("logs", "--supervisor", "--config", lab.config).stdout
+    )
+    status = lab.status()
+    assert status["serve"]["healthy"] and all(n["ray"] for n in status["nodes"])

@@ -68,7 +68,7 @@ def spec(tmp: Path, port: int, **settings: Any) -> dict[str, Any]:
             {
                 "node": "node1",
                 "argv": ["bash", "-s"],
-                "stdin": process.reach_script("127.0.0.1", port, 20),
+                "stdin": process.reach_script("127.0.0.1", port, 5),
                 "timeout_s": 30,
             },
         ],

@@ -278,11 +278,47 @@ def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> dict[
         )
         say(f"  counters per generated token on {node}: {shown}")
     bench = load(served.url, None, [1, 4], 8, 32, 32, None)
+    recovery = _recovery(server, say) if served.supervisor else None
     say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
     return {
         "serve": {k: v for k, v in served.__dict__.items() if k != "verdict"},
         "bench": bench["levels"],
+        "recovery": recovery,
     }
+
+
+RECOVERY_BOUND_S = 180.0
+
+
+def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
+    """The supervisor at work: llama-server on the head killed, 'halo status' watched from
+    'restarting' back to 'serving' (the engine restarted and proven by the supervisor on the
+    head, not by this process)."""
+    from halo_cluster.cluster import supervise
+    from halo_cluster.engines import process
+
+    cluster = server.cluster
+    _log, pid = process.log_paths(cluster.config.name)
+    before = (supervise.status(cluster) or {}).get("restarts") or 0
+    cluster.client(cluster.head).script(f'kill -KILL "$(cat {pid})"\n')
+    say(f"killed llama-server on {cluster.head.name} (SIGKILL); halo status says:")
+    started, found = time.monotonic(), {}
+    seen: list[str] = []
+    last = "serving"
+    while time.monotonic() - started < RECOVERY_BOUND_S:
+        found = supervise.status(cluster) or {}
+        state = str(found.get("state"))
+        back = state == "serving" and (found.get("restarts") or 0) > before
+        if state != last or (back and not seen):
+            seen.append(state)
+            cause = f" ({found.get('cause')})" if state != "serving" and found.get("cause") else ""
+            say(f"  {time.monotonic() - started:5.1f} s  supervisor: {state}{cause}")
+            last = state
+        if back:
+            break
+        time.sleep(0.5)
+    took = round(time.monotonic() - started, 1)
+    return {"states": seen, "seconds": took, "restarts": found.get("restarts")}
 
 
 def _side_by_side(

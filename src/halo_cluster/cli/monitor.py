@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -131,6 +132,7 @@ def exporter(
     bytes, interface statistics, PCIe width, GPU memory, TCP echo round trips to every peer
     on each path, and alerts (link down, errors rising, latency over twice its baseline)."""
     from halo_cluster.config import find_config, load_config
+    from halo_cluster.config.model import state_dir
     from halo_cluster.monitor.probes import Target
     from halo_cluster.monitor.run import ExporterSpec, run_exporter
     from halo_cluster.monitor.run import once as one_page
@@ -156,6 +158,7 @@ def exporter(
         parse_duration(rescan, "--rescan"),
         parse_duration(rdma_probe_every, "--rdma-probe-every") if rdma_probe_every else None,
         _baseline(baseline_path),
+        str(state_dir()),
     )
     if once:
         sys.stdout.write(one_page(spec))
@@ -259,14 +262,31 @@ def monitoring() -> None:
     "--port", default=DEFAULT_PORT, show_default=True, help="Exporter port on every node."
 )
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval.")
-def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
-    """Print a Prometheus scrape config for every node's exporter."""
+@click.option(
+    "--rules",
+    "rules_path",
+    metavar="FILE",
+    help="Also write the serving alert rules (server down, crash loop, probe slow) to FILE "
+    "and name it under rule_files.",
+)
+@click.option(
+    "--probe-slow",
+    default="5s",
+    show_default=True,
+    help="HaloProbeSlow fires when the supervisor's one-token probe takes longer.",
+)
+def prometheus_config(
+    config_path: str | None, port: int, interval: str, rules_path: str | None, probe_slow: str
+) -> int:
+    """Print a Prometheus scrape config for every node's exporter (with --rules, and the
+    alert rules on the supervised server's metrics)."""
     import json
 
     from halo_cluster.cli.options import require_config
 
     config = require_config(config_path, "no cluster config: --config halo.toml")
     seconds = parse_duration(interval)  # a bad interval is a usage error, never YAML
+    slow = parse_duration(probe_slow, "--probe-slow")
     # every value is a JSON string, which YAML reads as a double-quoted scalar: nothing in
     # a node's name, address or the config's path can add keys or lines
     source = ascii(str(config.path))[1:-1]
@@ -281,6 +301,12 @@ def prometheus_config(config_path: str | None, port: int, interval: str) -> int:
         target = json.dumps(f"{node.mgmt_address or node.host}:{port}")
         labels = {"node": node.name, "cluster": config.name}
         lines += [f"      - targets: [{target}]", f"        labels: {json.dumps(labels)}"]
+    if rules_path:
+        from halo_cluster.atomic import write_output
+        from halo_cluster.monitor.alerts import serving_rules
+
+        write_output(rules_path, serving_rules(slow))
+        lines[1:1] = ["rule_files:", f"  - {json.dumps(str(Path(rules_path).resolve()))}"]
     click.echo("\n".join(lines))
     return 0
 

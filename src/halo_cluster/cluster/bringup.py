@@ -108,7 +108,7 @@ class Serving:
             self._record_proof(request, prepared, witness, result)
             refused = bool(result.problems) and not request.allow_fallback
             if request.serve.supervise.enabled and not refused:
-                result.supervisor = self._supervise(ctx, prepared, steps)
+                result.supervisor = self._supervise(ctx, prepared, steps, witness)
         except BaseException:
             self.progress("stopping the server on every node")
             self._stop()
@@ -119,9 +119,13 @@ class Serving:
         return result
 
     def _supervise(
-        self, ctx: ServeContext, prepared: Prepared, steps: list[supervise.Step]
+        self,
+        ctx: ServeContext,
+        prepared: Prepared,
+        steps: list[supervise.Step],
+        witness: Witness,
     ) -> dict[str, Any]:
-        first = supervise.install(self.cluster, ctx, prepared, steps)
+        first = supervise.install(self.cluster, ctx, prepared, steps, witness.recheck)
         _log, _pid = process.log_paths(self.config.name, supervise.ROLE)
         return {
             "state": first.get("state"),

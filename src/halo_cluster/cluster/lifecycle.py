@@ -7,6 +7,8 @@ Every node's ``ray start`` runs with the transport plan made from its own facts
 
 from __future__ import annotations
 
+import secrets
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ from halo_cluster.cluster.state import (
     write_state,
 )
 from halo_cluster.config import NodeConfig
+from halo_cluster.engines import process
 from halo_cluster.errors import LifecycleError, StateError
 from halo_cluster.runner.quote import node_script
 from halo_cluster.runner.result import Result
@@ -50,6 +53,23 @@ class UpResult:
     plans: dict[str, TransportPlan] = field(default_factory=dict)
     nodes_alive: list[str] = field(default_factory=list)
     ranks: dict[str, int] = field(default_factory=dict)  # engine ranks each node offers
+
+
+def ray_start_path(cluster: str) -> str:
+    """Where a node keeps the script that started its Ray (shell words: expands there)."""
+    return f"{process.STATE_DIR}/ray-start-{shlex.quote(cluster)}.sh"
+
+
+def keep_ray_start(client: NodeClient, cluster: str, script: str) -> None:
+    """Keep the script that started Ray on the node (0600, its state directory: it may hold
+    Ray's token), so that the supervisor on the head can start Ray there again after the
+    node comes back (``halo down`` removes it)."""
+    end = f"HALO_RAY_{secrets.token_hex(8)}"
+    path = ray_start_path(cluster)
+    client.script(
+        f"set -e\numask 077\nmkdir -p {process.STATE_DIR}\ncat > {path} <<'{end}'\n{script}{end}\n",
+        timeout=30,
+    )
 
 
 def run_script(
@@ -110,6 +130,8 @@ class Lifecycle:
                 self.gpus_found.get(node.name, 0),
             )
             started = run_script(self.client(node), env, argv)
+            if started.ok:
+                keep_ray_start(self.client(node), self.config.name, node_script(env, argv))
             if not started.ok:
                 if waiter is not None:
                     waiter.cancel()
@@ -173,6 +195,7 @@ class Lifecycle:
 
     def stop_node(self, node: NodeConfig) -> Result:
         stop = [ray_command(self.config, node), "stop", "--force"]
+        self.client(node).script(f"rm -f {ray_start_path(self.config.name)}\n", timeout=30)
         return run_script(self.client(node), {}, stop, timeout=60)
 
     # -- status / down --------------------------------------------------------------------

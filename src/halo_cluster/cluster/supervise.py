@@ -24,16 +24,17 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped
 from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.lifecycle import ray_start_path
 from halo_cluster.cluster.proof import counters_call, mgmt_address
 from halo_cluster.config import NodeConfig
 from halo_cluster.engines import process
-from halo_cluster.engines.protocol import Prepared, ServeContext
+from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
 from halo_cluster.errors import LifecycleError
 from halo_cluster.jsonin import loads
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
 from halo_cluster.runner.result import LineSink, Result, Runner
-from halo_cluster.wire.args import supervise_args
+from halo_cluster.wire.args import ray_nodes_args, supervise_args
 
 ROLE = "supervise"
 FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
@@ -156,9 +157,11 @@ def spec_dict(
     prepared: Prepared,
     steps: list[Step],
     targets: dict[str, dict[str, Any]],
+    recheck: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The supervisor's spec (``node/supervisor.read_spec``); it holds the API key."""
     name, head = cluster.config.name, cluster.head
+    ray = find_engine(ctx.request.engine).uses_ray(ctx.request.options)
     runs = {m.name for m in prepared.members}
     counted = {n.name for n in prepared.witnesses}
     members = []
@@ -175,6 +178,7 @@ def spec_dict(
                 "fabric": None if node.name == head.name else (plan.address if plan else None),
                 "counters": counters,
                 "runs": node.name in runs,
+                "ray": node.address if ray else None,
             }
         )
     serve = ctx.request.serve
@@ -198,6 +202,24 @@ def spec_dict(
         "probe_script": process.probe_script(name),
         "stop_script": process.stop_script(name),
         "log_tail_script": process.log_tail_script(name),
+        "log_script": process.log_script(name),
+        "recheck": recheck,
+        **(_ray_scripts(cluster, ctx, prepared) if ray else {}),
+    }
+
+
+def _ray_scripts(cluster: Cluster, ctx: ServeContext, prepared: Prepared) -> dict[str, Any]:
+    """For a server on Ray: how a member's raylet is checked, started again (the node's own
+    script from 'halo up') and waited for (Ray's table on the head)."""
+    path = ray_start_path(cluster.config.name)
+    addresses = [n.address for n in _members(prepared)]
+    wait = ctx.client(cluster.head).command(*ray_nodes_args(wait=addresses, timeout=150))
+    return {
+        "ray_check_script": "if pgrep -f raylet >/dev/null 2>&1; then echo ray=1; "
+        "else echo ray=0; fi\n",
+        "ray_start_script": f"[ -f {path} ] || {{ echo 'no Ray start script from halo up "
+        f"here' >&2; exit 4; }}\nbash {path}\n",
+        "ray_wait": wait,
     }
 
 
@@ -210,7 +232,11 @@ def _members(prepared: Prepared) -> list[NodeConfig]:
 
 
 def install(
-    cluster: Cluster, ctx: ServeContext, prepared: Prepared, steps: list[Step]
+    cluster: Cluster,
+    ctx: ServeContext,
+    prepared: Prepared,
+    steps: list[Step],
+    recheck: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Leave the supervisor on the head; its first round of probes, as it wrote it."""
     head = cluster.head
@@ -225,7 +251,7 @@ def install(
         key_line = _head_key(cluster, base)
         each(remote, lambda n: _authorize(cluster, n, key_line))
         targets = {n.name: _ssh_target(cluster, n) for n in remote}
-    spec = json.dumps(spec_dict(cluster, ctx, prepared, steps, targets))
+    spec = json.dumps(spec_dict(cluster, ctx, prepared, steps, targets, recheck))
     end = f"HALO_SPEC_{secrets.token_hex(8)}"  # a heredoc's end that the JSON cannot hold
     written = client.script(
         f"set -e\numask 077\ncat > {json.dumps(base + '.spec.json')} <<'{end}'\n{spec}\n{end}\n"

@@ -208,6 +208,13 @@ def results_dir() -> Path:
     return Path(base) / "halo" / "results"
 
 
+def state_dir() -> Path:
+    """halo's state on this machine (what 'halo serve' started, the supervisor's state):
+    $XDG_STATE_HOME/halo (~/.local/state/...), as the node scripts name it."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "halo"
+
+
 def profiles_dir() -> Path:
     """Hardware profiles halo measured on this machine ('halo lab profile'):
     $XDG_DATA_HOME/halo/hardware (~/.local/share/...)."""

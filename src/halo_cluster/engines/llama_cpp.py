@@ -24,7 +24,7 @@ from halo_cluster.engines import process
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError, WireError
-from halo_cluster.llama_log import check_rpc, parse_llama_logs
+from halo_cluster.log_witness import llama_problems, llama_recheck
 from halo_cluster.nccl_log import parse_logs
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
@@ -265,14 +265,14 @@ class LlamaCpp:
             (f"{w.node.name}:serve.log", process.log_text(ctx.client(w.node), cluster))
             for w in workers
         ]
-        verdict = parse_llama_logs(
-            head_text.splitlines(), [(s, t.splitlines()) for s, t in worker_logs]
-        )
         expected = {
             f"{w.node.name}:serve.log": (w.endpoint(options.rpc_port), w.transport) for w in workers
         }
         offload = argv.offload_layers(layers, len(workers))
-        problems = check_rpc(verdict, expected, offload)
+        recheck = llama_recheck(ctx.head.name, expected, offload)
+        verdict, problems = llama_problems(
+            head_text.splitlines(), [(s, t.splitlines()) for s, t in worker_logs], recheck
+        )
         transports = {w.transport for w in workers}
         transport = "/".join(sorted(transports)) if transports else None
         path = "rdma" if prepared.rdma else "socket"
@@ -295,6 +295,7 @@ class LlamaCpp:
             ranks=ranks,
             problems=problems,
             transport=path,
+            recheck=recheck,
             summary={
                 "backend": f"rpc-{transport or 'none'}",
                 "init_method": None,

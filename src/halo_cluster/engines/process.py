@@ -94,6 +94,11 @@ def probe_script(cluster: str) -> str:
     )
 
 
+def log_script(cluster: str) -> str:
+    log, _pid = log_paths(cluster)
+    return f"cat {log} 2>/dev/null\nexit 0\n"
+
+
 def log_tail_script(cluster: str, lines: int = 5) -> str:
     log, _pid = log_paths(cluster)
     return f"tail -n {int(lines)} {log} 2>/dev/null\nexit 0\n"
@@ -155,8 +160,7 @@ def alive(client: NodeClient, cluster: str, timeout: float = 60.0) -> bool:
 
 
 def log_text(client: NodeClient, cluster: str) -> str:
-    log, _pid = log_paths(cluster)
-    return client.script(f"cat {log} 2>/dev/null\n", timeout=120).stdout
+    return client.script(log_script(cluster), timeout=120).stdout
 
 
 def tail(client: NodeClient, cluster: str, lines: int) -> str:

@@ -91,6 +91,8 @@ class Witness:
     problems: list[str]
     transport: str  # what the engine's log shows when there are no problems
     summary: dict[str, Any] = field(default_factory=dict)  # kept in the state file
+    # what the logs must show again after a restart (log_witness), judged by the supervisor
+    recheck: dict[str, Any] | None = None
 
 
 class Engine(Protocol):

@@ -21,7 +21,7 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
-from halo_cluster.engine_log import check_ranks, parse_engine_logs, rank_nodes
+from halo_cluster.engine_log import rank_nodes
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.engines.vllm_argv import (
@@ -34,7 +34,7 @@ from halo_cluster.engines.vllm_argv import (
     serve_argv,
 )
 from halo_cluster.errors import LifecycleError, UsageError
-from halo_cluster.nccl_log import parse_logs
+from halo_cluster.log_witness import vllm_problems, vllm_recheck
 
 MP_MASTER_PORT = 29517
 
@@ -161,15 +161,13 @@ class Vllm:
             )
             for n in prepared.members
         ]
-        engine = parse_engine_logs(logs)
-        nccl = parse_logs([(name, lines) for name, _node, lines in logs])
-        problems = []
-        if engine.ranks or nccl.transport == "unknown":  # NCCL's log alone also witnesses
-            problems += check_ranks(engine, head_plan.address, addresses, head_plan.address)
-        if engine.backend == "gloo" and expected != "socket":
-            problems.append("the ranks used Gloo (TCP sockets) although RDMA was planned")
-        if nccl.transport != "unknown" and not nccl.meets(expected):
-            problems.append(f"NCCL's log shows {nccl.transport}, the plan asked for {expected}")
+        recheck = vllm_recheck(
+            [(n.name, ctx.plans[n.name].address) for n in prepared.members],
+            head_plan.address,
+            addresses,
+            expected,
+        )
+        engine, nccl, problems = vllm_problems(logs, recheck)
         where = rank_nodes(engine, addresses, ctx.head.name)
         ranks = [
             {"rank": r.rank, "node": where.get(r.rank), "address": r.address or head_plan.address}
@@ -183,6 +181,7 @@ class Vllm:
             ranks=ranks,
             problems=problems,
             transport=nccl.transport if nccl.transport != "unknown" else "socket",
+            recheck=recheck,
             summary={
                 "backend": engine_dict.get("backend"),
                 "init_method": f"tcp://{engine_dict.get('init_address')}:"

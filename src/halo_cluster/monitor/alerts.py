@@ -4,6 +4,7 @@ baseline."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,3 +69,45 @@ def evaluate_alerts(
 
 def _subject(labels: tuple[tuple[str, str], ...]) -> str:
     return ",".join(f"{k}={v}" for k, v in labels)
+
+
+def serving_rules(probe_slow_s: float) -> str:
+    """Prometheus alert rules on the supervised server's series (``monitor/serving.py``),
+    as YAML: the server down (not serving, or its supervisor gone), a crash loop (the state
+    'failed', or three restarts within 15 minutes), and the one-token probe slow."""
+    rules = (
+        (
+            "HaloServerDown",
+            'max by (cluster) (halo_serve_state{state!="serving"}) == 1 '
+            "or max by (cluster) (halo_serve_supervisor_up) == 0",
+            "1m",
+            "critical",
+            "{{ $labels.cluster }}: the server is not serving (or its supervisor is gone)",
+        ),
+        (
+            "HaloCrashLoop",
+            'max by (cluster) (halo_serve_state{state="failed"}) == 1 '
+            "or increase(halo_serve_restarts_total[15m]) >= 3",
+            "0m",
+            "critical",
+            "{{ $labels.cluster }}: a crash loop; see 'halo status' and 'halo logs --supervisor'",
+        ),
+        (
+            "HaloProbeSlow",
+            f"halo_serve_probe_latency_seconds > {probe_slow_s:g}",
+            "2m",
+            "warning",
+            "{{ $labels.cluster }}: one generated token takes {{ $value }} s",
+        ),
+    )
+    lines = ["# halo serving alerts (halo monitoring prometheus-config --rules)", "groups:"]
+    lines += ["  - name: halo-serving", "    rules:"]
+    for name, expr, wait, severity, summary in rules:
+        lines += [
+            f"      - alert: {name}",
+            f"        expr: {json.dumps(expr)}",
+            f"        for: {wait}",
+            f"        labels: {{severity: {severity}}}",
+            f"        annotations: {{summary: {json.dumps(summary)}}}",
+        ]
+    return "\n".join(lines) + "\n"

@@ -18,6 +18,7 @@ from halo_cluster.monitor.probes import Prober, Target
 from halo_cluster.monitor.rates import rates
 from halo_cluster.monitor.rdma_probe import RdmaProber
 from halo_cluster.monitor.sampler import Sampler
+from halo_cluster.monitor.serving import serving_series
 from halo_cluster.monitor.snapshot import Labels, Snapshot
 from halo_cluster.units import wait_seconds
 
@@ -94,6 +95,7 @@ class Exporter:
         return next(t for t in self.targets if (t.peer, t.path) == key)
 
     rdma: RdmaProber | None = None
+    state_dir: str | None = None  # halo's state directory here: the supervisor's state
 
     def page(self, target: str) -> tuple[int, str, bytes]:
         """What the HTTP server answers for a request target."""
@@ -142,6 +144,10 @@ class Exporter:
             extra.append(("halo_probe_failures_total", labels, float(t.failures)))
         for alert in state.alerts:
             extra.append(("halo_alert", (("alert", alert.name), ("subject", alert.subject)), 1.0))
+        served, problems = serving_series(self.state_dir)
+        extra += served
+        for problem in problems:
+            self._log_once(f"halo exporter: supervisor state: {problem}")
         dropped: list[str] = []
         page = render(state.current.values, extra, dropped)
         for reason in dropped:

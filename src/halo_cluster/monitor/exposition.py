@@ -48,6 +48,18 @@ METRICS: dict[str, tuple[str, str]] = {
         "Latest perftest ib_write_lat typical latency to a peer.",
     ),
     "halo_rdma_probe_failures_total": ("counter", "RDMA latency probes that failed."),
+    "halo_serve_state": (
+        "gauge",
+        "1 for the supervised server's state (starting, serving, degraded, restarting, "
+        "failed, stopped), 0 for the others.",
+    ),
+    "halo_serve_restarts_total": ("counter", "Restarts that brought the server back."),
+    "halo_serve_probe_latency_seconds": (
+        "gauge",
+        "The supervisor's last one-token generation, end to end.",
+    ),
+    "halo_serve_probe_ok": ("gauge", "1 when the supervisor's last probe generated its token."),
+    "halo_serve_supervisor_up": ("gauge", "1 while the supervisor's process runs."),
 }
 
 

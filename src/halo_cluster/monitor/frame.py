@@ -97,7 +97,33 @@ def node_frame(
         "interfaces": interfaces,
         "probes": [probes[k] for k in sorted(probes)],
         "alerts": alerts,
+        "serving": serving(second),
     }
+
+
+def serving(samples: Samples) -> list[dict[str, Any]]:
+    """The supervised servers an exporter shows (the head's): state, restarts, last probe."""
+    out = []
+    for labels, value in sorted(_by(samples, "halo_serve_state").items()):
+        if value != 1:
+            continue
+        cluster = dict(labels).get("cluster", "")
+        own = (("cluster", cluster),)
+
+        def get(metric: str, own: tuple[tuple[str, str], ...] = own) -> float | None:
+            return samples.get((metric, own))
+
+        up = get("halo_serve_supervisor_up")
+        out.append(
+            {
+                "cluster": cluster,
+                "state": dict(labels).get("state", ""),
+                "restarts": get("halo_serve_restarts_total"),
+                "probe_latency_s": get("halo_serve_probe_latency_seconds"),
+                "supervisor_up": None if up is None else up == 1,
+            }
+        )
+    return out
 
 
 def build_frame(
@@ -130,7 +156,16 @@ def render_frame(frame: dict[str, Any]) -> str:
             f"   ALERT {printable(a.get('alert'))}: {printable(a.get('subject'))}"
             for a in node["alerts"]
         ]
+        out += [serving_line(s) for s in node.get("serving", [])]
     return "\n".join(out) + "\n"
+
+
+def serving_line(s: dict[str, Any]) -> str:
+    latency, restarts = s.get("probe_latency_s"), s.get("restarts")
+    probe = "" if latency is None else f"  probe {latency * 1000:8.1f} ms"
+    count = "" if restarts is None or not math.isfinite(restarts) else f"  restarts {restarts:.0f}"
+    gone = "  SUPERVISOR DOWN" if s.get("supervisor_up") is False else ""
+    return f"   serve {printable(s['cluster']):<16} {printable(s['state']):<10}{count}{probe}{gone}"
 
 
 def _port_line(p: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ class ExporterSpec:
     rescan_s: float = 10.0
     rdma_every_s: float | None = None
     baseline: dict[tuple[str, str], float] = field(default_factory=dict)
+    state_dir: str | None = None  # halo's state directory (the supervisor's state, if any)
 
 
 def raise_fd_limit(wanted: int = 65536) -> None:
@@ -90,6 +91,7 @@ def _state(spec: ExporterSpec, say: Say) -> Any:
     )
     if spec.rdma_every_s:
         state.rdma = rdma_prober(spec.root, spec.targets, spec.rdma_every_s, say)
+    state.state_dir = spec.state_dir
     return state
 
 

@@ -15,7 +15,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from halo_cluster.monitor.frame import Samples, node_frame
+from halo_cluster.monitor.frame import Samples, node_frame, serving_line
 from halo_cluster.printable import printable
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -208,6 +208,10 @@ class TopApp(App[None]):
                     printable(f"{node['target']}: {a.get('alert')} {a.get('subject')}"),
                 )
                 for a in node.get("alerts", [])
+            ]
+            alerts += [
+                Text.assemble(("SERVE ", "bold"), serving_line(s).strip())
+                for s in node.get("serving", [])
             ]
         shown = Text("\n").join(alerts) if alerts else Text("no alerts")
         self.query_one("#alerts", Static).update(shown)

@@ -149,6 +149,7 @@ def exporter(args: argparse.Namespace) -> int:
 
 
 def _exporter_spec(args: argparse.Namespace) -> ExporterSpec:
+    from halo_cluster.config.model import state_dir
     from halo_cluster.monitor.probes import Target
     from halo_cluster.monitor.run import ExporterSpec
     from halo_cluster.units import parse_duration, parse_listen
@@ -175,6 +176,7 @@ def _exporter_spec(args: argparse.Namespace) -> ExporterSpec:
         duration(args.interval, "--interval"),
         duration(args.rescan, "--rescan"),
         duration(every, "--rdma-probe-every") if every else None,
+        state_dir=str(state_dir()),
     )
 
 

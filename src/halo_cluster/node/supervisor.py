@@ -33,6 +33,7 @@ from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import HaloError
 from halo_cluster.infile import read_text
 from halo_cluster.jsonin import loads
+from halo_cluster.log_witness import log_nodes, recheck_problems
 from halo_cluster.node.serve_api import complete, health
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.prefix import PrefixRunner
@@ -64,6 +65,7 @@ class Member:
     fabric: str | None  # its address on the fabric, pinged from the head
     counters: tuple[str, ...] | None  # its counters command (node code), when counted
     runs: bool = True  # an engine process of its own (else only Ray's ranks: their Ray)
+    ray: str | None = None  # its Ray's address, when the server runs on Ray
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,11 @@ class Spec:
     probe_script: str  # per member: alive=, mem_*= lines
     stop_script: str  # per member: stop what 'halo serve' started there
     log_tail_script: str  # per member: the last lines of its log
+    log_script: str = ""  # per member: its whole log (the engine's own words)
+    recheck: dict[str, Any] | None = None  # what those words must show (log_witness)
+    ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
+    ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
+    ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
 
     @property
     def counted(self) -> list[Member]:
@@ -107,6 +114,7 @@ def read_spec(path: Path) -> Spec:
                 m.get("fabric"),
                 tuple(m["counters"]) if m.get("counters") else None,
                 bool(m.get("runs", True)),
+                m.get("ray") or None,
             )
             for m in data["members"]
         )
@@ -130,6 +138,11 @@ def read_spec(path: Path) -> Spec:
             probe_script=str(data["probe_script"]),
             stop_script=str(data["stop_script"]),
             log_tail_script=str(data["log_tail_script"]),
+            log_script=str(data.get("log_script") or ""),
+            recheck=data.get("recheck") if isinstance(data.get("recheck"), dict) else None,
+            ray_check_script=str(data.get("ray_check_script") or ""),
+            ray_start_script=str(data.get("ray_start_script") or ""),
+            ray_wait=tuple(data.get("ray_wait") or ()),
         )
     except (KeyError, TypeError, ValueError, OSError, HaloError) as err:
         if isinstance(err, SpecError):
@@ -271,6 +284,8 @@ class Supervisor:
 
     def probe_member(self, member: Member) -> sv.MemberProbe:
         script = self.spec.probe_script
+        if member.ray and self.spec.ray_check_script:
+            script = self.spec.ray_check_script + script
         if member.fabric and member.ssh is not None:  # asked on the head, of the member's address
             fabric = self.runners[self.spec.head].run(
                 ["bash", "-s"], fabric_script(member.fabric), PROBE_TIMEOUT_S
@@ -332,8 +347,34 @@ class Supervisor:
                 self.spec.members,
             ))  # fmt: skip
 
+    def start_ray(self) -> str | None:
+        """Ray where it is not running (a node that came back): each node's own script from
+        'halo up', the head first; then until Ray's table shows them all. None, or why not."""
+        members = [m for m in self.spec.members if m.ray]
+        if not members or not self.spec.ray_start_script:
+            return None
+        started = []
+        for member in sorted(members, key=lambda m: m.name != self.spec.head):
+            runner = self.runners[member.name]
+            check = runner.run(["bash", "-s"], self.spec.ray_check_script, PROBE_TIMEOUT_S)
+            if "ray=1" in check.stdout:
+                continue
+            self.log(f"starting Ray on {member.name} again")
+            done = runner.run(["bash", "-s"], self.spec.ray_start_script, 180.0)
+            if not done.ok:
+                return f"{member.name}: ray start failed: {_short(done.error_text())}"
+            started.append(member.name)
+        if started and self.spec.ray_wait:
+            waited = self.runners[self.spec.head].run(list(self.spec.ray_wait), None, 180.0)
+            if not waited.ok:
+                return f"Ray did not see {', '.join(started)} again: {_short(waited.error_text())}"
+        return None
+
     def start_group(self) -> str | None:
         """Start the group as it was first started and prove it; None, or why it failed."""
+        ray = self.start_ray()
+        if ray is not None:
+            return ray
         for step in self.spec.start:
             if self.stopping.is_set():
                 return "stopped"
@@ -375,7 +416,11 @@ class Supervisor:
         return _short(lines[-1]) if lines else "its log is empty"
 
     def prove(self) -> str | None:
-        """The counters witness again: the paths of a probe request's traffic."""
+        """Both witnesses again: the engine's own words (its logs, as at the first proof),
+        then the counters around one probe request."""
+        said = self.recheck_logs()
+        if said is not None:
+            return said
         counted = self.spec.counted
         if len(counted) < 2 and not self.spec.rdma:
             return None  # one node holds the whole model: no fabric to prove
@@ -391,6 +436,21 @@ class Supervisor:
         self.record["proof"] = {"at": round(time.time(), 3), "nodes": nodes, "problems": problems}
         if problems and not self.spec.allow_fallback:
             return "the counters show another path than the plans asked for: " + problems[0]
+        return None
+
+    def recheck_logs(self) -> str | None:
+        recheck = self.spec.recheck
+        if recheck is None or not self.spec.log_script:
+            return None  # an engine that gave nothing to recheck: the counters alone
+        nodes = [n for n in log_nodes(recheck) if n in self.runners]
+        logs = {
+            n: self.runners[n].run(["bash", "-s"], self.spec.log_script, 120.0).stdout
+            for n in nodes
+        }
+        problems = recheck_problems(recheck, logs)
+        self.record["proof_log"] = {"at": round(time.time(), 3), "problems": problems}
+        if problems and not self.spec.allow_fallback:
+            return "the engine's log shows another path than the plans asked for: " + problems[0]
         return None
 
     def read_counters(self, members: list[Member]) -> dict[str, dict[str, Any]]:
