@@ -241,6 +241,9 @@ def test_model_commands(store: str, name: str, path: str, prefixes: list[str]) -
     }  # fmt: skip
     assert parsed(commands.MODEL_PIPE.argv()) == {"command": "model-pipe"}  # spec: environment
     assert parsed(commands.MODEL_STOP.argv(run=name)) == {"command": "model-stop", "run": name}
+    spec = "/root/.local/state/halo/supervise-lab.spec.json"
+    assert wire.supervise_args(spec) == ["supervise", "--spec", spec]
+    assert parsed(wire.supervise_args(spec)) == {"command": "supervise", "spec": spec}
 
 
 def test_every_command_has_its_builder_tested() -> None:
@@ -248,6 +251,7 @@ def test_every_command_has_its_builder_tested() -> None:
         "inventory", "counters", "serve-health", "serve-probe", "gguf-layers", "ray-nodes",
         "net-probe", "bench-driver", "setup", "exporter", "node-info", "model-list",
         "model-state", "model-verify", "model-rm", "model-hash", "model-pipe", "model-stop",
+        "supervise",
     }  # fmt: skip
     assert set(wire.NAMES) == tested
     assert [m.name for m in commands.NET_PROBE.modes] == ["serve", "ping", "stream"]

@@ -47,6 +47,7 @@ from halo_cluster.wire.args import (
     serve_health_args,
     serve_probe_args,
     setup_args,
+    supervise_args,
 )
 from halo_cluster.wire.commands import (
     BENCH_SPEC_ENV,
@@ -99,4 +100,5 @@ __all__ = [
     "serve_health_args",
     "serve_probe_args",
     "setup_args",
+    "supervise_args",
 ]
