@@ -19,6 +19,22 @@ IN_CI = os.environ.get("CI") == "true"
 
 def pytest_configure(config: pytest.Config) -> None:
     hear_ctrl_c()
+    sweep_stale_labs()
+
+
+def sweep_stale_labs() -> None:
+    """Remove the labs an earlier test run left whose directory pytest has since deleted
+    (a run killed mid-test never took its lab down): their fixed names ('eng', 'mon', …)
+    would otherwise be taken, and the tests that use them fail at 'halo lab up'."""
+    if os.geteuid() != 0:
+        return
+    from halo_cluster.lab.registry import sweep
+    from halo_cluster.lab.state import registered, registered_names
+
+    for name in registered_names():
+        lab = registered(name)
+        if lab is not None and "/pytest-of-" in lab.dir and not Path(lab.dir).is_dir():
+            sweep(name)
 
 
 def hear_ctrl_c() -> None:

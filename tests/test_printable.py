@@ -5,6 +5,7 @@ characters, escape sequences and bidi overrides are shown escaped and Rich marku
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from hypothesis import given
@@ -107,10 +108,20 @@ def test_status_lines_show_the_server_s_words_escaped(capsys) -> None:  # type: 
             "executor": "mp",
             "ranks": [{"rank": 0, "node": "n1", "address": "10.0.0.1\x07"}],
             "proven": None,
+            "supervisor": {
+                "state": "failed",
+                "restarts": 3,
+                "cause": "crash loop: \x1b[31mrank 1\x07",
+                "history": [{"at": 0, "state": "failed", "cause": "\x1b]0;t\x07"}],
+            },
         }
     )
+    at = time.strftime("%H:%M:%S", time.localtime(0))
     assert capsys.readouterr().out.splitlines() == [
         "serve /m\\u202e at http://127.0.0.1:8000 (vLLM, mp executor): "
         "UNHEALTHY (HTTP 500: \\x1b[2Jgone\\nnext)",
         "  ranks: rank 0 on n1 (10.0.0.1\\x07); transport proven: no",
+        "  supervisor: failed, 3 restart(s)",
+        "    cause: crash loop: \\x1b[31mrank 1\\x07",
+        f"    {at} failed: \\x1b]0;t\\x07",
     ]

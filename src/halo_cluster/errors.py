@@ -5,7 +5,7 @@
     │   └── WireError         a node command's answer that is not what it prints (a ValueError)
     ├── UsageError            the user asked for something impossible
     │   ├── ConfigError       a bad halo.toml: file, field, line
-    │   ├── StateError        a cluster state file halo did not write, or of another version
+    │   ├── StateError        a state file (cluster, supervisor spec) not written by this halo
     │   └── ListenError       the exporter cannot listen where it was told
     ├── TransportError        a requested transport the node cannot provide, or not the one used
     │   └── NoTransportEvidence   nothing in the evidence says which transport ran
@@ -87,7 +87,8 @@ class ConfigError(UsageError):
 
 
 class StateError(UsageError):
-    """The cluster state file is not one this halo wrote (another schema, or garbage)."""
+    """A state file (the cluster's, a supervisor's spec) is not one this halo wrote (another
+    schema, or garbage)."""
 
 
 class ListenError(UsageError):

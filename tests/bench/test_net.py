@@ -18,7 +18,7 @@ from halo_cluster.bench.net import NetBench
 from halo_cluster.bench.net_legs import legs, pairs_of
 from halo_cluster.client.node import clients_from
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import BenchError, UsageError
+from halo_cluster.errors import BenchError, ParseError, UsageError
 from halo_cluster.runner.result import TIMED_OUT, LineSink, Result
 from halo_cluster.transport import plan_transport
 from tests.cluster.test_lifecycle import strix_pair
@@ -42,6 +42,7 @@ class ScriptedNode:
         self.alive = True
         self.busy_ports: set[int] = set()
         self.hang: str | None = None
+        self.fails: dict[str, Result] = {}  # client program -> what it ends with instead
         self.running: dict[str, list[str]] = {}  # job name -> argv of servers still running
 
     def run(
@@ -92,6 +93,8 @@ class ScriptedNode:
             key += " json"
         if self.hang == key:
             return Result(args, TIMED_OUT, "", "timed out after 40 s")
+        if key in self.fails:
+            return self.fails[key]
         return Result(args, 0, self.answers.get(key, ""), "")
 
 
@@ -252,6 +255,56 @@ def test_a_path_that_stops_answering_ends_the_run_naming_it(tmp_path: Path) -> N
     assert path["latency_us"]["p50"] == 33.519 and path["bandwidth_gbps"] is None
     assert "stopped answering" in path["errors"][0]
     assert nodes["strix1"].cleanups == 1 and nodes["strix2"].cleanups == 1
+
+
+# iperf3 -J's answer when it cannot reach the server: the error in its JSON (exit 0 or 1)
+IPERF3_UNREACHABLE = json.dumps(
+    {
+        "start": {"connected": [], "version": "iperf 3.12"},
+        "intervals": [],
+        "end": {},
+        "error": "unable to connect to server: No route to host",
+    }
+)
+
+
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_a_tool_that_reports_failure_on_a_cut_path_names_the_path(
+    tmp_path: Path, exit_code: int
+) -> None:
+    bench, nodes = make(tmp_path)
+    nodes["strix1"].fails["iperf3"] = Result((), exit_code, IPERF3_UNREACHABLE, "")
+    nodes["strix1"].fails["halo ping"] = Result((), 1, "", "connect: No route to host")
+    with pytest.raises(BenchError) as err:
+        bench.run(pairs_of(bench.config, None), ["fabric"])
+    said = (
+        "iperf3 failed: unable to connect to server: No route to host"
+        if exit_code == 0
+        else "iperf3 on strix1: " + Result((), 1, IPERF3_UNREACHABLE, "").error_text()
+    )
+    assert str(err.value) == (
+        "fabric path 192.168.100.1 → 192.168.100.2 (strix1 → strix2) stopped answering: "
+        f"bandwidth failed ({said[:157] + '...' if len(said) > 160 else said}) and a probe "
+        "got no answer"
+    )
+    (path,) = bench.result["paths"]
+    assert path["latency_us"]["p50"] == 33.519 and path["bandwidth_gbps"] is None
+    assert path["errors"] == [str(err.value)]
+    # the probe: halo's own ping-pong over the same path, its server stopped again
+    assert nodes["strix1"].clients[-1][:4] == [
+        "/opt/halo/bin/halo", "net-probe", "ping", f"192.168.100.2:{18600 + 2}"
+    ]  # fmt: skip
+    assert nodes["strix2"].running == {}
+
+
+def test_a_tool_that_fails_on_a_path_that_answers_keeps_its_own_words(tmp_path: Path) -> None:
+    bench, nodes = make(tmp_path)
+    nodes["strix1"].fails["iperf3"] = Result((), 0, IPERF3_UNREACHABLE, "")
+    result = bench.run(pairs_of(bench.config, None), ["fabric"])
+    (path,) = result["paths"]
+    assert path["bandwidth_gbps"] is None and path["latency_us"]["p50"] == 33.519
+    reason = "iperf3 failed: unable to connect to server: No route to host"
+    assert path["errors"] == [f"bandwidth: {ParseError(reason, IPERF3_UNREACHABLE)}"]
 
 
 def test_a_lost_node_is_named(tmp_path: Path) -> None:

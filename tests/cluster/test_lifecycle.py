@@ -48,6 +48,7 @@ class Cluster:
         self.alive: list[str] = []
         self.gpus: dict[str, int] = {}  # address -> GPUs registered (declared at ray start)
         self.scripts: list[tuple[str, str]] = []
+        self.kept: list[tuple[str, str]] = []  # scripts that keep (or remove) ray start's
         nodes = (
             NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1", halo="/opt/halo/bin/halo"),
             NodeConfig(
@@ -96,6 +97,9 @@ class Cluster:
             if list(argv) == ["bash", "-s"] and "ray-nodes" in (stdin or ""):
                 self.ray_clients.append(stdin or "")
                 return original(["/opt/halo/bin/halo", "ray-nodes"], None, timeout)
+            if list(argv) == ["bash", "-s"] and "/ray-start-" in (stdin or ""):
+                self.kept.append((node.name, stdin or ""))  # the start script kept, or removed
+                return Result(tuple(argv), 0, "", "")
             if list(argv) == ["bash", "-s"]:
                 self.scripts.append((node.name, stdin or ""))
                 if " start " in (stdin or ""):
@@ -123,6 +127,11 @@ def test_up_starts_head_then_worker_with_each_node_plan(tmp_path: Path) -> None:
     assert result.started == ["strix1", "strix2"] and result.nodes_alive == ["strix1", "strix2"]
     (head_node, head), (worker_node, worker) = cluster.scripts
     assert (head_node, worker_node) == ("strix1", "strix2")
+    # each node keeps the script that started its Ray, for the supervisor (0600)
+    assert [name for name, _ in cluster.kept] == ["strix1", "strix2"]
+    for (_, kept), started in zip(cluster.kept, (head, worker), strict=True):
+        assert kept.startswith("set -e\numask 077\nmkdir -p ")
+        assert "/ray-start-strix.sh <<'HALO_RAY_" in kept and started in kept
     assert head.splitlines()[-1] == (
         "exec /opt/halo/bin/ray start --node-ip-address=192.168.100.1 --disable-usage-stats "
         "--head --port=6379 --include-dashboard=false --num-gpus=1"

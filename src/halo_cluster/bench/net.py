@@ -194,6 +194,7 @@ class NetBench:
                 "tool": latency.tool,
             }
         except ParseError as err:
+            self._still_answers(leg, "latency", err)
             entry["errors"].append(f"latency: {err}")
         if self.bandwidth:
             self.progress(f"{label}: bandwidth")
@@ -203,6 +204,7 @@ class NetBench:
                 entry["bandwidth_tool"] = bandwidth.tool
                 entry["retransmits"] = bandwidth.retransmits
             except ParseError as err:
+                self._still_answers(leg, "bandwidth", err)
                 entry["errors"].append(f"bandwidth: {err}")
         line, ceiling = link_limits(self.inventories.get(leg.node.name), leg.source)
         entry["line_rate_gbps"] = line
@@ -238,10 +240,16 @@ class NetBench:
             # in its own words: whether the path still answers is asked again, directly.
             if done.returncode == TIMED_OUT:
                 raise self._stopped(leg, "the tool timed out")
-            if role != PATH_PROBE and not self._path_answers(leg):
-                raise self._stopped(leg, f"{client[0]} failed and a probe got no answer")
             raise ParseError(f"{client[0]} on {leg.node.name}: {done.error_text()}")
         return done.stdout
+
+    def _still_answers(self, leg: Leg, what: str, err: ParseError) -> None:
+        """After a tool failed fast, or said in its own output that it failed (iperf3's
+        JSON 'error' can come with exit 0): a path that was cut is named as such, asked
+        directly with a probe; a path that answers leaves the failure to the tool's words."""
+        if not self._path_answers(leg):
+            said = err.reason if len(err.reason) <= 160 else err.reason[:157] + "..."
+            raise self._stopped(leg, f"{what} failed ({said}) and a probe got no answer")
 
     def _path_answers(self, leg: Leg) -> bool:
         """Whether ``leg``'s path carries a short TCP ping-pong now (the built-in probe)."""

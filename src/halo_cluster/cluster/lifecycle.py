@@ -129,9 +129,10 @@ class Lifecycle:
                 None if node is head else head.address,
                 self.gpus_found.get(node.name, 0),
             )
-            started = run_script(self.client(node), env, argv)
+            script = node_script(env, argv)
+            started = self.client(node).script(script, START_TIMEOUT_S)
             if started.ok:
-                keep_ray_start(self.client(node), self.config.name, node_script(env, argv))
+                keep_ray_start(self.client(node), self.config.name, script)
             if not started.ok:
                 if waiter is not None:
                     waiter.cancel()

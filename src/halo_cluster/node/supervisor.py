@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from halo_cluster import supervision as sv
 from halo_cluster.atomic import atomic_write
-from halo_cluster.errors import HaloError
+from halo_cluster.errors import HaloError, StateError
 from halo_cluster.infile import read_text
 from halo_cluster.jsonin import loads
 from halo_cluster.log_witness import log_nodes, recheck_problems
@@ -96,16 +96,12 @@ class Spec:
         return [m for m in self.members if m.counters is not None]
 
 
-class SpecError(ValueError):
-    pass
-
-
 def read_spec(path: Path) -> Spec:
-    """The spec, checked field by field; a wrong one is one line (``SpecError``)."""
+    """The spec, checked field by field; a wrong one is one line (``StateError``)."""
     try:
         data = loads(read_text(path, MAX_SPEC, "supervisor spec"))
         if not isinstance(data, dict) or data.get("version") != SPEC_VERSION:
-            raise SpecError(f"{path}: not a supervisor spec of version {SPEC_VERSION}")
+            raise StateError(f"{path}: not a supervisor spec of version {SPEC_VERSION}")
         members = tuple(
             Member(
                 str(m["name"]),
@@ -145,9 +141,9 @@ def read_spec(path: Path) -> Spec:
             ray_wait=tuple(data.get("ray_wait") or ()),
         )
     except (KeyError, TypeError, ValueError, OSError, HaloError) as err:
-        if isinstance(err, SpecError):
+        if isinstance(err, StateError):
             raise
-        raise SpecError(f"{path}: unreadable supervisor spec ({err})") from None
+        raise StateError(f"{path}: unreadable supervisor spec ({err})") from None
 
 
 def ssh_config_text(spec: Spec, key: Path, known_hosts: Path) -> str:
@@ -491,7 +487,7 @@ def main(spec_path: str, emit: Callable[[str], None]) -> int:
     path = Path(spec_path)
     try:
         spec = read_spec(path)
-    except SpecError as err:
+    except StateError as err:
         emit(f"halo: error: {err}")
         return 2
     supervisor = Supervisor(spec, path, emit)
