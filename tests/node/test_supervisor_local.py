@@ -20,7 +20,8 @@ import pytest
 
 from halo_cluster import supervision as sv
 from halo_cluster.engines import process
-from halo_cluster.node.supervisor import SpecError, Supervisor, read_spec
+from halo_cluster.errors import StateError
+from halo_cluster.node.supervisor import Supervisor, read_spec
 
 STANDIN = Path(__file__).with_name("standin_server.py")
 CLUSTER = "sup-test"
@@ -187,6 +188,6 @@ def test_a_spec_that_is_not_one_is_one_line(tmp_path: Path) -> None:
         ('{"version": 1, "members": []}', "unreadable supervisor spec ('start')"),
     ):
         bad.write_text(text)
-        with pytest.raises(SpecError) as err:
+        with pytest.raises(StateError) as err:
             read_spec(bad)
         assert said in str(err.value) and "\n" not in str(err.value)
