@@ -168,7 +168,9 @@ class Policy:
                 f"last cause: {cause}",
             )
         self.restarts_at.append(now)
-        wait = min(self.settings.backoff_max_s, self.settings.backoff_s * (2**done))
+        # the first restart in the window at once (a crash is rare); the next ones back off
+        wait = 0.0 if done == 0 else self.settings.backoff_s * (2 ** (done - 1))
+        wait = min(self.settings.backoff_max_s, wait)
         return Action(RESTART, cause, wait_s=wait)
 
 
@@ -210,18 +212,14 @@ def memory_problem(settings: SuperviseSettings, probe: Probe) -> str:
 def parse_member_answer(name: str, text: str) -> MemberProbe:
     """A member's answer to the probe script (``key=value`` lines: alive, MemTotal,
     MemAvailable, the PSI 'full' line); an unreadable value is left out, never guessed."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
+    values = key_values(text)
     return MemberProbe(
         name=name,
         reachable=True,
         alive=values.get("alive") == "1",
         fabric=_flag(values.get("fabric")),
-        mem_total_kib=_int(values.get("mem_total_kib")),
-        mem_available_kib=_int(values.get("mem_available_kib")),
+        mem_total_kib=count(values.get("mem_total_kib")),
+        mem_available_kib=count(values.get("mem_available_kib")),
         pressure_full_avg10=_pressure(values.get("psi_full")),
         ray=_flag(values.get("ray")),
     )
@@ -231,7 +229,18 @@ def _flag(text: str | None) -> bool | None:
     return None if text not in ("0", "1") else text == "1"
 
 
-def _int(text: str | None) -> int | None:
+def key_values(text: str) -> dict[str, str]:
+    """``key=value`` lines (a node script's answer); other lines are left out."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    return values
+
+
+def count(text: str | None) -> int | None:
+    """A whole number of at most 18 digits, else None (never guessed)."""
     if text is None or not text.isdigit() or len(text) > 18:
         return None
     return int(text)

@@ -6,6 +6,7 @@ leaves, and the refusals that start nothing."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,50 @@ def test_vllm_options_are_refused_with_llama_cpp(tmp_path: Path) -> None:
     srv = cluster(tmp_path, two_nodes((1, 1)), SERVE)
     with pytest.raises(UsageError, match="--tp and --executor are vLLM's"):
         serve(srv, model=GGUF, tp=2, wait_s=5)
+
+
+GIB = 1024**3
+
+
+def _memory(available_gib: float, model_gib: float | None = None) -> str:
+    lines = [
+        f"mem_total_kib={64 * 1024 * 1024}",
+        f"mem_available_kib={int(available_gib * GIB) // 1024}",
+    ]
+    if model_gib is not None:
+        lines.append(f"model_bytes={int(model_gib * GIB)}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_node_short_of_memory_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    nodes = two_nodes((12_000, 30))
+    # a 6 GiB model of 4 blocks: the head keeps 3 of 5 layers (3.6 GiB), node2 2 (2.4 GiB)
+    nodes["node1"].memory = _memory(20.0, model_gib=6.0)
+    nodes["node2"].memory = _memory(1.5)
+    srv = cluster(tmp_path, nodes, SERVE, up=False)
+    with pytest.raises(UsageError) as err:
+        serve(srv, model=GGUF, wait_s=5)
+    assert str(err.value) == (
+        "not enough memory: node2 has 1.50 GiB available, the model needs 2.40 GiB there "
+        "(2.40 GiB of weights + 0.00 GiB of KV cache) (KV cache not counted: the model's header "
+        "is read on node1): free memory there, lower max_model_len, spread the model over "
+        "more nodes ('halo plan'), or --force"
+    )
+    assert not any("setsid" in s for node in nodes.values() for s in node.scripts)
+    # the size is read where the file is, and only there
+    assert any("du -sbL -- /m/model.gguf" in s for s in nodes["node1"].scripts)
+    assert not any("du -sbL" in s for s in nodes["node2"].scripts)
+
+
+def test_force_serves_a_node_short_of_memory_and_says_so(tmp_path: Path) -> None:
+    nodes = two_nodes((12_000, 30))
+    nodes["node1"].memory = _memory(20.0, model_gib=6.0)
+    nodes["node2"].memory = _memory(1.5)
+    said: list[str] = []
+    plain = cluster(tmp_path, nodes, SERVE, up=False)
+    srv = Serving(replace(plain.cluster, progress=said.append))
+    result = serve(srv, model=GGUF, wait_s=5, force=True)
+    assert result.proven == "socket"
+    assert any(
+        s.startswith("--force: serving anyway: not enough memory: node2 has 1.50") for s in said
+    )

@@ -168,6 +168,7 @@ class Node:
         self.per_token = per_token
         self.tokens = 0
         self.fail = fail  # preflight exit code, e.g. {"preflight": 11}
+        self.memory = ""  # the answer to the memory check ('' as a node that tells nothing)
 
     def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
         script = stdin or ""
@@ -179,6 +180,8 @@ class Node:
             return Result(args, 0, json.dumps(inventory.to_dict()), "")
         if args[:1] in (("ping",), ("ethtool",)):
             return Result(args, 0, "driver: veth\n" if args[0] == "ethtool" else "", "")
+        if "MemAvailable" in script and "alive=" not in script:  # the memory check
+            return Result(args, 0, self.memory, "")
         if "command -v" in script:
             return Result(args, self.fail.get("preflight", 0), "", "")
         if "setsid" in script:
@@ -266,7 +269,7 @@ def vllm_table(**keys: Any) -> dict[str, Section]:
 
 def serve(srv: Serving, **asked: Any) -> ServeResult:
     """``halo serve`` with these flags (``tp``, ``executor``, ``engine``, ...): the bring-up
-    alone (the supervisor it leaves is tested in tests/test_supervise_install.py and the lab)."""
+    alone (the supervisor it leaves is tested in the lab: tests/cluster/test_supervise_lab.py)."""
     asked.setdefault("supervise", False)
     return srv.start(serve_request(srv.config, **asked))
 
@@ -486,3 +489,23 @@ def test_each_start_reads_the_state_as_it_is_then(tmp_path: Path) -> None:
     nodes["node1"].log = log
     nodes["node1"].per_token = nodes["node2"].per_token = (24_000, 40, None)
     assert serve(srv, tp=2, wait_s=5).proven == "socket"
+
+
+def test_vllm_ranks_short_of_memory_are_refused_naming_the_node(tmp_path: Path) -> None:
+    gib = 1024**3
+    nodes = {"node1": Node("", (24_000, 40, None)), "node2": Node("", (24_000, 20, None))}
+    nodes["node1"].memory = f"mem_available_kib={40 * gib // 1024}\nmodel_bytes={30 * gib}\n"
+    nodes["node2"].memory = f"mem_available_kib={10 * gib // 1024}\n"
+    srv = cluster(
+        tmp_path, nodes, ServeConfig(model="/m", sections=vllm_table(command="/e/bin/vllm"))
+    )
+    with pytest.raises(UsageError) as err:
+        serve(srv, tp=2, wait_s=5)
+    assert str(err.value) == (
+        "not enough memory: node2 has 10.00 GiB available, the model needs 15.00 GiB there "
+        "(15.00 GiB of weights + 0.00 GiB of KV cache) (KV cache not counted where the node's "
+        "env has no VLLM_CPU_KVCACHE_SPACE: vLLM sizes it at start and checks it itself): free "
+        "memory there, lower max_model_len, spread the model over more nodes ('halo plan'), "
+        "or --force"
+    )
+    assert not any("setsid" in s for node in nodes.values() for s in node.scripts)

@@ -159,6 +159,7 @@ def test_a_crash_loop_ends_in_failed_after_k_attempts(served: Lab) -> None:
     assert "exiting due to model loading error" in found["cause"]
     restarts = [h for h in found["history"] if h["state"] == "restarting"]
     assert len(restarts) == 2  # the first cause and one failed attempt: K = 2 attempts
+    assert (found["attempts"], found["restarts"]) == (2, 0)
     status = lab.status()["serve"]
     assert not status["healthy"] and status["supervisor"]["state"] == "failed"
     assert lab.exec("node1", LEFT).count("llama-server") == 0  # stopped, not looping

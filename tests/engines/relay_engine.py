@@ -66,6 +66,9 @@ class Relay:
     def watches_ray(self, executor: str | None) -> bool:
         return False
 
+    def memory(self, ctx: ServeContext, prepared: Prepared) -> None:
+        return None  # a relay holds no model
+
     def label(self, executor: str | None) -> str:
         return "relay (test engine)"
 

@@ -164,8 +164,9 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
         )
         sup = result.supervisor
         if sup:
+            how = "" if sup.get("service") in (None, "detached") else f"{sup['service']} unit, "
             click.echo(
-                f"supervised from {sup['node']} (pid {sup['pid']}, a probe every "
+                f"supervised from {sup['node']} ({how}pid {sup['pid']}, a probe every "
                 f"{sup['interval_s']:g} s): halo status, halo logs --supervisor"
             )
         else:

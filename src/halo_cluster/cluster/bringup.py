@@ -3,7 +3,8 @@
 1. the plans: from ``halo up`` when the engine runs on Ray, else from the nodes' facts and
    the doctor's gate (``cluster.plans``), so llama.cpp and vLLM's mp executor need no Ray;
 2. the engine's ``check`` (refusals that need no node, before the plans) and ``prepare``
-   (its checks on every node; nothing started yet);
+   (its checks on every node; nothing started yet), then the memory check (``memory``:
+   every member's available memory against its share of the model and its KV cache);
 3. the engine's ``launch``, then /health on the head, a warm-up request;
 4. the two witnesses: the engine's own words (``Engine.witness``) and every node's
    counters around one probe request (bytes per generated token on each path).
@@ -21,7 +22,7 @@ import time
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.cluster import proof, supervise
+from halo_cluster.cluster import memory, proof, supervise
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.models import is_store_name, resolve
@@ -89,6 +90,7 @@ class Serving:
         ctx = self._context(engine, request, api_key)
         self._stop()
         prepared = engine.prepare(ctx)
+        rows = memory.check(ctx, prepared, engine.memory(ctx, prepared), request.force)
         started = time.monotonic()
         try:
             self._record_launch(ctx, prepared)
@@ -105,6 +107,7 @@ class Serving:
                 traffic = {"tokens": 0, "nodes": {}, "problems": [], "one_node": True}
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
+            result.memory = {row.node: row.to_dict() for row in rows}
             self._record_proof(request, prepared, witness, result)
             refused = bool(result.problems) and not request.allow_fallback
             if request.serve.supervise.enabled and not refused:
@@ -131,6 +134,7 @@ class Serving:
             "state": first.get("state"),
             "pid": first.get("pid"),
             "node": self.head.name,
+            "service": first.get("service"),
             "interval_s": request_interval(first),
             "probe_latency_s": (first.get("last_probe") or {}).get("latency_s"),
         }

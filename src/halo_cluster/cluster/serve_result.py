@@ -24,3 +24,5 @@ class ServeResult:
     warmup_s: float | None = None
     stopped: bool = False
     supervisor: dict[str, Any] | None = None  # the supervisor left on the head, if any
+    # each member's available memory and what the model takes there (GiB; the preflight's)
+    memory: dict[str, dict[str, float | None]] = field(default_factory=dict)

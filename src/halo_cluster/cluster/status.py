@@ -110,6 +110,7 @@ def supervisor_summary(
         "running": bool(found.get("running")),
         "uptime_s": round(now - since, 1) if isinstance(since, int | float) else None,
         "restarts": found.get("restarts"),
+        "attempts": found.get("attempts"),
         "cause": found.get("cause"),
         "probe_latency_s": probe.get("latency_s"),
         "probe_at": probe.get("at"),

@@ -5,7 +5,8 @@
 (``install``): a key of the head's own (made there, never leaving it) authorized on every
 other member for this server, the spec (the members, the recorded start, the probe and stop
 scripts, the API key) written 0600 into the head's state directory, and the supervisor
-started detached through the node code. The install waits for the supervisor's first round
+started through the node code: a systemd unit where the head runs systemd, else a detached
+process (``service``). The install waits for the supervisor's first round
 of probes, so a head that cannot reach a member over SSH is one line at serve time, not a
 silent gap later. ``halo stop`` stops the supervisor first (``stop``), then the server, then
 takes the key off the members and the spec (it holds the API key) off the head (``forget``).
@@ -23,6 +24,7 @@ from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped
+from halo_cluster.cluster import service
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.lifecycle import ray_start_path
 from halo_cluster.cluster.proof import counters_call, mgmt_address
@@ -36,7 +38,7 @@ from halo_cluster.runner.quote import exports
 from halo_cluster.runner.result import LineSink, Result, Runner
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
 
-ROLE = "supervise"
+ROLE = service.ROLE
 FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
 
 
@@ -262,11 +264,15 @@ def install(
             f"{head.name}: could not write the supervisor's spec: {written.error_text()}"
         )
     argv = client.command(*supervise_args(base + ".spec.json"))
-    started = client.script(process.background_script({}, argv, cluster.config.name, ROLE))
-    if not started.ok:
+    started = client.script(service.start_script(cluster.config.name, argv, base), 120)
+    mode = started.stdout.strip().rpartition("mode=")[2]
+    if not started.ok or mode not in service.MODES:
         raise LifecycleError(f"{head.name}: could not start the supervisor: {started.error_text()}")
-    cluster.progress(f"supervisor: started on {head.name}, waiting for its first round of probes")
-    return _first_round(cluster)
+    how = "detached" if mode == "detached" else f"{service.unit_name(cluster.config.name)}"
+    cluster.progress(
+        f"supervisor: started on {head.name} ({how}), waiting for its first round of probes"
+    )
+    return {**_first_round(cluster), "service": mode}
 
 
 def _first_round(cluster: Cluster) -> dict[str, Any]:
@@ -332,8 +338,7 @@ def tail(cluster: Cluster, lines: int = 200) -> str:
 
 def stop(cluster: Cluster) -> bool:
     """Stop the supervisor on the head (before the server: a stop never races a restart)."""
-    script = process.stop_group_script(cluster.config.name, ROLE)
-    return cluster.client(cluster.head).script(script, 60).ok
+    return cluster.client(cluster.head).script(service.stop_script(cluster.config.name), 90).ok
 
 
 def forget(cluster: Cluster) -> None:
@@ -347,5 +352,5 @@ def forget(cluster: Cluster) -> None:
     )
     others = [n for n in cluster.config.nodes if n.name != head.name]
     each(others, lambda n: cluster.client(n).script(script, 30))
-    spec = f"{process.STATE_DIR}/{ROLE}-{cluster.config.name}.spec.json"
-    cluster.client(head).script(f"rm -f {spec}\n", 30)
+    base = f"{process.STATE_DIR}/{ROLE}-{cluster.config.name}"
+    cluster.client(head).script(f"rm -f {base}.spec.json {service.wrapper_path(base)}\n", 30)

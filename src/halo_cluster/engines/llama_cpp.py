@@ -14,29 +14,42 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from halo_cluster.capacity.estimate import kv_bytes_per_token
 from halo_cluster.client.fanout import each
-from halo_cluster.config import Config, NodeConfig
+from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines import llama_cpp_argv as argv
 from halo_cluster.engines import process
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
-from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
+from halo_cluster.engines.protocol import (
+    ModelMemory,
+    Prepared,
+    ServeContext,
+    ServeRequest,
+    Witness,
+)
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.log_witness import llama_problems, llama_recheck
 from halo_cluster.nccl_log import parse_logs
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
 
-RPC_READY_S = 30
+if TYPE_CHECKING:
+    from halo_cluster.capacity.gguf_file import GgufModel
+
 NO_NCCL = parse_logs([]).to_dict()  # llama.cpp has no NCCL: its verdict is empty
 
 
-def model_layers(model: str) -> int | None:
-    """The model's block count from its GGUF header and tensor table, when the file is here
-    (None when it is not, or the gguf package is missing: the head is asked). A corrupt or
-    truncated file is a UsageError naming it."""
+RPC_READY_S = 30
+FIT_MIN_CTX = 4096  # llama.cpp fits an unset context to free memory, never below this
+
+
+def local_model(model: str) -> GgufModel | None:
+    """The model's GGUF header and tensor table, when the file is here (None when it is
+    not, or the gguf package is missing: the head is asked). A corrupt or truncated file is
+    a UsageError naming it."""
     import importlib.util
 
     path = Path(model)
@@ -44,7 +57,23 @@ def model_layers(model: str) -> int | None:
         return None
     from halo_cluster.capacity.gguf_file import read_gguf
 
-    return read_gguf(path).spec.layers
+    return read_gguf(path)
+
+
+def model_layers(model: str) -> int | None:
+    found = local_model(model)
+    return None if found is None else found.spec.layers
+
+
+def kv_tokens(serve: ServeConfig, trained: int | None) -> tuple[int, str]:
+    """The KV cache's tokens llama-server will hold at least, and how that was counted:
+    ``--ctx-size`` when max_model_len is set (every slot's), else llama.cpp's own fit (the
+    model's trained context, down to FIT_MIN_CTX when memory is short)."""
+    slots = serve.max_num_seqs or 4
+    if serve.max_model_len:
+        return serve.max_model_len * slots, f"KV for {slots} x {serve.max_model_len} tokens"
+    tokens = min(trained or FIT_MIN_CTX, FIT_MIN_CTX)
+    return tokens, f"KV for at least {tokens} tokens (llama.cpp fits an unset context)"
 
 
 class LlamaCpp:
@@ -200,6 +229,26 @@ class LlamaCpp:
                 raise UsageError(f"{ctx.head.name}: {err}") from None
         said = result.error_text().removeprefix("halo: error: ").strip()
         raise UsageError(f"{ctx.head.name}: {said or f'cannot read {model}'}")
+
+    # -- memory ---------------------------------------------------------------------------
+    def memory(self, ctx: ServeContext, prepared: Prepared) -> ModelMemory:
+        """The planner's split: the head keeps the first layers, the workers an equal part of
+        the rest and the output (``offload_layers``); each node's KV cache is that of its
+        layers. Weights and KV from the GGUF header when the file is here, else the file's
+        size on the head and no KV (the header is read where the file is)."""
+        workers, layers = prepared.detail
+        total = layers + 1
+        offload = argv.offload_layers(layers, len(workers))
+        shares = {ctx.head.name: (total - offload) / total}
+        shares.update({w.node.name: offload / len(workers) / total for w in workers})
+        found = local_model(ctx.request.model)
+        if found is None:
+            note = f"KV cache not counted: the model's header is read on {ctx.head.name}"
+            return ModelMemory(shares, {}, note, size_path=ctx.request.model, size_on=ctx.head.name)
+        tokens, note = kv_tokens(ctx.request.serve, found.spec.context_limit)
+        kv_all = kv_bytes_per_token(found.spec, 1, 1, "fp16") * tokens  # llama.cpp's f16 cache
+        kv = {name: kv_all * share for name, share in shares.items()}
+        return ModelMemory(shares, kv, note, weights_bytes=found.weights.total)
 
     # -- launch ---------------------------------------------------------------------------
     def launch(self, ctx: ServeContext, prepared: Prepared) -> None:

@@ -76,17 +76,31 @@ def reach_script(address: str, port: int, seconds: int) -> str:
     )
 
 
+MEMINFO = (
+    'while read -r k v _; do case "$k" in\n'
+    '  MemTotal:) echo "mem_total_kib=$v" ;;\n'
+    '  MemAvailable:) echo "mem_available_kib=$v" ;;\n'
+    "esac; done < /proc/meminfo 2>/dev/null\n"
+)
+
+
+def memory_script(size_path: str | None = None) -> str:
+    """MemTotal/MemAvailable (KiB) as ``key=value`` lines and, given ``size_path``, the
+    bytes of that file or directory (links followed: a Hugging Face cache links its blobs)."""
+    size = ""
+    if size_path is not None:
+        quoted = shlex.quote(size_path)
+        size = f'b="$(du -sbL -- {quoted} 2>/dev/null | cut -f1)"; echo "model_bytes=$b"\n'
+    return f"{MEMINFO}{size}exit 0\n"
+
+
 def probe_script(cluster: str) -> str:
     """The supervisor's question to a member, answered as ``key=value`` lines: whether the
     process 'halo serve' started there runs, MemTotal/MemAvailable (KiB) and the 'full'
     line of /proc/pressure/memory where the kernel has it (``supervision.parse_member_answer``)."""
     _log, pid = log_paths(cluster)
     return (
-        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
-        'while read -r k v _; do case "$k" in\n'
-        '  MemTotal:) echo "mem_total_kib=$v" ;;\n'
-        '  MemAvailable:) echo "mem_available_kib=$v" ;;\n'
-        "esac; done < /proc/meminfo 2>/dev/null\n"
+        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n{MEMINFO}'
         "if [ -r /proc/pressure/memory ]; then\n"
         '  while read -r k rest; do [ "$k" = full ] && echo "psi_full=$rest"; done '
         "< /proc/pressure/memory\n"
@@ -104,18 +118,17 @@ def log_tail_script(cluster: str, lines: int = 5) -> str:
     return f"tail -n {int(lines)} {log} 2>/dev/null\nexit 0\n"
 
 
-def stop_group_script(cluster: str, role: str) -> str:
-    """Stop a process group halo started (TERM, KILL after 5 s); exit 3 when none ran."""
-    _log, pid = log_paths(cluster, role)
+def kill_group(pid: str, none: str = "3") -> str:
+    """Shell lines: end the process group whose leader's pid is in ``pid`` (TERM, KILL after
+    5 s); ``$ran`` is 0 when it ran, 3 when not; without a pid file the script ends there
+    (``exit none``)."""
     return (
         f"pidfile={pid}\n"
-        'p="$(cat "$pidfile" 2>/dev/null)" || exit 3\n'
+        f'p="$(cat "$pidfile" 2>/dev/null)" || exit {none}\n'
         'ran=3; if kill -0 "$p" 2>/dev/null; then ran=0; fi\n'
         'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
         'for i in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
         'kill -KILL -- "-$p" 2>/dev/null || true\n'
-        'rm -f "$pidfile"\n'
-        "exit $ran\n"
     )
 
 
@@ -124,13 +137,7 @@ def stop_script(cluster: str) -> str:
     shared-memory segments it left: those made since it started that no process still
     has open or mapped. Exit 3 when nothing was running."""
     _log, pid = log_paths(cluster)
-    return (
-        f"pidfile={pid}\n"
-        'p="$(cat "$pidfile" 2>/dev/null)" || exit 3\n'
-        'ran=3; if kill -0 "$p" 2>/dev/null; then ran=0; fi\n'
-        'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
-        'for i in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
-        'kill -KILL -- "-$p" 2>/dev/null || true\n'
+    return kill_group(pid) + (
         # Ray's worker processes that ran the ranks end with their driver: wait for them.
         # Ray also leaves an idle worker it started for the server's job: end those that
         # were started after the server (never older ones, which are not the server's).

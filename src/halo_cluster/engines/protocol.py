@@ -95,6 +95,22 @@ class Witness:
     recheck: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class ModelMemory:
+    """What the model takes on each member, for the preflight's memory check (the planner's
+    split: weights by each node's share, its KV cache). ``weights_bytes`` None: the size of
+    ``size_path`` as read on node ``size_on`` (a file or a model directory, links followed).
+    ``shares``: node -> its part of the weights; ``kv_bytes``: node -> its KV cache, where
+    the engine can tell before it starts (``kv_note`` says how, or why not)."""
+
+    shares: dict[str, float]
+    kv_bytes: dict[str, float]
+    kv_note: str
+    weights_bytes: float | None = None
+    size_path: str | None = None
+    size_on: str | None = None
+
+
 class Engine(Protocol):
     name: str
     member: str  # what one of its ranks is called in status lines: "rank", "rpc-server"
@@ -115,6 +131,9 @@ class Engine(Protocol):
 
     def prepare(self, ctx: ServeContext) -> Prepared:
         """Check every node that takes part (in parallel); start nothing."""
+
+    def memory(self, ctx: ServeContext, prepared: Prepared) -> ModelMemory | None:
+        """What the model will take on each member (None: the engine cannot tell)."""
 
     def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
         """Start the engine's processes on its members (each with its own plan)."""

@@ -23,7 +23,13 @@ from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
 from halo_cluster.engine_log import rank_nodes
 from halo_cluster.engines import process
-from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
+from halo_cluster.engines.protocol import (
+    ModelMemory,
+    Prepared,
+    ServeContext,
+    ServeRequest,
+    Witness,
+)
 from halo_cluster.engines.vllm_argv import (
     PREFLIGHT,
     Placement,
@@ -35,6 +41,8 @@ from halo_cluster.engines.vllm_argv import (
 )
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.log_witness import vllm_problems, vllm_recheck
+
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's KV cache per rank, whole GiB
 
 MP_MASTER_PORT = 29517
 
@@ -108,6 +116,31 @@ class Vllm:
                 f"{node.name}: "
                 + reason.format(command=options.command, model=model, port=serve.port)
             )
+
+    # -- memory ---------------------------------------------------------------------------
+    def memory(self, ctx: ServeContext, prepared: Prepared) -> ModelMemory:
+        """Each node holds its ranks' part of the weights (1/TP·PP each: the model's size,
+        read on the head); its KV cache is what the CPU build reserves per rank
+        (VLLM_CPU_KVCACHE_SPACE, whole GiB) where the node's env sets it. A model named by a
+        hub id has no size here: those nodes are left unchecked."""
+        places: list[Placement] = prepared.detail
+        world = sum(p.ranks for p in places)
+        shares = {p.node.name: p.ranks / world for p in places}
+        kv: dict[str, float] = {}
+        for place in places:
+            space = dict(place.node.env).get(KV_SPACE_ENV, "")
+            if space.isdigit():
+                kv[place.node.name] = int(space) * 1024**3 * place.ranks
+        note = (
+            f"KV cache: {KV_SPACE_ENV} per rank"
+            if len(kv) == len(places)
+            else "KV cache not counted where the node's env has no "
+            f"{KV_SPACE_ENV}: vLLM sizes it at start and checks it itself"
+        )
+        model = ctx.request.model
+        if not is_local_model(model):
+            return ModelMemory(shares, kv, note)
+        return ModelMemory(shares, kv, note, size_path=model, size_on=ctx.head.name)
 
     # -- launch ---------------------------------------------------------------------------
     def launch(self, ctx: ServeContext, prepared: Prepared) -> None:

@@ -200,7 +200,8 @@ class Supervisor:
             "since": now,
             "serving_since": None,
             "started_at": now,
-            "restarts": 0,
+            "restarts": 0,  # that brought it back
+            "attempts": 0,  # restarts tried, those that failed included
             "cause": None,
             "last_probe": None,
             "nodes": {},
@@ -324,6 +325,7 @@ class Supervisor:
             self.log(f"restart {len(self.policy.restarts_at)}: in {action.wait_s:g} s")
             if self.stopping.wait(action.wait_s):
                 return
+            self.record["attempts"] += 1
             error = self.start_group()
             if error is None:
                 self.record["restarts"] += 1

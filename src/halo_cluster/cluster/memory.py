@@ -1,0 +1,141 @@
+"""The preflight's memory check: before anything starts, each member's available memory
+(MemAvailable, read there now) against what the model will take on it: its share of the
+weights and its KV cache (``engines.protocol.ModelMemory``, the planner's split). A node that
+lacks it is refused, naming what it has and what it needs, before a load that would swap or
+freeze a unified-memory box. ``--force`` serves anyway.
+
+The weights come from the engine (read from the model here) or from the size of the model's
+file or directory on the node that holds it; the KV cache where the engine can tell before it
+starts (llama.cpp's from the GGUF header and its context, vLLM's CPU build from
+VLLM_CPU_KVCACHE_SPACE). Nothing is guessed: an unreadable value leaves that node unchecked,
+and the progress says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.config import NodeConfig
+from halo_cluster.engines import process
+from halo_cluster.engines.protocol import ModelMemory, Prepared, ServeContext
+from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.supervision import count, key_values
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    node: str
+    available_bytes: int | None
+    weights_bytes: float | None
+    kv_bytes: float
+
+    @property
+    def need_bytes(self) -> float | None:
+        return None if self.weights_bytes is None else self.weights_bytes + self.kv_bytes
+
+    @property
+    def short(self) -> bool:
+        need, have = self.need_bytes, self.available_bytes
+        return need is not None and have is not None and need > have
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available_gib": _gib(self.available_bytes),
+            "weights_gib": _gib(self.weights_bytes),
+            "kv_gib": _gib(self.kv_bytes),
+            "need_gib": _gib(self.need_bytes),
+        }
+
+
+def _gib(value: float | None) -> float | None:
+    return None if value is None else round(value / GIB, 2)
+
+
+def per_node(
+    memory: ModelMemory, answers: dict[str, str], weights: float | None
+) -> list[NodeMemory]:
+    """Each member's available memory (from its answer) and its need (pure)."""
+    found = []
+    for node, share in memory.shares.items():
+        kib = count(key_values(answers.get(node, "")).get("mem_available_kib"))
+        found.append(
+            NodeMemory(
+                node,
+                None if kib is None else kib * 1024,
+                None if weights is None else weights * share,
+                memory.kv_bytes.get(node, 0.0),
+            )
+        )
+    return found
+
+
+def refusal(rows: list[NodeMemory], kv_note: str) -> str:
+    """The one line that refuses the start ('' when every node has what it needs)."""
+    short = [r for r in rows if r.short]
+    if not short:
+        return ""
+    parts = []
+    for row in short:
+        assert row.available_bytes is not None and row.weights_bytes is not None
+        parts.append(
+            f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model needs "
+            f"{(row.weights_bytes + row.kv_bytes) / GIB:.2f} GiB there "
+            f"({row.weights_bytes / GIB:.2f} GiB of weights + {row.kv_bytes / GIB:.2f} GiB of "
+            "KV cache)"
+        )
+    why = f" ({kv_note})" if kv_note else ""
+    return (
+        "not enough memory: " + "; ".join(parts) + why + ": free memory there, lower "
+        "max_model_len, spread the model over more nodes ('halo plan'), or --force"
+    )
+
+
+def check(
+    ctx: ServeContext, prepared: Prepared, memory: ModelMemory | None, force: bool
+) -> list[NodeMemory]:
+    """Ask every member for its available memory (and the model's size where it is read
+    there); refuse the start when one lacks what the model takes there."""
+    if memory is None:
+        ctx.progress("memory: not checked (the engine cannot tell what the model takes)")
+        return []
+    by_name = {n.name: n for n in ctx.config.nodes}
+
+    def ask(node: NodeConfig) -> tuple[str, str]:
+        path = memory.size_path if node.name == memory.size_on else None
+        result = ctx.client(node).script(process.memory_script(path), 30)
+        if not result.ok:
+            raise LifecycleError(f"{node.name}: cannot read its memory: {result.error_text()}")
+        return node.name, result.stdout
+
+    asked = [by_name[name] for name in memory.shares if name in by_name]
+    if memory.size_on and memory.size_on not in memory.shares and memory.size_on in by_name:
+        asked.append(by_name[memory.size_on])
+    answers = dict(each(asked, ask))
+    weights = memory.weights_bytes
+    if weights is None and memory.size_on:
+        weights = count(key_values(answers.get(memory.size_on, "")).get("model_bytes"))
+    rows = per_node(memory, answers, None if weights is None else float(weights))
+    line = refusal(rows, memory.kv_note)
+    unchecked = [r.node for r in rows if r.need_bytes is None or r.available_bytes is None]
+    if unchecked:
+        ctx.progress(f"memory: not checked on {', '.join(unchecked)} (size or memory unreadable)")
+    if line and not force:
+        raise UsageError(line)
+    if line:
+        ctx.progress(f"--force: serving anyway: {line}")
+    else:
+        ctx.progress(
+            "memory: "
+            + ", ".join(
+                f"{r.node} needs {(r.need_bytes or 0) / GIB:.2f} of "
+                f"{(r.available_bytes or 0) / GIB:.1f} GiB available"
+                for r in rows
+                if r.node not in unchecked
+            )
+            + (f" ({memory.kv_note})" if memory.kv_note else "")
+        )
+    return rows

@@ -1,0 +1,69 @@
+"""The preflight's memory check (cluster/memory.py) as data: each member's need against its
+available memory, the one line that refuses, and llama.cpp's KV cache from a real GGUF."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from halo_cluster.cluster.memory import GIB, NodeMemory, per_node, refusal
+from halo_cluster.config import ServeConfig
+from halo_cluster.engines.llama_cpp import FIT_MIN_CTX, kv_tokens, local_model
+from halo_cluster.engines.protocol import ModelMemory
+from halo_cluster.lab.tiny_model import write_model
+from halo_cluster.lab.tiny_spec import TinyModelSpec
+
+MEMORY = ModelMemory({"n1": 0.6, "n2": 0.4}, {"n1": 0.6 * GIB, "n2": 0.4 * GIB}, "KV for 4096")
+
+
+def answer(available_gib: float) -> str:
+    return f"mem_total_kib=1\nmem_available_kib={int(available_gib * GIB) // 1024}\n"
+
+
+def test_each_member_needs_its_share_and_its_kv() -> None:
+    rows = per_node(MEMORY, {"n1": answer(8.0), "n2": answer(2.0)}, 5 * GIB)
+    assert rows == [
+        NodeMemory("n1", 8 * GIB, 3 * GIB, 0.6 * GIB),
+        NodeMemory("n2", 2 * GIB, 2 * GIB, 0.4 * GIB),
+    ]
+    assert [r.short for r in rows] == [False, True]
+    assert rows[1].to_dict() == {
+        "available_gib": 2.0, "weights_gib": 2.0, "kv_gib": 0.4, "need_gib": 2.4
+    }  # fmt: skip
+    assert refusal(rows, MEMORY.kv_note) == (
+        "not enough memory: n2 has 2.00 GiB available, the model needs 2.40 GiB there "
+        "(2.00 GiB of weights + 0.40 GiB of KV cache) (KV for 4096): free memory there, lower "
+        "max_model_len, spread the model over more nodes ('halo plan'), or --force"
+    )
+
+
+def test_what_cannot_be_read_is_never_refused_on_a_guess() -> None:
+    unread = per_node(MEMORY, {"n1": "garbage\n", "n2": "mem_available_kib=-5\n"}, 5 * GIB)
+    assert [(r.available_bytes, r.short) for r in unread] == [(None, False), (None, False)]
+    no_size = per_node(MEMORY, {"n1": answer(0.1), "n2": answer(0.1)}, None)
+    assert [(r.need_bytes, r.short) for r in no_size] == [(None, False), (None, False)]
+    assert refusal(unread + no_size, "") == ""
+
+
+def test_llama_cpp_holds_its_context_or_the_fit_floor() -> None:
+    assert kv_tokens(ServeConfig(max_model_len=2048, max_num_seqs=2), 8192) == (
+        4096, "KV for 2 x 2048 tokens"
+    )  # fmt: skip
+    assert kv_tokens(ServeConfig(), 131072) == (
+        FIT_MIN_CTX, f"KV for at least {FIT_MIN_CTX} tokens (llama.cpp fits an unset context)"
+    )  # fmt: skip
+    assert kv_tokens(ServeConfig(), 512)[0] == 512  # a model trained on less holds less
+    assert kv_tokens(ServeConfig(), None)[0] == FIT_MIN_CTX
+
+
+def test_a_local_gguf_gives_exact_weights_and_its_kv_per_token(tmp_path: Path) -> None:
+    spec = TinyModelSpec(layers=2, hidden=64, heads=2, kv_heads=1, vocab=512)
+    write_model(tmp_path, spec, formats=("gguf",))
+    found = local_model(str(tmp_path / "model.gguf"))
+    assert found is not None and found.spec.layers == 2
+    size = (tmp_path / "model.gguf").stat().st_size
+    assert 0.9 * size < found.weights.total <= size  # the tensors, not the header
+    from halo_cluster.capacity.estimate import kv_bytes_per_token
+
+    # K and V, f16, one KV head of 32 per layer, 2 layers
+    assert kv_bytes_per_token(found.spec, 1, 1, "fp16") == 2 * 2 * 1 * 32 * 2
+    assert local_model(str(tmp_path / "absent.gguf")) is None
