@@ -11,7 +11,8 @@ after the node was booted again). For halo the supervisor's own 'serving' (both 
 proven again) is recorded next to it.
 
 - halo: ``halo serve`` with its supervisor ([serve.supervise] interval_s = 2, deadline_s =
-  10, crash_restarts = 3; the rest as shipped).
+  10, crash_restarts = 3; the rest as shipped), a fresh serve for every run (so that each
+  run's restart is the first in its crash window).
 - plain: ``halo serve --no-supervise``, then on each node a watcher that starts that node's
   process again whenever it exits, with the backoff of a container runtime's restart policy
   (0.1 s doubling to 60 s, reset after 10 s up, never giving up), from the same start step
@@ -207,7 +208,15 @@ class Bench:
             return time.time()
         return time.time()
 
+    def halo_start(self) -> None:
+        """A fresh serve and supervisor: every run starts with an empty crash window (the
+        restarts of earlier runs would otherwise count towards K)."""
+        self.stop()
+        self.serve(supervise=True)
+        self.until(lambda s: s["state"] == "serving" and bool(s.get("last_probe")))
+
     def halo_fault(self, fault: str) -> dict[str, Any]:
+        self.halo_start()
         before = self.supervisor()["restarts"]
         self.answering()
         t0 = time.time()
@@ -230,6 +239,7 @@ class Bench:
         return row
 
     def halo_crash_loop(self) -> dict[str, Any]:
+        self.halo_start()
         self.answering()
         before = self.supervisor()["attempts"]
         away = self.model.with_suffix(".away")
