@@ -38,7 +38,7 @@ VLLM = OUTPUTS / "vllm"
 
 def test_vllm_command_line_for_an_apu() -> None:
     serve = ServeConfig(
-        model="m", host="192.168.1.51", port=8000, extra_args=("--max-num-seqs", "8")
+        model="m", host="192.168.1.51", port=8000, extra_args=("--enable-prefix-caching",)
     )
     model = "meta-llama/Llama-3.3-70B-Instruct"
     assert serve_argv(serve, VllmOptions(), model, 2, unified_memory=True) == [
@@ -58,8 +58,7 @@ def test_vllm_command_line_for_an_apu() -> None:
         "--gpu-memory-utilization",
         "0.9",
         "--enforce-eager",
-        "--max-num-seqs",
-        "8",
+        "--enable-prefix-caching",
     ]
     plain = serve_argv(ServeConfig(), VllmOptions(), "m", 2, unified_memory=False)
     assert "--enforce-eager" not in plain

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from halo_cluster.client.fanout import each
@@ -50,6 +51,7 @@ class Relay:
     name = "relay"
     member = "relay-worker"
     weights_on_head = True
+    owned: Mapping[str, str] = MappingProxyType({})  # it sets nothing of its own
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> RelayOptions:
         if any(value is not None for value in flags.values()):

@@ -23,6 +23,7 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 
 @click.command()
 @click.argument("model", required=False)
+@click.argument("extra", nargs=-1, type=click.UNPROCESSED, metavar="[-- EXTRA...]")
 @config_option()
 @click.option(
     "--tp", type=click.IntRange(1, 1024), help="Tensor-parallel size (default: one rank per node)."
@@ -73,6 +74,7 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 )
 def serve(
     model: str | None,
+    extra: tuple[str, ...],
     config_path: str | None,
     tp: int | None,
     host: str | None,
@@ -97,7 +99,11 @@ def serve(
     Ctrl-C while waiting stops what was started. Then a supervisor stays on the head
     (docs/supervise.md): it needs nothing from this machine, restarts the whole group in
     order after a crash or a wedge, brings it back after a lost node answers again, and
-    stops in 'failed' after a crash loop; 'halo status' shows its state."""
+    stops in 'failed' after a crash loop; 'halo status' shows its state.
+
+    Options for the engine itself follow '--' ('halo serve MODEL -- --enable-prefix-caching'),
+    after [serve] extra_args and [serve.<engine>] args; those halo sets (host, port, parallel
+    sizes, API key, executor, RPC workers) are refused, naming halo's own option."""
     from halo_cluster.engines.request import serve_request
 
     serving = _serving(config_path, as_json)
@@ -114,6 +120,7 @@ def serve(
         insecure=insecure,
         force=force,
         supervise=not no_supervise,
+        extra=extra,
     )
     result = serving.start(request)
     if as_json:

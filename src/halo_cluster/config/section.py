@@ -93,6 +93,13 @@ class Section:
             raise self.error(key, f"{self.label}.{key} must be a string")
         return value
 
+    def words(self, key: str) -> tuple[str, ...]:
+        """A list of strings (each one word of a command line, as given), () when absent."""
+        value = self.table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(w, str) and w for w in value):
+            raise self.error(key, f"{self.label}.{key} must be a list of non-empty strings")
+        return tuple(value)
+
     def command(self, key: str, default: str) -> str:
         """A command line: split as a shell does (quotes closed) into at least a program."""
         value = self.text(key, default)

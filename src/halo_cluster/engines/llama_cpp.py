@@ -80,6 +80,7 @@ class LlamaCpp:
     name = "llama.cpp"
     member = "rpc-server"
     weights_on_head = True
+    owned = argv.OWNED
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
         if flags.get("tp") is not None or flags.get("executor") is not None:

@@ -31,7 +31,23 @@ NO_AUTH_NOTE = (
 )
 
 
-OPTION_KEYS = ("build", "rpc_port", "threads")
+OPTION_KEYS = ("build", "rpc_port", "threads", "args")
+# llama-server's options that halo sets itself, and the halo option that sets each
+OWNED = {
+    **dict.fromkeys(("--host",), "[serve] host or --host"),
+    **dict.fromkeys(("--port",), "[serve] port or --port"),
+    **dict.fromkeys(("-m", "--model"), "MODEL (halo serve MODEL)"),
+    **dict.fromkeys(("--rpc",), "the workers: every [[node]] after the head"),
+    **dict.fromkeys(
+        ("-ngl", "--gpu-layers", "--n-gpu-layers", "-ts", "--tensor-split"),
+        "halo splits the layers over the nodes",
+    ),
+    **dict.fromkeys(("--api-key", "--api-key-file"), "[serve] api_key_env (kept out of argv)"),
+    **dict.fromkeys(("-np", "--parallel"), "[serve] max_num_seqs"),
+    **dict.fromkeys(("-c", "--ctx-size"), "[serve] max_model_len"),
+    **dict.fromkeys(("-t", "--threads"), "[serve.llama_cpp] threads"),
+    **dict.fromkeys(("-lv", "--log-verbosity", "--verbosity"), "halo reads llama.cpp's lines"),
+}
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,7 @@ class LlamaCppOptions:
     build: str = ""  # the llama.cpp build (its bin/ holds the programs); "": from PATH
     rpc_port: int = DEFAULT_RPC_PORT  # ggml-rpc-server's port on every worker
     threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
+    args: tuple[str, ...] = ()  # more of llama-server's options, as given
 
     @classmethod
     def from_section(cls, section: Section | None) -> LlamaCppOptions:
@@ -52,6 +69,7 @@ class LlamaCppOptions:
             rpc_port=section.number("rpc_port", DEFAULT_RPC_PORT, maximum=65535)
             or DEFAULT_RPC_PORT,
             threads=section.number("threads", None),
+            args=section.words("args"),
         )
 
 

@@ -117,10 +117,15 @@ class Engine(Protocol):
     # where the weights are opened: True, the head alone (it sends them on); False, every
     # node (each rank opens its shard): the nodes whose stores must hold a model served by name
     weights_on_head: bool
+    # the engine's own options that halo sets, each with the halo option that does (refused
+    # in [serve] extra_args, [serve.<engine>] args and 'halo serve … -- EXTRA')
+    owned: Mapping[str, str]
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
         """The engine's typed options from its [serve.<engine>] table and the command-line
-        flags (``tp``, ``executor``); a flag the engine does not take is a UsageError."""
+        flags (``tp``, ``executor``); a flag the engine does not take is a UsageError. Its
+        ``args`` (the table's list of more options for the engine) are added after
+        [serve] extra_args."""
 
     def check(self, config: Config, request: ServeRequest) -> None:
         """Refuse what no node needs to be asked about (a relative path, a missing address);

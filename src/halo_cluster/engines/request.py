@@ -3,6 +3,7 @@ applied, and the chosen engine's own options read from its table."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from halo_cluster import engine_registry
@@ -27,9 +28,12 @@ def serve_request(
     insecure: bool = False,
     force: bool = False,
     supervise: bool = True,
+    extra: tuple[str, ...] = (),
 ) -> ServeRequest:
     """The request, every option checked: an engine's table that does not parse, or a flag
-    the engine does not take, is one line before anything runs."""
+    the engine does not take, is one line before anything runs. The engine's command line
+    ends with [serve] extra_args, its table's ``args``, then ``extra`` ('halo serve … --
+    EXTRA'); an option halo sets itself is refused there, naming halo's own."""
     serve = replace(config.serve, host=host or config.serve.host, port=port or config.serve.port)
     if not supervise:
         serve = replace(serve, supervise=replace(serve.supervise, enabled=False))
@@ -48,6 +52,9 @@ def serve_request(
     options = chosen.options(
         serve.section(engine_registry.section_name(name)), {"tp": tp, "executor": executor}
     )
+    more = (*serve.extra_args, *getattr(options, "args", ()), *extra)
+    refuse_owned(more, chosen.owned, name)
+    serve = replace(serve, extra_args=more)
     chosen_model = model or serve.model
     if not chosen_model:
         raise UsageError("no model: pass MODEL or set [serve] model in halo.toml")
@@ -66,3 +73,15 @@ def serve_request(
         insecure=insecure,
         force=force,
     )
+
+
+def refuse_owned(args: tuple[str, ...], owned: Mapping[str, str], engine: str) -> None:
+    """One line for the first option in ``args`` that halo sets itself (``--port 9000`` and
+    ``--port=9000`` alike), naming the halo option that sets it."""
+    for arg in args:
+        flag = arg.split("=", 1)[0] if arg.startswith("-") else ""
+        if flag in owned:
+            raise UsageError(
+                f"{quoted(flag)} is set by halo for {engine}: use {owned[flag]} instead "
+                "(extra options for the engine are the others)"
+            )

@@ -31,6 +31,7 @@ from halo_cluster.engines.protocol import (
     Witness,
 )
 from halo_cluster.engines.vllm_argv import (
+    OWNED,
     PREFLIGHT,
     Placement,
     VllmOptions,
@@ -51,6 +52,7 @@ class Vllm:
     name = "vllm"
     member = "rank"
     weights_on_head = False
+    owned = OWNED
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
         options = VllmOptions.from_section(section)

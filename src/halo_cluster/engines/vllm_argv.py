@@ -21,7 +21,26 @@ OPTION_KEYS = (
     "enforce_eager",
     "command",
     "executor",
+    "args",
 )
+# vllm serve's options that halo sets itself, and the halo option that sets each
+OWNED = {
+    **dict.fromkeys(("--host",), "[serve] host or --host"),
+    **dict.fromkeys(("--port",), "[serve] port or --port"),
+    **dict.fromkeys(("--model",), "MODEL (halo serve MODEL)"),
+    **dict.fromkeys(("-tp", "--tensor-parallel-size"), "--tp or [serve.vllm] tensor_parallel_size"),
+    **dict.fromkeys(("-pp", "--pipeline-parallel-size"), "[serve.vllm] pipeline_parallel_size"),
+    **dict.fromkeys(("--distributed-executor-backend",), "--executor or [serve.vllm] executor"),
+    **dict.fromkeys(
+        ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"),
+        "halo places the ranks (--executor mp)",
+    ),
+    **dict.fromkeys(("--api-key",), "[serve] api_key_env (kept out of argv)"),
+    **dict.fromkeys(("--gpu-memory-utilization",), "[serve.vllm] gpu_memory_utilization"),
+    **dict.fromkeys(("--enforce-eager",), "[serve.vllm] enforce_eager"),
+    **dict.fromkeys(("--max-model-len",), "[serve] max_model_len"),
+    **dict.fromkeys(("--max-num-seqs",), "[serve] max_num_seqs"),
+}
 
 
 @dataclass(frozen=True)
@@ -36,6 +55,7 @@ class VllmOptions:
     # "ray": one vLLM driver on the head, ranks as Ray actors; "mp": vLLM's own multi-node
     # executor, one process per node (--nnodes/--node-rank, --headless on the others)
     executor: str = "ray"
+    args: tuple[str, ...] = ()  # more of vllm serve's options, as given
 
     @classmethod
     def from_section(cls, section: Section | None) -> VllmOptions:
@@ -49,6 +69,7 @@ class VllmOptions:
             enforce_eager=section.flag("enforce_eager"),
             command=section.command("command", "vllm"),
             executor=section.choice("executor", EXECUTORS, "ray"),
+            args=section.words("args"),
         )
 
 
