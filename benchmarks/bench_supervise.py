@@ -1,8 +1,11 @@
-"""halo's supervisor against a plain restart policy, on a 2-node lab with llama.cpp over RPC
-(llama-server on node1, ggml-rpc-server on node2, the tiny GGUF; needs root and the
-llama.cpp build). Writes benchmarks/results/supervise.json.
+"""halo's supervisor against a plain restart policy, on a 2-node lab with the tiny model:
+llama.cpp over RPC (llama-server on node1, ggml-rpc-server on node2) or vLLM's CPU build,
+TP=2 over its own mp executor (the API server and rank 0 on node1, rank 1 headless on
+node2). Needs root and the llama.cpp build or the engine environment. Writes the engine's
+entry of benchmarks/results/supervise.json.
 
-    sudo .venv/bin/python benchmarks/bench_supervise.py [--runs 3] [--plain-wait 60]
+    sudo .venv/bin/python benchmarks/bench_supervise.py [--engine llama.cpp|vllm] [--runs 3]
+        [--plain-wait 60]
 
 Each fault is made while the server answers, and "serving again" is measured the same way
 for both policies: a client inside node1 asks for one token every 0.25 s (5 s timeout) and
@@ -11,7 +14,7 @@ after the node was booted again). For halo the supervisor's own 'serving' (both 
 proven again) is recorded next to it.
 
 - halo: ``halo serve`` with its supervisor ([serve.supervise] interval_s = 2, deadline_s =
-  10, crash_restarts = 3; the rest as shipped), a fresh serve for every run (so that each
+  10 for llama.cpp and 30 for vLLM, crash_restarts = 3; the rest as shipped), a fresh serve for every run (so that each
   run's restart is the first in its crash window).
 - plain: ``halo serve --no-supervise``, then on each node a watcher that starts that node's
   process again whenever it exits, with the backoff of a container runtime's restart policy
@@ -20,10 +23,12 @@ proven again) is recorded next to it.
   policy of a container comes back with its runtime. A fault it does not recover from within
   --plain-wait seconds is reported as not recovered; every plain run starts from a fresh serve.
 
-Faults: the head's llama-server killed (SIGKILL), node2's rpc-server killed, the head's
-llama-server stopped (SIGSTOP: a wedge, the process stays), node2 killed and booted again,
-and a crash loop (the model moved away, then llama-server killed): halo must end in 'failed'
-after exactly crash_restarts attempts; the plain policy's restarts in --plain-wait are counted.
+Faults: the head's process killed (SIGKILL: llama-server, or vLLM's API server), node2's
+killed (its rpc-server, or its rank), the head's process stopped (SIGSTOP: a wedge, the
+process stays), node2 killed and booted again, and a crash loop (the model moved away, then
+the head's process killed): halo must end in 'failed' after exactly crash_restarts attempts;
+the plain policy's restarts in --plain-wait are counted. vLLM gets deadline_s = 30 (its first
+tokens after a start can take seconds on a loaded CPU).
 """
 
 from __future__ import annotations
@@ -44,26 +49,39 @@ HERE = Path(__file__).resolve().parent
 HALO = str(Path(sys.executable).parent / "halo")
 NAME = "bsup"
 CRASH_RESTARTS = 3
-SUPERVISE = (
-    f"\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 10\ncrash_restarts = {CRASH_RESTARTS}\n"
-)
+DEADLINE_S = {"llama.cpp": 10, "vllm": 30}
 BOUND_S = {"kill-head": 60, "kill-worker": 60, "wedge": 60, "node-lost": 120}
 PID = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo/serve-lab-' + NAME + '.pid"'
+SIGNAL = 'kill -{} "$(cat ' + PID + ')"'  # the process 'halo serve' started on that node
+
+
+def supervise_table(engine: str) -> str:
+    return (
+        f"\n[serve.supervise]\ninterval_s = 2\ndeadline_s = {DEADLINE_S[engine]}\n"
+        f"crash_restarts = {CRASH_RESTARTS}\n"
+    )
+
 
 # the client inside node1: one token every 0.25 s, one line per answer ("time ok|fail")
 CLIENT = """
 import json, sys, time, urllib.request
-url, out = sys.argv[1], sys.argv[2]
-body = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+base, out = sys.argv[1], sys.argv[2]
+model = None
 with open(out, "a", buffering=1) as log:
     while True:
         began = time.time()
         try:
-            request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+            if model is None:
+                with urllib.request.urlopen(base + "/v1/models", timeout=5) as answer:
+                    model = json.loads(answer.read())["data"][0]["id"]
+            body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 1}).encode()
+            request = urllib.request.Request(
+                base + "/v1/completions", body, {"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=5) as answer:
                 ok = answer.status == 200 and bool(json.loads(answer.read())["choices"])
         except Exception:
-            ok = False
+            ok, model = False, None
         log.write(f"{began:.3f} {'ok' if ok else 'fail'}\\n")
         time.sleep(max(0.0, 0.25 - (time.time() - began)))
 """
@@ -97,12 +115,12 @@ def sh(
 
 
 class Bench:
-    def __init__(self, lab: Path, runs: int, plain_wait: float) -> None:
-        self.lab, self.runs, self.plain_wait = lab, runs, plain_wait
+    def __init__(self, lab: Path, engine: str, runs: int, plain_wait: float) -> None:
+        self.lab, self.engine, self.runs, self.plain_wait = lab, engine, runs, plain_wait
         self.config = str(lab / "halo.toml")
         self.home = lab / "home" / "node1"
         self.answers = self.home / "bench-client.log"
-        self.model = lab / "model.gguf"
+        self.model = lab / ("model.gguf" if engine == "llama.cpp" else "model")
         self.client: subprocess.Popen[str] | None = None
 
     # -- the lab --------------------------------------------------------------------------
@@ -114,7 +132,9 @@ class Bench:
         sh([HALO, "lab", *args, "--dir", str(self.lab)])
 
     def serve(self, supervise: bool) -> None:
-        argv = [HALO, "serve", str(self.model), "--engine", "llama.cpp", "--config", self.config]
+        argv = [HALO, "serve", str(self.model), "--engine", self.engine, "--config", self.config]
+        if self.engine == "vllm":
+            argv += ["--executor", "mp"]
         sh([*argv, "--json"] + ([] if supervise else ["--no-supervise"]))
 
     def stop(self) -> None:
@@ -123,7 +143,7 @@ class Bench:
     # -- the client -----------------------------------------------------------------------
     def start_client(self) -> None:
         (self.home / "bench-client.py").write_text(CLIENT)
-        url = "http://127.0.0.1:8000/v1/completions"
+        url = "http://127.0.0.1:8000"
         self.client = subprocess.Popen(
             [HALO, "lab", "exec", "--dir", str(self.lab), "node1", "--", "python3",
              str(self.home / "bench-client.py"), url, str(self.answers)],
@@ -195,11 +215,11 @@ class Bench:
     def inject(self, fault: str) -> float:
         """Make ``fault``; the time the server is expected to be back from."""
         if fault == "kill-head":
-            self.on("node1", "pkill -KILL -x llama-server")
+            self.on("node1", SIGNAL.format("KILL"))
         elif fault == "kill-worker":
-            self.on("node2", "pkill -KILL -x ggml-rpc-server")
+            self.on("node2", SIGNAL.format("KILL"))
         elif fault == "wedge":
-            self.on("node1", "pkill -STOP -x llama-server")
+            self.on("node1", SIGNAL.format("STOP"))
         elif fault == "node-lost":
             self.lab_cmd("kill", "node2")
             self.down_for = time.time()
@@ -245,7 +265,7 @@ class Bench:
         away = self.model.with_suffix(".away")
         self.model.rename(away)
         t0 = time.time()
-        self.on("node1", "pkill -KILL -x llama-server")
+        self.on("node1", SIGNAL.format("KILL"))
         failed = self.until(lambda s: s["state"] == "failed", within=600)
         took = round(next(h["at"] for h in failed["history"] if h["state"] == "failed") - t0, 2)
         time.sleep(10)  # no restart after 'failed'
@@ -274,7 +294,7 @@ class Bench:
 
     def plain_stop(self) -> None:
         for node in ("node1", "node2"):
-            self.on(node, "pkill -f bench-watcher.sh; pkill -CONT -x llama-server; true")
+            self.on(node, f"pkill -f bench-watcher.sh; {SIGNAL.format('CONT')}; true")
         self.stop()
 
     def plain_restarts(self, since: float) -> int:
@@ -310,7 +330,7 @@ class Bench:
             self.answering()
             self.model.rename(away)
             t0 = time.time()
-            self.on("node1", "pkill -KILL -x llama-server")
+            self.on("node1", SIGNAL.format("KILL"))
             time.sleep(self.plain_wait)
             return {"restarts_in_wait": self.plain_restarts(t0), "wait_s": self.plain_wait}
         finally:
@@ -335,6 +355,7 @@ def summary(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=("llama.cpp", "vllm"), default="llama.cpp")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--plain-wait", type=float, default=60.0)
     parser.add_argument("--faults", default="kill-head,kill-worker,wedge,node-lost")
@@ -342,16 +363,21 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("the lab needs root")
     faults = [f for f in args.faults.split(",") if f]
-    result: dict[str, Any] = {"settings": SUPERVISE.strip(), "runs": args.runs, "faults": {}}
+    table = supervise_table(args.engine)
+    result: dict[str, Any] = {"settings": table.strip(), "runs": args.runs, "faults": {}}
     with tempfile.TemporaryDirectory() as cwd:
         lab = Path(cwd) / "lab"
-        sh([HALO, "lab", "up", "--name", NAME, "--dir", str(lab), "--no-engine"])
-        bench = Bench(lab, args.runs, args.plain_wait)
+        up = [HALO, "lab", "up", "--name", NAME, "--dir", str(lab)]
+        sh(up + (["--no-engine"] if args.engine == "llama.cpp" else ["--no-llama-cpp"]))
+        bench = Bench(lab, args.engine, args.runs, args.plain_wait)
         try:
-            sh([HALO, "lab", "model", str(Path(cwd) / "m"), "--format", "gguf"])
-            bench.model.write_bytes((Path(cwd) / "m" / "model.gguf").read_bytes())
+            if args.engine == "llama.cpp":
+                sh([HALO, "lab", "model", str(Path(cwd) / "m"), "--format", "gguf"])
+                bench.model.write_bytes((Path(cwd) / "m" / "model.gguf").read_bytes())
+            else:
+                sh([HALO, "lab", "model", str(bench.model)])
             with open(bench.config, "a") as config:
-                config.write(SUPERVISE)
+                config.write(table)
             bench.start_client()
             print("halo's supervisor", file=sys.stderr)
             bench.serve(supervise=True)
@@ -389,7 +415,14 @@ def main() -> None:
             bench.plain_stop()
             sh([HALO, "lab", "down", "--dir", str(lab)], check=False)
     result["plain_wait_s"] = args.plain_wait
-    (HERE / "results" / "supervise.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = HERE / "results" / "supervise.json"
+    try:
+        kept = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        kept = {}
+    kept = kept if "faults" not in kept else {"llama.cpp": kept}  # the first, one-engine form
+    kept[args.engine] = result
+    path.write_text(json.dumps(kept, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
