@@ -14,8 +14,8 @@ after the node was booted again). For halo the supervisor's own 'serving' (both 
 proven again) is recorded next to it.
 
 - halo: ``halo serve`` with its supervisor ([serve.supervise] interval_s = 2, deadline_s =
-  10 for llama.cpp and 30 for vLLM, crash_restarts = 3; the rest as shipped), a fresh serve for every run (so that each
-  run's restart is the first in its crash window).
+  10 for llama.cpp and 30 for vLLM, crash_restarts = 3; the rest as shipped), a fresh
+  serve for every run (so that each run's restart is the first in its crash window).
 - plain: ``halo serve --no-supervise``, then on each node a watcher that starts that node's
   process again whenever it exits, with the backoff of a container runtime's restart policy
   (0.1 s doubling to 60 s, reset after 10 s up, never giving up), from the same start step
@@ -52,7 +52,14 @@ CRASH_RESTARTS = 3
 DEADLINE_S = {"llama.cpp": 10, "vllm": 30}
 BOUND_S = {"kill-head": 60, "kill-worker": 60, "wedge": 60, "node-lost": 120}
 PID = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo/serve-lab-' + NAME + '.pid"'
-SIGNAL = 'kill -{} "$(cat ' + PID + ')"'  # the process 'halo serve' started on that node
+
+
+ENGINE_PROCESSES = "[v]llm serve|[V]LLM::|[l]lama-server|[g]gml-rpc-server"
+
+
+def signal(name: str) -> str:
+    """Send ``name`` to the process 'halo serve' started on the node."""
+    return f'kill -{name} "$(cat {PID})"'
 
 
 def supervise_table(engine: str) -> str:
@@ -215,11 +222,11 @@ class Bench:
     def inject(self, fault: str) -> float:
         """Make ``fault``; the time the server is expected to be back from."""
         if fault == "kill-head":
-            self.on("node1", SIGNAL.format("KILL"))
+            self.on("node1", signal("KILL"))
         elif fault == "kill-worker":
-            self.on("node2", SIGNAL.format("KILL"))
+            self.on("node2", signal("KILL"))
         elif fault == "wedge":
-            self.on("node1", SIGNAL.format("STOP"))
+            self.on("node1", signal("STOP"))
         elif fault == "node-lost":
             self.lab_cmd("kill", "node2")
             self.down_for = time.time()
@@ -265,7 +272,7 @@ class Bench:
         away = self.model.with_suffix(".away")
         self.model.rename(away)
         t0 = time.time()
-        self.on("node1", SIGNAL.format("KILL"))
+        self.on("node1", signal("KILL"))
         failed = self.until(lambda s: s["state"] == "failed", within=600)
         took = round(next(h["at"] for h in failed["history"] if h["state"] == "failed") - t0, 2)
         time.sleep(10)  # no restart after 'failed'
@@ -292,10 +299,19 @@ class Bench:
         watcher = f"{home}/bench-watcher.sh {home}/bench-start.sh {home}/bench-restarts.log"
         self.on(node, f"setsid -f bash {watcher} > /dev/null 2>&1 < /dev/null", check=True)
 
-    def plain_stop(self) -> None:
+    def plain_stop(self) -> int:
+        """Stop the watchers and the server ('halo stop', which ends the process group it
+        started last), then count and end what the restarts left beside it (a killed head's
+        children), so that the next run starts clean. The count is returned."""
         for node in ("node1", "node2"):
-            self.on(node, f"pkill -f bench-watcher.sh; {SIGNAL.format('CONT')}; true")
+            self.on(node, f"pkill -f bench-watcher.sh; {signal('CONT')}; true")
         self.stop()
+        left = 0
+        for node in ("node1", "node2"):
+            found = self.on(node, f"pgrep -f '{ENGINE_PROCESSES}' || true").split()
+            left += len(found)
+            self.on(node, f"pkill -KILL -f '{ENGINE_PROCESSES}'; rm -f /dev/shm/*; true")
+        return left
 
     def plain_restarts(self, since: float) -> int:
         count = 0
@@ -319,9 +335,11 @@ class Bench:
             else:
                 back_from = self.inject(fault)
             back = self.back_after(back_from, self.plain_wait)
-            return {"serving_again_s": back, "restarts": self.plain_restarts(t0)}
+            row: dict[str, Any] = {"serving_again_s": back, "restarts": self.plain_restarts(t0)}
         finally:
-            self.plain_stop()
+            left = self.plain_stop()
+        row["left_after_stop"] = left
+        return row
 
     def plain_crash_loop(self, steps: dict[str, str]) -> dict[str, Any]:
         self.plain_start(steps)
@@ -330,7 +348,7 @@ class Bench:
             self.answering()
             self.model.rename(away)
             t0 = time.time()
-            self.on("node1", SIGNAL.format("KILL"))
+            self.on("node1", signal("KILL"))
             time.sleep(self.plain_wait)
             return {"restarts_in_wait": self.plain_restarts(t0), "wait_s": self.plain_wait}
         finally:
@@ -364,7 +382,13 @@ def main() -> None:
         raise SystemExit("the lab needs root")
     faults = [f for f in args.faults.split(",") if f]
     table = supervise_table(args.engine)
-    result: dict[str, Any] = {"settings": table.strip(), "runs": args.runs, "faults": {}}
+    result: dict[str, Any] = {
+        "settings": table.strip(),
+        "runs": args.runs,
+        "plain_wait_s": args.plain_wait,
+        "incomplete": True,
+        "faults": {},
+    }
     with tempfile.TemporaryDirectory() as cwd:
         lab = Path(cwd) / "lab"
         up = [HALO, "lab", "up", "--name", NAME, "--dir", str(lab)]
@@ -394,6 +418,7 @@ def main() -> None:
                     "halo": {"serving_again_s": summary(rows, "serving_again_s"),
                              "proven_s": summary(rows, "proven_s"), "rows": rows},
                 }  # fmt: skip
+                save(args.engine, result)
             crash = bench.halo_crash_loop()
             print(f"  halo crash loop: {crash}", file=sys.stderr)
             bench.stop()
@@ -406,6 +431,7 @@ def main() -> None:
                 result["faults"][fault]["plain"] = {
                     "serving_again_s": summary(rows, "serving_again_s"), "rows": rows
                 }  # fmt: skip
+                save(args.engine, result)
             plain_crash = bench.plain_crash_loop(steps)
             print(f"  plain crash loop: {plain_crash}", file=sys.stderr)
             result["crash_loop"] = {"halo": crash, "plain": plain_crash}
@@ -414,16 +440,21 @@ def main() -> None:
                 bench.client.terminate()
             bench.plain_stop()
             sh([HALO, "lab", "down", "--dir", str(lab)], check=False)
-    result["plain_wait_s"] = args.plain_wait
+    result.pop("incomplete", None)
+    save(args.engine, result)
+    print(json.dumps(result, indent=2))
+
+
+def save(engine: str, result: dict[str, Any]) -> None:
+    """The engine's entry of the results file (kept after each fault: a run cut short keeps
+    what it measured, marked incomplete)."""
     path = HERE / "results" / "supervise.json"
     try:
         kept = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         kept = {}
-    kept = kept if "faults" not in kept else {"llama.cpp": kept}  # the first, one-engine form
-    kept[args.engine] = result
+    kept[engine] = result
     path.write_text(json.dumps(kept, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
