@@ -70,12 +70,18 @@ def test_unit_names_keep_only_what_systemd_takes_as_is() -> None:
     assert service.unit_name("a b/c$") == "halo-supervise-a-b-c-.service"
 
 
-def test_without_systemd_it_runs_detached_and_stops(head: Path) -> None:
+def start(head: Path, systemd: bool) -> tuple[str, str]:
+    """The supervisor of cluster 'strix' started on the head: (its files' base, the mode)."""
     base = f"{head}/state/halo/supervise-strix"
     (head / "state" / "halo").mkdir(mode=0o700)
-    started = on_head(head, service.start_script("strix", ARGV, base), systemd=False)
+    started = on_head(head, service.start_script("strix", ARGV, base), systemd=systemd)
     assert started.returncode == 0, started.stderr
-    assert started.stdout.splitlines()[-1] == "mode=detached"
+    return base, started.stdout.splitlines()[-1]
+
+
+def test_without_systemd_it_runs_detached_and_stops(head: Path) -> None:
+    base, mode = start(head, systemd=False)
+    assert mode == "mode=detached"
     log = head / "state" / "halo" / "supervise-strix.log"
     pidfile = head / "state" / "halo" / "supervise-strix.pid"
     deadline = time.monotonic() + 60
@@ -98,11 +104,8 @@ def test_without_systemd_it_runs_detached_and_stops(head: Path) -> None:
 
 
 def test_with_systemd_as_root_it_is_an_enabled_unit(head: Path) -> None:
-    base = f"{head}/state/halo/supervise-strix"
-    (head / "state" / "halo").mkdir(mode=0o700)
-    started = on_head(head, service.start_script("strix", ARGV, base), systemd=True)
-    assert started.returncode == 0, started.stderr
-    assert started.stdout.splitlines()[-1] == "mode=systemd"
+    base, mode = start(head, systemd=True)
+    assert mode == "mode=systemd"
     unit = head / "units" / "halo-supervise-strix.service"
     assert unit.read_text() == (
         "[Unit]\n"

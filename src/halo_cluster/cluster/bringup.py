@@ -129,7 +129,6 @@ class Serving:
         witness: Witness,
     ) -> dict[str, Any]:
         first = supervise.install(self.cluster, ctx, prepared, steps, witness.recheck)
-        _log, _pid = process.log_paths(self.config.name, supervise.ROLE)
         return {
             "state": first.get("state"),
             "pid": first.get("pid"),

@@ -83,7 +83,7 @@ def refusal(rows: list[NodeMemory], kv_note: str) -> str:
         assert row.available_bytes is not None and row.weights_bytes is not None
         parts.append(
             f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model needs "
-            f"{(row.weights_bytes + row.kv_bytes) / GIB:.2f} GiB there "
+            f"{(row.need_bytes or 0) / GIB:.2f} GiB there "
             f"({row.weights_bytes / GIB:.2f} GiB of weights + {row.kv_bytes / GIB:.2f} GiB of "
             "KV cache)"
         )
@@ -111,10 +111,8 @@ def check(
             raise LifecycleError(f"{node.name}: cannot read its memory: {result.error_text()}")
         return node.name, result.stdout
 
-    asked = [by_name[name] for name in memory.shares if name in by_name]
-    if memory.size_on and memory.size_on not in memory.shares and memory.size_on in by_name:
-        asked.append(by_name[memory.size_on])
-    answers = dict(each(asked, ask))
+    names = dict.fromkeys([*memory.shares, *([memory.size_on] if memory.size_on else [])])
+    answers = dict(each([by_name[name] for name in names], ask))
     weights = memory.weights_bytes
     if weights is None and memory.size_on:
         weights = count(key_values(answers.get(memory.size_on, "")).get("model_bytes"))

@@ -268,7 +268,7 @@ def install(
     mode = started.stdout.strip().rpartition("mode=")[2]
     if not started.ok or mode not in service.MODES:
         raise LifecycleError(f"{head.name}: could not start the supervisor: {started.error_text()}")
-    how = "detached" if mode == "detached" else f"{service.unit_name(cluster.config.name)}"
+    how = "detached" if mode == "detached" else service.unit_name(cluster.config.name)
     cluster.progress(
         f"supervisor: started on {head.name} ({how}), waiting for its first round of probes"
     )

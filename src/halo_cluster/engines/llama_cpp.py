@@ -60,11 +60,6 @@ def local_model(model: str) -> GgufModel | None:
     return read_gguf(path)
 
 
-def model_layers(model: str) -> int | None:
-    found = local_model(model)
-    return None if found is None else found.spec.layers
-
-
 def kv_tokens(serve: ServeConfig, trained: int | None) -> tuple[int, str]:
     """The KV cache's tokens llama-server will hold at least, and how that was counted:
     ``--ctx-size`` when max_model_len is set (every slot's), else llama.cpp's own fit (the
@@ -137,11 +132,12 @@ class LlamaCpp:
     # -- prepare --------------------------------------------------------------------------
     def prepare(self, ctx: ServeContext) -> Prepared:
         workers = self._workers(ctx)
-        layers, rdma_builds = self._preflight(ctx, workers)
+        (layers, local), rdma_builds = self._preflight(ctx, workers)
         workers = [self._with_transport(ctx, w, rdma_builds) for w in workers]
         rdma = bool(workers) and all(w.transport == "rdma" for w in workers)
         members = [ctx.head, *[w.node for w in workers]]
-        return Prepared(members, rdma, "llama.cpp-rpc", None, (workers, layers))
+        # the GGUF as read here (None: only the head has it), kept for the memory check
+        return Prepared(members, rdma, "llama.cpp-rpc", None, (workers, layers, local))
 
     def _workers(self, ctx: ServeContext) -> list[Worker]:
         """Every node but the head, each on its configured fabric address (TCP until the
@@ -165,9 +161,12 @@ class LlamaCpp:
         planned = ctx.plans[ctx.head.name].is_rdma and ctx.plans[worker.node.name].is_rdma
         return Worker(worker.node, worker.address, argv.rpc_transport(planned, both))
 
-    def _preflight(self, ctx: ServeContext, workers: list[Worker]) -> tuple[int, dict[str, bool]]:
+    def _preflight(
+        self, ctx: ServeContext, workers: list[Worker]
+    ) -> tuple[tuple[int, GgufModel | None], dict[str, bool]]:
         """Programs on every node, the same build everywhere, the GGUF file on the head, the
-        ports free; returns the model's layer count and which nodes' builds have RDMA."""
+        ports free; returns the model's layer count (with the GGUF when it is readable here)
+        and which nodes' builds have RDMA."""
         ctx.progress("checking llama.cpp, the model and the ports on every node")
         options: LlamaCppOptions = ctx.request.options
         serve, model = ctx.request.serve, ctx.request.model
@@ -214,18 +213,18 @@ class LlamaCpp:
                     "must match; install the same build on every node"
                 )
 
-    def _layers(self, ctx: ServeContext, model: str) -> int:
+    def _layers(self, ctx: ServeContext, model: str) -> tuple[int, GgufModel | None]:
         try:
-            found = model_layers(model)
+            found = local_model(model)
         except UsageError as err:
             raise UsageError(f"{ctx.head.name}: {err}") from None
         if found is not None:
-            return found
+            return found.spec.layers, found
         # not readable here: ask the head, where llama-server will read it
         result = ctx.client(ctx.head).call(*gguf_layers_args(model))
         if result.ok:
             try:
-                return parse_gguf_layers(result.stdout)
+                return parse_gguf_layers(result.stdout), None
             except WireError as err:
                 raise UsageError(f"{ctx.head.name}: {err}") from None
         said = result.error_text().removeprefix("halo: error: ").strip()
@@ -237,12 +236,11 @@ class LlamaCpp:
         the rest and the output (``offload_layers``); each node's KV cache is that of its
         layers. Weights and KV from the GGUF header when the file is here, else the file's
         size on the head and no KV (the header is read where the file is)."""
-        workers, layers = prepared.detail
+        workers, layers, found = prepared.detail
         total = layers + 1
         offload = argv.offload_layers(layers, len(workers))
         shares = {ctx.head.name: (total - offload) / total}
         shares.update({w.node.name: offload / len(workers) / total for w in workers})
-        found = local_model(ctx.request.model)
         if found is None:
             note = f"KV cache not counted: the model's header is read on {ctx.head.name}"
             return ModelMemory(shares, {}, note, size_path=ctx.request.model, size_on=ctx.head.name)
@@ -254,7 +252,7 @@ class LlamaCpp:
     # -- launch ---------------------------------------------------------------------------
     def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
         """rpc-server on every worker, then llama-server on the head with all of them."""
-        workers, layers = prepared.detail
+        workers, layers, _local = prepared.detail
         options: LlamaCppOptions = ctx.request.options
         self._start_workers(ctx, workers)
         endpoints = [w.endpoint(options.rpc_port) for w in workers]
@@ -307,7 +305,7 @@ class LlamaCpp:
 
     # -- witness --------------------------------------------------------------------------
     def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
-        workers, layers = prepared.detail
+        workers, layers, _local = prepared.detail
         options: LlamaCppOptions = ctx.request.options
         cluster = ctx.config.name
         head_text = process.log_text(ctx.client(ctx.head), cluster)

@@ -44,13 +44,11 @@ def alive_script(cluster: str) -> str:
     return f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}[ "$alive" = 1 ]\n'
 
 
-def background_script(
-    env: Mapping[str, str], argv: list[str], cluster: str, role: str = "serve"
-) -> str:
+def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
     """Start ``argv`` detached in its own process group, its output in the log, its pid
     in the pid file (both 0600, in the 0700 state directory, whatever the engine or the
     auth); the working directory is HOME (a node's caches and state live there)."""
-    log, pid = log_paths(cluster, role)
+    log, pid = log_paths(cluster)
     return (
         f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
         f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
