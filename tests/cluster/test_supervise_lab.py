@@ -23,6 +23,7 @@ from tests.conftest import halo, require
 pytestmark = pytest.mark.lab
 BOUND_S = 240.0
 LEFT = "pgrep -a -f '[l]lama-server|[g]gml-rpc-server|[s]upervise --spec' || true"
+LEFT_VLLM = "pgrep -a -f '[v]llm serve' || true"
 
 
 class Lab:
@@ -241,3 +242,21 @@ def test_vllm_on_ray_head_killed_then_node2_lost_and_back(vllm_lab: Lab) -> None
     )
     status = lab.status()
     assert status["serve"]["healthy"] and all(n["ray"] for n in status["nodes"])
+
+
+def test_vllm_mp_a_wedge_is_restarted_then_a_crash_loop_fails(vllm_lab: Lab) -> None:
+    lab = vllm_lab
+    _serve_vllm(lab, "--executor", "mp")
+    lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
+    lab.exec("node1", KILL_RANK.replace("-KILL", "-STOP").replace("$1", lab.name))
+    found = restarted(lab, 1)
+    assert lab.causes("restarting")[0].startswith("wedged: no token within 60 s"), found
+    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
+    (lab.dir / "model").rename(lab.dir / "model.away")  # every start now fails
+    lab.exec("node1", KILL_RANK.replace("$1", lab.name))
+    failed = lab.until(lambda s: s["state"] == "failed", "failed")
+    assert failed["cause"].startswith("crash loop: 3 restarts within 600 s did not keep it up")
+    # the wedge's restart is in the window too: K = 3 attempts in all, the last two failed
+    assert (failed["attempts"], failed["restarts"]) == (3, 1)
+    for node in ("node1", "node2"):
+        assert "vllm serve" not in lab.exec(node, LEFT_VLLM), node
