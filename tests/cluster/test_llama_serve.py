@@ -90,7 +90,7 @@ def test_traffic_on_management_stops_the_server(tmp_path: Path) -> None:
     ("model", "members", "message"),
     [
         ("model.gguf", ("node1", "node2"), r"model\.gguf: give the GGUF file's absolute path"),
-        (GGUF, ("node1",), r"llama\.cpp over RPC needs at least one worker node"),
+        (GGUF, ("node1", "node2"), r"--nodes 3: the cluster has 2 node\(s\) \(node1, node2\)"),
     ],
 )
 def test_refusals_start_nothing(
@@ -99,8 +99,21 @@ def test_refusals_start_nothing(
     nodes = {name: node for name, node in two_nodes((1, 1)).items() if name in members}
     srv = cluster(tmp_path, nodes, SERVE)
     with pytest.raises(UsageError, match=message):
-        serve(srv, model=model, wait_s=5)
+        serve(srv, model=model, wait_s=5, nodes=None if model != GGUF else 3)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_one_node_runs_llama_server_alone(tmp_path: Path) -> None:
+    """--nodes 1: the head's llama-server holds every layer, no rpc-server anywhere; one
+    node has no fabric to prove."""
+    nodes = two_nodes((0, 0))
+    srv = cluster(tmp_path, nodes, SERVE)
+    result = serve(srv, model=GGUF, wait_s=5, nodes=1)
+    assert (result.proven, result.problems, result.stopped) == ("one node", [], False)
+    assert result.layout == "llama.cpp on node1"
+    head = next(s for s in nodes["node1"].scripts if "setsid" in s)
+    assert "--n-gpu-layers 0" in head and "--rpc" not in head
+    assert not any("setsid" in s for s in nodes["node2"].scripts)
 
 
 def test_a_worker_without_its_own_fabric_address_is_refused(tmp_path: Path) -> None:
@@ -143,7 +156,7 @@ def test_a_worker_with_another_build_is_refused(tmp_path: Path) -> None:
 
 def test_vllm_options_are_refused_with_llama_cpp(tmp_path: Path) -> None:
     srv = cluster(tmp_path, two_nodes((1, 1)), SERVE)
-    with pytest.raises(UsageError, match="--tp and --executor are vLLM's"):
+    with pytest.raises(UsageError, match=r"--tp, --pp and --executor are vLLM.s"):
         serve(srv, model=GGUF, tp=2, wait_s=5)
 
 

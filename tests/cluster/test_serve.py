@@ -168,6 +168,7 @@ class Node:
         self.tokens = 0
         self.fail = fail  # preflight exit code, e.g. {"preflight": 11}
         self.memory = ""  # the answer to the memory check ('' as a node that tells nothing)
+        self.answer = ANSWER  # its greedy answer to every prompt (serve-tokens)
 
     def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
         script = stdin or ""
@@ -193,6 +194,10 @@ class Node:
                 node.tokens += tokens
             body = {"model": "m", "completion_tokens": tokens, "seconds": 1.5}
             return Result(args, 0, json.dumps(body), "")
+        elif "serve-tokens" in script:
+            asked = script.count("--prompt=")
+            body = {"model": "m", "answers": [self.answer] * asked}
+            return Result(args, 0, json.dumps(body), "")
         elif " counters" in script or "counters" in args:
             fabric, mgmt, rdma = (
                 v * self.tokens if v is not None else None for v in self.per_token
@@ -213,6 +218,14 @@ class Node:
 
 
 CLUSTER: dict[str, Node] = {}
+# a greedy answer as serve-tokens prints it (two tokens, each with its likeliest others)
+ANSWER: dict[str, Any] = {
+    "text": " 3705486",
+    "steps": [
+        {"token": " 3705", "id": None, "logprob": -7.14, "top": [[" 3705", -7.14], ["486", -7.26]]},
+        {"token": "486", "id": None, "logprob": -7.2, "top": [["486", -7.2], [" 3705", -7.25]]},
+    ],
+}
 
 
 def lab_inventory(node: NodeConfig) -> Inventory:

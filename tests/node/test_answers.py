@@ -30,6 +30,7 @@ from halo_cluster.wire import (
     RayNode,
     ServeHealth,
     ServeProbe,
+    ServeTokens,
     Setup,
     SetupStep,
     WireError,
@@ -41,10 +42,12 @@ from halo_cluster.wire import (
     parse_ray_nodes,
     parse_serve_health,
     parse_serve_probe,
+    parse_serve_tokens,
     parse_setup,
     parse_stream,
 )
-from tests.conftest import ROOTS, SCENARIOS, free_port
+from halo_cluster.wire.answers import TokenAnswer, TokenStep
+from tests.conftest import OUTPUTS, ROOTS, SCENARIOS, free_port
 
 STRIX = str(ROOTS / "strix-e810")
 
@@ -172,6 +175,72 @@ def test_serve_health_and_probe(
     assert {auth for _path, auth in _Server.seen} == {"Bearer k"}
 
 
+# -- serve-tokens: the engines' own answers, recorded from the lab's tiny model -------------
+class _Recorded(_Server):
+    answer: ClassVar[object] = None
+    asked: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        self.asked.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self._answer(self.answer)
+
+
+def _llama_steps() -> tuple[TokenStep, ...]:
+    """llama-server's steps: ids and a top list of its own."""
+    return (
+        TokenStep(" 3705", 2335, -7.054049491882324, (("#2335", -7.054049491882324), ("#1919", -7.278371810913086))),
+        TokenStep(" 3705", 2335, -7.202401161193848, (("#2335", -7.202401161193848), ("#1919", -7.241205215454102))),
+        TokenStep(" 3705", 2335, -7.2189621925354, (("#2335", -7.2189621925354), ("#1919", -7.236204147338867))),
+    )  # fmt: skip
+
+
+def _vllm_steps() -> tuple[TokenStep, ...]:
+    """vLLM's columns: tokens by their text, a top dict per step."""
+    return (
+        TokenStep(" 3705", None, -7.138538837432861, ((" 3705", -7.138538837432861), ("486", -7.255726337432861))),
+        TokenStep(" 3705", None, -7.200428485870361, ((" 3705", -7.200428485870361), ("486", -7.247303485870361))),
+        TokenStep(" 3705", None, -7.215699195861816, ((" 3705", -7.215699195861816), ("486", -7.239136695861816))),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("recorded", "steps"),
+    [("llama-server-completion.json", _llama_steps), ("vllm-completion.json", _vllm_steps)],
+)
+def test_serve_tokens_reads_both_engines_answers(
+    recorded: str,
+    steps: Callable[[], tuple[TokenStep, ...]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _Recorded.answer = json.loads((OUTPUTS / "tokens" / recorded).read_text())
+    _Recorded.asked = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorded)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = str(httpd.server_address[1])
+        argv = ["serve-tokens", "--port", port, "--tokens", "3", "--top", "2"]
+        out = printed([*argv, "--prompt=a", "--prompt=-b"], capsys)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    answer = TokenAnswer(" 3705 3705 3705", steps())
+    assert parse_serve_tokens(out) == ServeTokens("tiny", (answer, answer))
+    assert parse_serve_tokens(out).to_dict() == json.loads(out)
+    assert [(a["prompt"], a["max_tokens"], a["logprobs"]) for a in _Recorded.asked] == [
+        ("a", 3, 2),
+        ("-b", 3, 2),
+    ]
+    assert {(a["temperature"], a["ignore_eos"]) for a in _Recorded.asked} == {(0.0, True)}
+
+
+def test_an_answer_without_logprobs_is_its_text() -> None:
+    from halo_cluster.node.serve_api import answer_of
+
+    assert answer_of({"choices": [{"text": "x", "logprobs": None}]}) == TokenAnswer("x", ())
+    with pytest.raises(ValueError, match="no choices"):
+        answer_of({"choices": []})
+
+
 # -- ray-nodes: Ray's table as the GCS gives it (a stand-in for Ray) --------------------------
 @pytest.fixture
 def table(monkeypatch: pytest.MonkeyPatch) -> list[RayNode]:
@@ -281,6 +350,18 @@ GARBAGE = [
         "0\n",
         "gguf-layers: not a model's layer count (1 to 100000) (got '0')",
     ),
+    (
+        parse_serve_tokens,
+        '{"model": "m", "answers": [{"text": "x", "steps": [{"token": "a", "id": null, '
+        '"logprob": -1, "top": [["a"]]}]}]}',
+        "serve-tokens: answers[0].steps[0].top[0] is not [token, logprob] (got ['a'])",
+    ),
+    (
+        parse_serve_tokens,
+        '{"model": "m", "answers": [{"text": "x", "steps": [{"token": "a", "id": "7", '
+        '"logprob": -1, "top": []}]}]}',
+        "serve-tokens: answers[0].steps[0].id is not an integer or null (got '7')",
+    ),
     (parse_ray_nodes, '{"a": 1}', "ray-nodes: not a list (got {'a': 1})"),
     (
         parse_ray_nodes,
@@ -326,6 +407,7 @@ PARSERS = [
     parse_counters,
     parse_serve_health,
     parse_serve_probe,
+    parse_serve_tokens,
     parse_gguf_layers,
     parse_ray_nodes,
     parse_ping,
@@ -364,6 +446,25 @@ def test_any_answer_is_read_or_refused_in_one_line(text: str) -> None:
     )
     | st.lists(st.fixed_dictionaries({"address": JSON, "alive": JSON, "resources": JSON}))
     | st.fixed_dictionaries({"nodes": st.dictionaries(st.text(max_size=4), JSON, max_size=2)})
+    | st.fixed_dictionaries(
+        {
+            "model": JSON,
+            "answers": st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "text": JSON,
+                        "steps": st.lists(
+                            st.fixed_dictionaries(
+                                {"token": JSON, "id": JSON, "logprob": JSON, "top": JSON}
+                            ),
+                            max_size=3,
+                        ),
+                    }
+                ),
+                max_size=2,
+            ),
+        }
+    )
 )
 def test_near_misses_are_read_or_refused_in_one_line(value: object) -> None:
     for parse in PARSERS:

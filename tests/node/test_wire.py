@@ -246,9 +246,30 @@ def test_model_commands(store: str, name: str, path: str, prefixes: list[str]) -
     assert parsed(wire.supervise_args(spec)) == {"command": "supervise", "spec": spec}
 
 
+@settings(deadline=None)
+@given(
+    host=VALUE,
+    port=PORT,
+    prompts=st.lists(TEXT, min_size=1, max_size=4),
+    tokens=st.integers(1, 256),
+    top=st.integers(1, 20),
+)
+def test_serve_tokens(host: str, port: int, prompts: list[str], tokens: int, top: int) -> None:
+    """Prompts travel as --prompt=TEXT: one that starts with '-' is still a prompt."""
+    assert parsed(wire.serve_tokens_args(host, port, prompts, tokens, top)) == {
+        "command": "serve-tokens",
+        "host": host,
+        "port": port,
+        "tokens": tokens,
+        "top": top,
+        "prompt": prompts,
+    }
+
+
 def test_every_command_has_its_builder_tested() -> None:
     tested = {
-        "inventory", "counters", "serve-health", "serve-probe", "gguf-layers", "ray-nodes",
+        "inventory", "counters", "serve-health", "serve-probe", "serve-tokens", "gguf-layers",
+        "ray-nodes",
         "net-probe", "bench-driver", "setup", "exporter", "node-info", "model-list",
         "model-state", "model-verify", "model-rm", "model-hash", "model-pipe", "model-stop",
         "supervise",
@@ -295,6 +316,14 @@ TODAY: list[tuple[str, list[str], Callable[[], list[str]]]] = [
         "cluster/serve.py _complete",
         ["serve-probe", "--host", "127.0.0.1", "--port", "8000", "--tokens", "32"],
         lambda: wire.serve_probe_args("127.0.0.1", 8000, 32),
+    ),
+    (
+        "cluster/reference.py ask",
+        [
+            *("serve-tokens", "--host", "127.0.0.1", "--port", "8000", "--tokens", "32"),
+            *("--top", "5", "--prompt=The capital of France is"),
+        ],
+        lambda: wire.serve_tokens_args("127.0.0.1", 8000, ["The capital of France is"], 32, 5),
     ),
     ("bench/cluster.py", ["bench-driver"], lambda: wire.bench_driver_args()),
     (

@@ -10,6 +10,7 @@ import click
 from halo_cluster import engine_registry
 from halo_cluster.cli.options import config_option
 from halo_cluster.cli.output import plain
+from halo_cluster.engines.protocol import REFERENCE_MODES
 from halo_cluster.engines.vllm_argv import EXECUTORS
 from halo_cluster.jsonout import emit_json
 
@@ -27,6 +28,25 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 @config_option()
 @click.option(
     "--tp", type=click.IntRange(1, 1024), help="Tensor-parallel size (default: one rank per node)."
+)
+@click.option(
+    "--pp",
+    type=click.IntRange(1, 1024),
+    help="vLLM's pipeline-parallel size (default [serve.vllm] pipeline_parallel_size, 1).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 1024),
+    help="Serve on the first N nodes of halo.toml only (the head first; default every node).",
+)
+@click.option(
+    "--reference",
+    type=click.Choice(REFERENCE_MODES),
+    default="auto",
+    show_default=True,
+    help="The token witness: auto compares 2 greedy answers with the one-node reference of "
+    "this engine and model when one was recorded; full compares all 4; record (one node: "
+    "--nodes 1) makes this start's answers the reference; off skips it.",
 )
 @click.option("--host", help="Address the API binds to (default [serve] host, 127.0.0.1).")
 @click.option(
@@ -77,6 +97,9 @@ def serve(
     extra: tuple[str, ...],
     config_path: str | None,
     tp: int | None,
+    pp: int | None,
+    nodes: int | None,
+    reference: str,
     host: str | None,
     port: int | None,
     allow_fallback: bool,
@@ -114,7 +137,10 @@ def serve(
         host=host,
         port=port,
         tp=tp,
+        pp=pp,
         executor=executor,
+        nodes=nodes,
+        reference=reference,
         wait_s=wait_s,
         allow_fallback=allow_fallback,
         insecure=insecure,
@@ -156,12 +182,19 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
         click.echo("transport: none to prove (one node holds the whole model)")
     else:
         click.echo(f"transport proven: {result.proven or 'no'} (expected {result.expected})")
+    click.echo(plain(tokens_line(result.tokens)))
     for problem in result.problems:
         click.echo(f"  problem: {plain(problem)}", err=True)
-    if result.stopped:
+    if result.stopped and not result.tokens.get("problems"):
         click.echo(
             "halo: error: the evidence shows another path than the plan asked for: "
             "server stopped (--allow-fallback keeps it)",
+            err=True,
+        )
+    elif result.stopped:
+        click.echo(
+            "halo: error: the layout's tokens differ from one node's: server stopped "
+            "(check every node's copy of the model: halo model verify)",
             err=True,
         )
     else:
@@ -178,6 +211,27 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
             )
         else:
             click.echo("not supervised (--no-supervise): nothing restarts it")
+
+
+def tokens_line(tokens: dict) -> str:  # type: ignore[type-arg]
+    """The token witness in one line."""
+    if tokens.get("skipped"):
+        return "tokens: not compared (--reference off)"
+    if tokens.get("recorded"):
+        return (
+            f"tokens: recorded {tokens['recorded']}'s greedy answers to {tokens['prompts']} "
+            f"prompts ({tokens['tokens']} tokens each) as the one-node reference"
+        )
+    if "agreement" not in tokens:
+        return (
+            "tokens: no one-node reference for this engine and model yet "
+            "(record one: halo serve MODEL --nodes 1 --reference record)"
+        )
+    said = "the same as" if tokens["ok"] else "DIFFERENT from"
+    return (
+        f"tokens: {said} the one-node reference ({tokens['reference']}): "
+        f"{tokens['agreement']:.0%} agreed over {len(tokens['prompts'])} prompt(s)"
+    )
 
 
 def _per_token(value: float | None) -> str:

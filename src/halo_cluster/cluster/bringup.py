@@ -6,13 +6,19 @@
    (its checks on every node; nothing started yet), then the memory check (``memory``:
    every member's available memory against its share of the model and its KV cache);
 3. the engine's ``launch``, then /health on the head, a warm-up request;
-4. the two witnesses: the engine's own words (``Engine.witness``) and every node's
-   counters around one probe request (bytes per generated token on each path).
+4. the witnesses: the engine's own words (``Engine.witness``), every node's counters
+   around one probe request (bytes per generated token on each path), and the tokens: the
+   layout's greedy answers against the one-node reference of the same engine and model
+   (``cluster.reference``, ``token_witness``), or recorded as that reference.
+
+A request may name a layout: the first N nodes of the cluster (``nodes``), the engine's
+parallel sizes in its options.
 
 Anything that ends this early (an error, Ctrl-C) stops what was started on every node.
 When the witnesses show another path than the plans asked for, the server is stopped
-(unless ``allow_fallback``). The state file is read once and written twice: at launch
-(which nodes run something) and with the proof.
+(unless ``allow_fallback``); when its tokens differ from the reference, always. The state
+file is read once and written twice: at launch (which nodes run something) and with the
+proof.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.cluster import memory, proof, supervise
+from halo_cluster.cluster import memory, proof, reference, supervise
 from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.models import is_store_name, resolve
@@ -36,7 +42,7 @@ from halo_cluster.cluster.state import (
     read_state,
     write_state,
 )
-from halo_cluster.config import NodeConfig, ServeConfig, secret
+from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import (
     Engine,
@@ -47,6 +53,7 @@ from halo_cluster.engines.protocol import (
     find_engine,
 )
 from halo_cluster.errors import LifecycleError, UsageError, WireError
+from halo_cluster.token_witness import compare
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
@@ -54,6 +61,17 @@ from halo_cluster.wire.commands import SERVE_KEY_ENV
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
 PROBE_TOKENS = 64
+
+
+def layout_name(request: ServeRequest, prepared: Prepared) -> str:
+    """What runs where, in a few words: "vllm tp2 on node1+node2", "llama.cpp on node1"."""
+    parts = [request.engine]
+    if prepared.tp:
+        parts.append(f"tp{prepared.tp}")
+    pp = getattr(request.options, "pipeline_parallel_size", 1) or 1
+    if pp > 1:
+        parts.append(f"pp{pp}")
+    return " ".join(parts) + " on " + "+".join(n.name for n in prepared.witnesses)
 
 
 def request_interval(found: dict[str, Any]) -> float | None:
@@ -86,10 +104,22 @@ class Serving:
         engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
         request = self._from_store(engine, request)
-        engine.check(self.config, request)
-        ctx = self._context(engine, request, api_key)
+        layout = self._layout_config(request)
+        engine.check(layout, request)
+        ctx = self._context(engine, request, api_key, layout)
         self._stop()
         prepared = engine.prepare(ctx)
+        name = layout_name(request, prepared)
+        if request.reference == "record" and len(prepared.witnesses) > 1:
+            raise UsageError(
+                f"a token reference is recorded on one node, not on {name}: add --nodes 1"
+                + (" --tp 1" if prepared.tp and prepared.tp > 1 else "")
+            )
+        known = (  # read before anything starts: a file halo cannot read is one line now
+            None
+            if request.reference in ("off", "record")
+            else reference.find_reference(self.config, request.engine, request.model)
+        )
         rows = memory.check(ctx, prepared, engine.memory(ctx, prepared), request.force)
         started = time.monotonic()
         try:
@@ -108,18 +138,60 @@ class Serving:
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             result.memory = {row.node: row.to_dict() for row in rows}
+            result.layout = name
+            result.tokens = self._tokens(request, name, known)
+            wrong = result.tokens.get("problems") or []
+            result.problems += wrong
+            if wrong:
+                result.proven = None
             self._record_proof(request, prepared, witness, result)
-            refused = bool(result.problems) and not request.allow_fallback
+            refused = bool(wrong) or (bool(result.problems) and not request.allow_fallback)
             if request.serve.supervise.enabled and not refused:
                 result.supervisor = self._supervise(ctx, prepared, steps, witness)
         except BaseException:
             self.progress("stopping the server on every node")
             self._stop()
             raise
-        if result.problems and not request.allow_fallback:
+        if refused:
             self._stop()
             result.stopped = True
         return result
+
+    def _layout_config(self, request: ServeRequest) -> Config:
+        """The cluster as the layout sees it: its first ``nodes`` nodes (the head first)."""
+        count = request.nodes
+        if count is None:
+            return self.config
+        if not 1 <= count <= len(self.config.nodes):
+            raise UsageError(
+                f"--nodes {count}: the cluster has {len(self.config.nodes)} node(s) "
+                f"({', '.join(n.name for n in self.config.nodes)})"
+            )
+        return dataclasses.replace(self.config, nodes=self.config.nodes[:count])
+
+    def _tokens(
+        self, request: ServeRequest, name: str, ref: reference.Reference | None
+    ) -> dict[str, Any]:
+        """The token witness: record this one-node layout's answers as the reference, or
+        compare them with the reference recorded for this engine and model (the first
+        prompts only unless ``full``); {"reference": None} when there is none yet."""
+        mode, head = request.reference, self.cluster.client(self.head)
+        if mode == "off":
+            return {"skipped": "off"}
+        if mode == "record":
+            self.progress(f"token witness: recording {name}'s answers as the reference")
+            found = reference.record(
+                head, request.serve, request.engine, request.model, name, self.head.name
+            )
+            reference.save_reference(self.config, found)
+            return {"recorded": name, "prompts": len(found.prompts), "tokens": found.tokens}
+        if ref is None:
+            return {"reference": None}
+        count = len(ref.prompts) if mode == "full" else reference.SHORT_PROMPTS
+        self.progress(f"token witness: {count} greedy answer(s) against {ref.layout}'s")
+        answers = reference.ask(head, request.serve, ref.prompts[:count], ref.tokens)
+        verdict = compare(name, ref.layout, ref.answers, answers)
+        return verdict.to_dict()
 
     def _supervise(
         self,
@@ -154,7 +226,9 @@ class Serving:
             return request
         return dataclasses.replace(request, model=found.path)
 
-    def _context(self, engine: Engine, request: ServeRequest, api_key: str | None) -> ServeContext:
+    def _context(
+        self, engine: Engine, request: ServeRequest, api_key: str | None, layout: Config
+    ) -> ServeContext:
         """The plans and ranks: Ray's (from 'halo up') when the engine runs on Ray, else
         made now from the nodes' facts, gated by the doctor."""
         state = self._state
@@ -174,7 +248,7 @@ class Serving:
                 fresh.nodes = {n: NodeState(p, capacity.get(n, 1)) for n, p in plans.items()}
             self._state = fresh
         return ServeContext(
-            self.config,
+            layout,
             self.cluster.clients,
             plans,
             capacity,

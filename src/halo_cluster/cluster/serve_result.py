@@ -26,3 +26,7 @@ class ServeResult:
     supervisor: dict[str, Any] | None = None  # the supervisor left on the head, if any
     # each member's available memory and what the model takes there (GiB; the preflight's)
     memory: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    layout: str | None = None  # what ran where: "vllm tp2 on node1+node2"
+    # the token witness: the comparison with the one-node reference (or what was recorded,
+    # or why there was none)
+    tokens: dict[str, Any] = field(default_factory=dict)

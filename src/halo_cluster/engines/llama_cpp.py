@@ -78,24 +78,21 @@ class LlamaCpp:
     owned = argv.OWNED
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
-        if flags.get("tp") is not None or flags.get("executor") is not None:
+        if any(flags.get(k) is not None for k in ("tp", "pp", "executor")):
             raise UsageError(
-                "--tp and --executor are vLLM's: llama.cpp splits the layers over every node"
+                "--tp, --pp and --executor are vLLM's: llama.cpp splits the layers over the "
+                "nodes (--nodes N: the first N)"
             )
         return LlamaCppOptions.from_section(section)
 
     def check(self, config: Config, request: ServeRequest) -> None:
-        """An absolute GGUF path (read on the head), a worker at least, and every worker on
-        an address of its own: rpc-server has no authentication and never listens on all."""
+        """An absolute GGUF path (read on the head), and every worker on an address of its
+        own: rpc-server has no authentication and never listens on all. One node: the head's
+        llama-server alone, no RPC."""
         if not request.model.startswith("/"):
             raise UsageError(
                 f"{request.model}: give the GGUF file's absolute path "
                 f"(it is read on {config.head.name})"
-            )
-        if len(config.nodes) < 2:
-            raise UsageError(
-                "llama.cpp over RPC needs at least one worker node besides the head: add a "
-                "[[node]], or run llama-server on its own"
             )
         for node in config.nodes[1:]:
             if (node.fabric_address or "") in ("", "0.0.0.0", "::"):

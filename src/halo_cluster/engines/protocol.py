@@ -38,6 +38,11 @@ class ServeRequest:
     allow_fallback: bool = False
     insecure: bool = False
     force: bool = False  # serve despite the doctor's blocking findings (no Ray: plans made now)
+    nodes: int | None = None  # the layout: the first N nodes of the cluster (None: every node)
+    reference: str = "auto"  # the token witness: auto, full, record, off (REFERENCE_MODES)
+
+
+REFERENCE_MODES = ("auto", "full", "record", "off")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,10 @@ def serve_request(
     host: str | None = None,
     port: int | None = None,
     tp: int | None = None,
+    pp: int | None = None,
     executor: str | None = None,
+    nodes: int | None = None,
+    reference: str = "auto",
     wait_s: float = 900.0,
     allow_fallback: bool = False,
     insecure: bool = False,
@@ -50,7 +53,8 @@ def serve_request(
         if other is not None and other != name:
             find_engine(other).options(section, {})
     options = chosen.options(
-        serve.section(engine_registry.section_name(name)), {"tp": tp, "executor": executor}
+        serve.section(engine_registry.section_name(name)),
+        {"tp": tp, "pp": pp, "executor": executor},
     )
     more = (*serve.extra_args, *getattr(options, "args", ()), *extra)
     refuse_owned(more, chosen.owned, name)
@@ -72,6 +76,8 @@ def serve_request(
         allow_fallback=allow_fallback,
         insecure=insecure,
         force=force,
+        nodes=nodes,
+        reference=reference,
     )
 
 

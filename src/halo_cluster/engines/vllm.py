@@ -60,6 +60,8 @@ class Vllm:
             options = replace(options, executor=str(flags["executor"]))
         if flags.get("tp"):
             options = replace(options, tensor_parallel_size=int(flags["tp"]))
+        if flags.get("pp"):
+            options = replace(options, pipeline_parallel_size=int(flags["pp"]))
         return options
 
     def check(self, config: Config, request: ServeRequest) -> None:
@@ -85,8 +87,9 @@ class Vllm:
     # -- prepare --------------------------------------------------------------------------
     def prepare(self, ctx: ServeContext) -> Prepared:
         options: VllmOptions = ctx.request.options
-        tp = options.tensor_parallel_size or len(ctx.config.nodes)
-        world = tp * options.pipeline_parallel_size
+        pp = options.pipeline_parallel_size
+        tp = options.tensor_parallel_size or max(1, len(ctx.config.nodes) // pp)
+        world = tp * pp
         places = placement(ctx.config.nodes, ctx.capacity, world, f"--tp {tp}")
         self._preflight(ctx, places)
         members = [ctx.head] if options.executor == "ray" else [p.node for p in places]

@@ -66,6 +66,23 @@ def serve_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_tokens(args: argparse.Namespace) -> int:
+    from halo_cluster.node.serve_api import greedy_answers
+
+    if not args.prompt:
+        sys.stderr.write("serve-tokens: no --prompt\n")
+        return 2
+    try:
+        answer = greedy_answers(
+            args.host, args.port, _serve_key(), args.prompt, args.tokens, args.top
+        )
+    except (OSError, ValueError) as err:
+        sys.stderr.write(f"request failed: {err}\n")
+        return 1
+    json.dump(answer.to_dict(), sys.stdout)
+    return 0
+
+
 def gguf_layers(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -234,6 +251,7 @@ HANDLERS: dict[str, Handler] = {
     "counters": counters,
     "serve-health": serve_health,
     "serve-probe": serve_probe,
+    "serve-tokens": serve_tokens,
     "gguf-layers": gguf_layers,
     "ray-nodes": ray_nodes,
     "net-probe": net_probe,

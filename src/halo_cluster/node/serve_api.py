@@ -10,7 +10,13 @@ import urllib.request
 from typing import Any
 
 from halo_cluster.httpget import http_get
-from halo_cluster.wire.answers import ServeHealth, ServeProbe
+from halo_cluster.wire.answers import (
+    ServeHealth,
+    ServeProbe,
+    ServeTokens,
+    TokenAnswer,
+    TokenStep,
+)
 
 PROBE_PROMPT = "The fabric between the nodes carries"
 
@@ -44,33 +50,123 @@ def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) 
     return model
 
 
+def _completion(
+    host: str, port: int, key: str | None, body: dict[str, Any], timeout_s: float
+) -> tuple[Any, float]:
+    """POST /v1/completions: the answer (JSON) and the seconds it took."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    request = urllib.request.Request(
+        f"http://{host}:{port}/v1/completions",
+        data=json.dumps(body).encode(),
+        headers=headers,
+        method="POST",
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        data = json.loads(response.read(1 << 22))
+    return data, time.perf_counter() - start
+
+
+def _greedy(model: str, prompt: str, tokens: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
+
+
 def complete(
     host: str, port: int, key: str | None, tokens: int, timeout_s: float = 120.0
 ) -> ServeProbe:
     """One greedy completion of exactly ``tokens`` tokens (EOS ignored): the tokens the
     server says it generated (its ``usage``) and the seconds it took."""
     model = served_model(host, port, key)
-    body = json.dumps(
-        {
-            "model": model,
-            "prompt": PROBE_PROMPT,
-            "max_tokens": tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,
-        }
-    ).encode()
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"http://{host}:{port}/v1/completions", data=body, headers=headers, method="POST"
-    )
-    start = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        data = json.loads(response.read(1 << 22))
-    seconds = time.perf_counter() - start
+    body = _greedy(model, PROBE_PROMPT, tokens)
+    data, seconds = _completion(host, port, key, body, timeout_s)
     usage = data.get("usage") if isinstance(data, dict) else None
     generated = usage.get("completion_tokens") if isinstance(usage, dict) else None
     if not isinstance(generated, int):
         raise ValueError("the server's answer has no usage.completion_tokens")
     return ServeProbe(model, generated, round(seconds, 4))
+
+
+def greedy_answers(
+    host: str,
+    port: int,
+    key: str | None,
+    prompts: list[str],
+    tokens: int,
+    top: int,
+    timeout_s: float = 300.0,
+) -> ServeTokens:
+    """The greedy answer of exactly ``tokens`` tokens to each prompt, one request at a time,
+    asking for each step's ``top`` likeliest tokens: the token witness's evidence."""
+    model = served_model(host, port, key)
+    answers = []
+    for prompt in prompts:
+        body = {**_greedy(model, prompt, tokens), "logprobs": top}
+        data, _seconds = _completion(host, port, key, body, timeout_s)
+        answers.append(answer_of(data))
+    return ServeTokens(model, tuple(answers))
+
+
+def answer_of(data: Any) -> TokenAnswer:
+    """A completion's text and tokens. Two shapes of ``logprobs`` are read: the completions
+    API's columns (tokens, token_logprobs, top_logprobs: vLLM) and a list of steps
+    (``content``: each with id, token, logprob, top_logprobs: llama-server). None: the
+    text alone."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError("the server's answer has no choices")
+    choice = choices[0]
+    text = choice.get("text")
+    if not isinstance(text, str):
+        raise ValueError("the server's answer has no text")
+    found = choice.get("logprobs")
+    if isinstance(found, dict) and isinstance(found.get("content"), list):
+        return TokenAnswer(text, tuple(_content_step(s) for s in found["content"]))
+    if isinstance(found, dict) and isinstance(found.get("tokens"), list):
+        return TokenAnswer(text, _column_steps(found))
+    return TokenAnswer(text, ())
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _content_step(step: Any) -> TokenStep:
+    if not isinstance(step, dict) or not isinstance(step.get("token"), str):
+        raise ValueError("a step of the server's logprobs has no token")
+    found = step.get("id")
+    top = []
+    for alt in step.get("top_logprobs") or []:
+        if isinstance(alt, dict) and isinstance(alt.get("token"), str):
+            alt_id = alt.get("id")
+            key = f"#{alt_id}" if isinstance(alt_id, int) else alt["token"]
+            logprob = _number(alt.get("logprob"))
+            if logprob is not None:
+                top.append((key, logprob))
+    return TokenStep(
+        step["token"],
+        found if isinstance(found, int) else None,
+        _number(step.get("logprob")),
+        tuple(top),
+    )
+
+
+def _column_steps(found: dict[str, Any]) -> tuple[TokenStep, ...]:
+    tokens = found["tokens"]
+    logprobs = found.get("token_logprobs") or [None] * len(tokens)
+    tops = found.get("top_logprobs") or [None] * len(tokens)
+    steps = []
+    for token, logprob, top in zip(tokens, logprobs, tops):
+        if not isinstance(token, str):
+            raise ValueError("a token of the server's logprobs is not a string")
+        alts = top.items() if isinstance(top, dict) else ()
+        pairs = tuple((k, v) for k, v in ((k, _number(v)) for k, v in alts) if v is not None)
+        steps.append(TokenStep(token, None, _number(logprob), pairs))
+    return tuple(steps)

@@ -178,6 +178,104 @@ def parse_serve_probe(text: str) -> ServeProbe:
     )
 
 
+# -- serve-tokens ------------------------------------------------------------------------------
+MAX_TOKEN_CHARS = 256  # one token's text: a few bytes in any vocabulary
+MAX_ANSWERS = 64
+MAX_STEPS = 256  # serve-tokens --tokens at most
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One generated token: its text, its id where the engine gives one, its log-probability
+    and the likeliest alternatives there, as (key, log-probability) with ``key`` as
+    ``TokenStep.key`` writes it."""
+
+    token: str
+    id: int | None
+    logprob: float | None
+    top: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """What identifies the token: its id where known ("#123"), else its text."""
+        return f"#{self.id}" if self.id is not None else self.token
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "id": self.id,
+            "logprob": self.logprob,
+            "top": [[key, lp] for key, lp in self.top],
+        }
+
+
+@dataclass(frozen=True)
+class TokenAnswer:
+    """The greedy answer to one prompt: its text and its tokens (none when the engine
+    returned no log-probabilities: the text alone is then compared)."""
+
+    text: str
+    steps: tuple[TokenStep, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "steps": [s.to_dict() for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class ServeTokens:
+    """``serve-tokens``: the served model's greedy answer to each prompt, in order."""
+
+    model: str
+    answers: tuple[TokenAnswer, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "answers": [a.to_dict() for a in self.answers]}
+
+
+def _step(command: str, value: Any, where: str) -> TokenStep:
+    data = _object(command, value, where)
+    token = _get(command, data, "token", "str", where)
+    if len(token) > MAX_TOKEN_CHARS:
+        raise _fail(command, f"{where}.token", "is too long for a token", token)
+    found = _get(command, data, "id", "int?", where)
+    logprob = _get(command, data, "logprob", "number?", where)
+    top = []
+    for index, pair in enumerate(_get(command, data, "top", "list", where)[:MAX_ANSWERS]):
+        place = f"{where}.top[{index}]"
+        pair = _list(command, pair, place)
+        if len(pair) != 2 or not isinstance(pair[0], str) or not _is("number", pair[1]):
+            raise _fail(command, place, "is not [token, logprob]", pair)
+        top.append((pair[0][:MAX_TOKEN_CHARS], _float(command, place, pair[1])))
+    return TokenStep(token, found, logprob, tuple(top))
+
+
+def token_answer_from_dict(command: str, value: Any, where: str) -> TokenAnswer:
+    """One answer as ``TokenAnswer.to_dict`` wrote it (a WireError naming ``where``)."""
+    data = _object(command, value, where)
+    text = _get(command, data, "text", "str", where)
+    steps = _get(command, data, "steps", "list", where)
+    if len(steps) > MAX_STEPS:
+        raise _fail(command, f"{where}.steps", f"has more than {MAX_STEPS}", len(steps))
+    return TokenAnswer(
+        text, tuple(_step(command, s, f"{where}.steps[{i}]") for i, s in enumerate(steps))
+    )
+
+
+def parse_serve_tokens(text: str) -> ServeTokens:
+    data = _object("serve-tokens", _load("serve-tokens", text))
+    model = _get("serve-tokens", data, "model", "str")
+    answers = _get("serve-tokens", data, "answers", "list")
+    if len(answers) > MAX_ANSWERS:
+        raise _fail("serve-tokens", "answers", f"has more than {MAX_ANSWERS}", len(answers))
+    return ServeTokens(
+        model,
+        tuple(
+            token_answer_from_dict("serve-tokens", a, f"answers[{i}]")
+            for i, a in enumerate(answers)
+        ),
+    )
+
+
 # -- gguf-layers -------------------------------------------------------------------------------
 def parse_gguf_layers(text: str) -> int:
     """``gguf-layers``: the model's number of transformer blocks, alone on a line."""

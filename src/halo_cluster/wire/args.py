@@ -17,6 +17,7 @@ from halo_cluster.wire.commands import (
     RAY_NODES,
     SERVE_HEALTH,
     SERVE_PROBE,
+    SERVE_TOKENS,
     SETUP,
     SUPERVISE,
 )
@@ -42,6 +43,14 @@ def serve_health_args(host: str, port: int) -> list[str]:
 
 def serve_probe_args(host: str, port: int, tokens: int) -> list[str]:
     return SERVE_PROBE.argv(host=host, port=port, tokens=tokens)
+
+
+def serve_tokens_args(
+    host: str, port: int, prompts: Sequence[str], tokens: int, top: int
+) -> list[str]:
+    """Greedy answers of ``tokens`` tokens to each prompt, with the ``top`` likeliest
+    alternatives at every step."""
+    return SERVE_TOKENS.argv(host=host, port=port, tokens=tokens, top=top, prompt=list(prompts))
 
 
 def gguf_layers_args(path: str) -> list[str]:

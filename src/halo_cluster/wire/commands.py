@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SERVE_KEY_ENV = "HALO_SERVE_KEY"  # serve-health, serve-probe: the API key, never in argv
+SERVE_KEY_ENV = "HALO_SERVE_KEY"  # serve-health/-probe/-tokens: the API key, never in argv
 BENCH_SPEC_ENV = "HALO_BENCH_SPEC"  # bench-driver: the run's spec (JSON)
 MODEL_SPEC_ENV = "HALO_MODEL_SPEC"  # model-pipe: the hop's spec (JSON, with its secrets)
 
@@ -78,6 +78,16 @@ INVENTORY = Command("inventory", (ROOT, _JSON, Arg("--versions", FLAG)))
 COUNTERS = Command("counters", (ROOT, Arg("--fabric"), Arg("--mgmt"), Arg("--rdma", RDMA)))
 SERVE_HEALTH = Command("serve-health", _SERVE)
 SERVE_PROBE = Command("serve-probe", (*_SERVE, Arg("--tokens", INT, 64, low=1, high=4096)))
+# greedy answers to fixed prompts, with each token's log-probability (the token witness)
+SERVE_TOKENS = Command(
+    "serve-tokens",
+    (
+        *_SERVE,
+        Arg("--tokens", INT, 16, low=1, high=256),
+        Arg("--top", INT, 5, low=1, high=20),
+        Arg("--prompt", many=True, joined=True),
+    ),
+)
 GGUF_LAYERS = Command("gguf-layers", (Arg("path"),))
 RAY_NODES = Command("ray-nodes", (Arg("--wait", CSV), Arg("--timeout", FLOAT, 60.0)))
 _PROBE_SERVE = (
@@ -155,6 +165,7 @@ COMMANDS = (
     COUNTERS,
     SERVE_HEALTH,
     SERVE_PROBE,
+    SERVE_TOKENS,
     GGUF_LAYERS,
     RAY_NODES,
     NET_PROBE,
