@@ -71,12 +71,25 @@ class TokenVerdict:
         compared = sum(p.compared for p in self.prompts)
         return round(sum(p.agreed for p in self.prompts) / compared, 4) if compared else 1.0
 
+    @property
+    def drift_nats(self) -> float | None:
+        """The largest drift over every prompt (None: no log-probabilities to compare)."""
+        found = [p.drift_nats for p in self.prompts if p.drift_nats is not None]
+        return max(found) if found else None
+
+    @property
+    def near_ties(self) -> int:
+        """Prompts whose answers parted at a near tie (within the tolerance)."""
+        return sum(1 for p in self.prompts if p.ok and p.first_diverging is not None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "layout": self.layout,
             "reference": self.reference,
             "ok": self.ok,
             "agreement": self.agreement,
+            "drift_nats": self.drift_nats,
+            "near_ties": self.near_ties,
             "tolerance_nats": self.tolerance_nats,
             "prompts": [asdict(p) for p in self.prompts],
             "problems": list(self.problems),

@@ -124,3 +124,34 @@ def test_a_reference_file_halo_cannot_read_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(StateError, match=r"not a halo.tokens/1 file halo can read .*record"):
         serve(srv, tp=2, wait_s=5)
     assert not any("setsid" in s for n in nodes.values() for s in n.scripts)
+
+
+def test_the_token_witness_in_one_line() -> None:
+    from halo_cluster.cli.serve import tokens_line
+
+    assert tokens_line({"skipped": "off"}) == "tokens: not compared (--reference off)"
+    assert tokens_line({"reference": None}) == (
+        "tokens: no one-node reference for this engine and model yet "
+        "(record one: halo serve MODEL --nodes 1 --reference record)"
+    )
+    assert tokens_line({"recorded": "vllm tp1 on node1", "prompts": 4, "tokens": 32}) == (
+        "tokens: recorded vllm tp1 on node1's greedy answers to 4 prompts (32 tokens each) "
+        "as the one-node reference"
+    )
+    same = {
+        "ok": True,
+        "reference": "vllm tp1 on node1",
+        "prompts": [{}, {}],
+        "problems": [],
+        "drift_nats": 0.0078,
+        "near_ties": 1,
+        "tolerance_nats": 0.1,
+    }
+    assert tokens_line(same) == (
+        "tokens: the same as the one-node reference (vllm tp1 on node1) on 2 prompt(s), "
+        "log-probabilities within 0.0078 nats, 1 parted at a near tie (tolerance 0.1 nats)"
+    )
+    other = {**same, "ok": False, "problems": ["x"]}
+    assert tokens_line(other) == (
+        "tokens: DIFFERENT from the one-node reference (vllm tp1 on node1) on 1 of 2 prompt(s)"
+    )

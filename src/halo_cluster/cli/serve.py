@@ -222,15 +222,24 @@ def tokens_line(tokens: dict) -> str:  # type: ignore[type-arg]
             f"tokens: recorded {tokens['recorded']}'s greedy answers to {tokens['prompts']} "
             f"prompts ({tokens['tokens']} tokens each) as the one-node reference"
         )
-    if "agreement" not in tokens:
+    if "ok" not in tokens:
         return (
             "tokens: no one-node reference for this engine and model yet "
             "(record one: halo serve MODEL --nodes 1 --reference record)"
         )
-    said = "the same as" if tokens["ok"] else "DIFFERENT from"
+    drift = tokens.get("drift_nats")
+    moved = "" if drift is None else f", log-probabilities within {drift:g} nats"
+    if not tokens["ok"]:
+        return (
+            f"tokens: DIFFERENT from the one-node reference ({tokens['reference']}) "
+            f"on {len(tokens['problems'])} of {len(tokens['prompts'])} prompt(s)"
+        )
+    ties = tokens.get("near_ties") or 0
+    parted = f", {ties} parted at a near tie" if ties else ""
     return (
-        f"tokens: {said} the one-node reference ({tokens['reference']}): "
-        f"{tokens['agreement']:.0%} agreed over {len(tokens['prompts'])} prompt(s)"
+        f"tokens: the same as the one-node reference ({tokens['reference']}) on "
+        f"{len(tokens['prompts'])} prompt(s){moved}{parted} (tolerance "
+        f"{tokens['tolerance_nats']:g} nats)"
     )
 
 
