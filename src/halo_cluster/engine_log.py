@@ -172,3 +172,35 @@ def rank_nodes(
         r.rank: by_address.get(r.address or "", head if r.address is None else "?")
         for r in verdict.ranks
     }
+
+
+# a vLLM log line's prefix: "(Worker_PP1 pid=502) ERROR 12-02 18:08:22 [file.py:1063] "
+_LEVEL_PREFIX = re.compile(
+    r"^(?:\([\w.]+ pid=\d+[^)]*\)\s*)?(?:[A-Z]+ \d\d-\d\d [\d:]+ \[[^\]]+\]\s?)?"
+)
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Z]\w*(?:Error|Exception))(?P<rest>:.*)?$")
+# what a process raises because another one failed first: not the cause
+_CONSEQUENCES = ("EngineDeadError", "EngineCore encountered")
+
+
+def raised(lines: Iterable[str]) -> str | None:
+    """The exception an engine's log last raised, as one line: "AssertionError: assert
+    self.intermediate_tensors is not None" (a bare assertion gets its statement, the line
+    above it that is not a caret). Exceptions raised only because another process failed
+    (vLLM's EngineDeadError) are passed over while a cause is there. None: none raised."""
+    body = [_LEVEL_PREFIX.sub("", clean(line)).rstrip() for line in lines]
+    found: list[str] = []
+    for index, line in enumerate(body):
+        match = _RAISED.match(line.strip())
+        if match is None:
+            continue
+        said = match["name"] + (match["rest"] or "")
+        if not match["rest"]:
+            above = [b.strip() for b in body[max(0, index - 4) : index]]
+            statement = next((b for b in reversed(above) if b and set(b) != {"^"}), "")
+            if statement and not statement.startswith(("File ", "Traceback")):
+                said = f"{said}: {statement}"
+        found.append(said[:300])
+    causes = [f for f in found if not any(c in f for c in _CONSEQUENCES)]
+    chosen = causes or found
+    return chosen[-1] if chosen else None

@@ -31,11 +31,13 @@ COMMANDS = {
     "report": "halo_cluster.cli.results:report",
     "results": "halo_cluster.cli.results:results",
     "logs": "halo_cluster.cli.serve:logs",
+    "run": "halo_cluster.cli.recipes:run_command",
     "serve": "halo_cluster.cli.serve:serve",
     "setup": "halo_cluster.cli.setup:setup",
     "status": "halo_cluster.cli.cluster:status",
     "stop": "halo_cluster.cli.serve:stop",
     "top": "halo_cluster.cli.monitor:top",
+    "tune": "halo_cluster.cli.recipes:tune",
     "up": "halo_cluster.cli.cluster:up",
     "verify-log": "halo_cluster.cli.transport:verify_log",
 }

@@ -88,6 +88,7 @@ class Serving:
         # the state file as this command read it, once (start and stop each read it: another
         # command, such as 'halo up', may have written it since)
         self._state: ClusterState | None = None
+        self.launched = False  # whether the last start got as far as the engine's launch
 
     @property
     def state(self) -> ClusterState | None:
@@ -100,7 +101,7 @@ class Serving:
 
     # -- start ----------------------------------------------------------------------------
     def start(self, request: ServeRequest) -> ServeResult:
-        self._state = self.state
+        self._state, self.launched = self.state, False
         engine = find_engine(request.engine)
         api_key = self._check_key(request.serve, request.insecure)
         request = self._from_store(engine, request)
@@ -125,6 +126,7 @@ class Serving:
         try:
             self._record_launch(ctx, prepared)
             launching, steps = supervise.recording(ctx)  # what a restart will run again
+            self.launched = True
             engine.launch(launching, prepared)
             self._wait_healthy(request, prepared.members)
             ready_s = time.monotonic() - started
@@ -385,6 +387,7 @@ class Serving:
             },
             problems=result.problems,
             started_at=time.time(),
+            layout=result.layout,
         )
         self._save(state)
 

@@ -48,6 +48,7 @@ class ServedState:
     bytes_per_token: dict[str, dict[str, Any]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     started_at: float | None = None
+    layout: str | None = None  # what ran where, "vllm tp2 on node1+node2"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServedState:
@@ -58,6 +59,7 @@ class ServedState:
             "nodes": (list,),
             "engine": (str,),
             "model": (str, type(None)),
+            "layout": (str, type(None)),
             "executor": (str, type(None)),
             "host": (str, type(None)),
             "port": (int, type(None)),

@@ -15,6 +15,7 @@ from halo_cluster.config.model import (
     _ENV_NAME,
     _NAME,
     CLUSTER_KEYS,
+    DEFAULT_HARDWARE,
     DEFAULT_MODELS_DIR,
     MOVED_SERVE_KEYS,
     NODE_KEYS,
@@ -92,10 +93,14 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
             f"cluster name {name!r}: use 1-64 letters, digits, '.', '_' or '-' "
             "(set [cluster] name when the directory's name is not one)",
         )
+    hardware = _string(where, cluster, "hardware", "cluster", default=DEFAULT_HARDWARE)
+    link = _string(where, cluster, "link", "cluster", default="") or None
     return Config(
         path=path,
         name=name,
         transport=transport,
+        hardware=hardware,
+        link=link,
         nodes=nodes,
         ssh_config=(path.parent / ssh_config) if ssh_config else None,
         ray=_ray(where, data.get("ray", {})),

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-CLUSTER_KEYS = {"name", "transport", "ssh_config"}
+CLUSTER_KEYS = {"name", "transport", "ssh_config", "hardware", "link"}
+DEFAULT_HARDWARE = "strix-halo-128"  # the planner's profile of a node ('halo plan --list')
 NODE_KEYS = {
     "name",
     "ssh",
@@ -143,6 +144,11 @@ class Config:
     ray: RayConfig = RayConfig()
     serve: ServeConfig = ServeConfig()
     models: ModelsConfig = ModelsConfig()
+    # the planner's view of the nodes and their fabric ('halo run', 'halo tune'): a hardware
+    # profile id ('lab': measured by 'halo lab profile'), a link (None: the latest 'halo
+    # bench collective' result, else the transport's preset)
+    hardware: str = DEFAULT_HARDWARE
+    link: str | None = None
 
     @property
     def head(self) -> NodeConfig:

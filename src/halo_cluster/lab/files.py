@@ -101,6 +101,9 @@ def _halo_toml(state: LabState) -> str:
     return (
         f'# written by halo lab up: lab nodes are CPU-only\n[cluster]\nname = "lab-{state.name}"\n'
         f'transport = "ethernet"\nssh_config = "ssh_config"\n'
+        "# the planner's view (halo run, halo tune): this machine and its loopback fabric, as\n"
+        "# 'halo lab profile' measures them\n"
+        'hardware = "lab"\nlink = "lab"\n'
         "\n# each node's own model store (halo model sync); only that node sees it\n"
         f'[models]\ndir = "{NODE_STORE}"\n{engine}{nodes}'
     )

@@ -1,0 +1,261 @@
+"""``halo tune`` (every layout run for real beside the planner's prediction) and ``halo run``
+(from a model to a measured endpoint)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from halo_cluster.cli.options import config_option
+from halo_cluster.jsonout import emit_json
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: use a list like 1,4") from None
+    if not levels or min(levels) < 1 or max(levels) > 256:
+        raise click.BadParameter("concurrency levels are 1 to 256")
+    return tuple(sorted(set(levels)))
+
+
+def _say(quiet: bool):  # type: ignore[no-untyped-def]
+    return (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}", err=True))
+
+
+@click.command()
+@click.argument("model")
+@config_option()
+@click.option(
+    "--layouts",
+    default="auto",
+    show_default=True,
+    help="auto: every layout this cluster can run for each engine the model's files allow; "
+    "or a list, e.g. 'vllm TP2,vllm PP2,llama.cpp RPC2'.",
+)
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    type=click.Choice(["vllm", "llama.cpp"]),
+    help="With --layouts auto: only this engine's layouts (repeatable).",
+)
+@click.option("--concurrency", default="1,4", show_default=True, help="Concurrency levels.")
+@click.option(
+    "--objective",
+    type=click.Choice(["latency", "throughput"]),
+    default="latency",
+    show_default=True,
+    help="latency: the most tokens/s of one request alone; throughput: the most tokens/s "
+    "at the highest concurrency.",
+)
+@click.option("--prompts", default=8, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--output-len", default=32, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--out", metavar="FILE", help="Write the result here (default: the results dir).")
+@click.option("--json", "as_json", is_flag=True, help="Print the halo.tune/1 result as JSON.")
+def tune(
+    model: str,
+    config_path: str | None,
+    layouts: str,
+    engines: tuple[str, ...],
+    concurrency: str,
+    objective: str,
+    prompts: int,
+    output_len: int,
+    out: str | None,
+    as_json: bool,
+) -> int:
+    """Run every candidate layout of MODEL for real — vLLM TP, PP and TP×PP across the
+    nodes, llama.cpp on one node and over RPC across 2…N — each served, proven by its
+    witnesses (the tokens against the engine's one-node reference, recorded first), and
+    measured by a short bench serve at each concurrency, with the planner's prediction
+    beside each measurement; then the winner by --objective. MODEL is a model directory
+    (config.json; a GGUF file in it too for llama.cpp) or a GGUF file here, copied to every
+    node's store first. A layout that fails is a row with its cause. Ctrl-C stops the
+    running layout and keeps the rows measured so far. The result (halo.tune/1) is saved
+    in the results directory."""
+    from halo_cluster.cli.cluster import cluster_handle
+    from halo_cluster.recipes import tune as tuning
+    from halo_cluster.recipes.predict import predict
+
+    levels = _levels(concurrency)
+    say = _say(as_json)
+    cluster = cluster_handle(config_path, as_json)
+    files = tuning.model_files(cluster, model, say)
+    chosen = _layouts(layouts, engines, files, len(cluster.config.nodes))
+    workload = tuning.Workload(levels, prompts, output_len=output_len)
+    from halo_cluster.config import results_dir
+
+    predictions = predict(cluster.config, files, chosen, list(levels), results_dir())
+    for note in predictions.notes:
+        say(note)
+    rows: list[dict[str, Any]] = []
+    incomplete = False
+    try:
+        tuning.Tuner(cluster, files, predictions, workload, say).run(chosen, rows)
+    except KeyboardInterrupt:
+        incomplete = True
+        say(f"interrupted: keeping the {len(rows)} layout(s) measured so far")
+    doc = tuning.document(files.name, objective, workload, predictions, rows, incomplete)
+    saved = _save(cluster, doc, out)
+    if as_json:
+        emit_json({**doc, "saved": str(saved)})
+    else:
+        _render(doc)
+        click.echo(f"saved {saved}")
+    if incomplete:
+        sys.exit(130)
+    return 0 if doc["winner"]["layout"] else 1
+
+
+def _layouts(text: str, engines: tuple[str, ...], files: Any, nodes: int) -> list[Any]:
+    from halo_cluster.errors import UsageError
+    from halo_cluster.recipes.layouts import candidates, parse_layout
+    from halo_cluster.recipes.tune import ordered
+
+    if text.strip() != "auto":
+        found = [parse_layout(part, nodes) for part in text.split(",") if part.strip()]
+        missing = [x.name for x in found if x.engine not in files.served]
+        if missing:
+            raise UsageError(
+                f"{', '.join(missing)}: the model has no files for that engine "
+                "(vLLM: config.json; llama.cpp: a .gguf)"
+            )
+        return ordered(found)
+    allowed = tuple(e for e in files.engines if not engines or e in engines)
+    if not allowed:
+        raise UsageError(f"the model has no files for {', '.join(engines)}")
+    return ordered(candidates(nodes, allowed, _heads(files)))
+
+
+def _heads(files: Any) -> int | None:
+    import json
+
+    if files.hf_dir is None:
+        return None
+    try:
+        heads = json.loads((files.hf_dir / "config.json").read_text()).get("num_attention_heads")
+    except (OSError, ValueError):
+        return None
+    return heads if isinstance(heads, int) and heads > 0 else None
+
+
+def _save(cluster: Any, doc: dict[str, Any], out: str | None) -> Any:
+    from halo_cluster.bench import results
+    from halo_cluster.cluster.state import read_state
+    from halo_cluster.config import results_dir
+    from halo_cluster.errors import HaloError
+
+    state = read_state(cluster.config)
+    plans = {n: p.to_dict() for n, p in state.plans().items()} if state else None
+    stamped = results.stamp(doc, plans)
+    doc.update({k: stamped[k] for k in ("created", "host", "versions", "plans")})
+    try:
+        return results.save(doc, out, results_dir(), "tune")
+    except OSError as err:
+        raise HaloError(f"cannot save the result: {err.strerror or err}") from None
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _render(doc: dict[str, Any]) -> None:
+    from halo_cluster.cli.output import console, safe, table
+
+    levels = [str(c) for c in doc["concurrency"]]
+    heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}")]
+    grid = table(
+        f"halo tune {doc['model']} ({doc['objective']})", "layout", *heads, "tokens", "note"
+    )
+    for row in doc["rows"]:
+        predicted = row.get("predicted_tokens_per_s") or {}
+        measured = row.get("measured") or {}
+        cells = []
+        for c in levels:
+            cells.append(_cell(predicted.get(c)))
+            cells.append(_cell((measured.get(c) or {}).get("tokens_per_s")))
+        tokens = row.get("tokens") or {}
+        said = (
+            "reference" if tokens.get("recorded") else
+            "same" if tokens.get("ok") else "DIFFERENT" if tokens.get("ok") is False else "-"
+        )  # fmt: skip
+        grid.add_row(row["layout"]["name"], *cells, said, safe(row.get("error") or ""))
+    console().print(grid)
+    click.echo(f"winner: {doc['winner']['reason']}")
+
+
+@click.command("run")
+@click.argument("model")
+@config_option()
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp"]),
+    help="Only this engine's layouts (default: every engine the model's files allow).",
+)
+@click.option(
+    "--layout",
+    help="Serve this layout ('vllm TP2', 'llama.cpp RPC2', …) instead of choosing one.",
+)
+@click.option(
+    "--wait", "wait_s", default=900.0, show_default=True, help="Seconds to wait for /health."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {model, layout, reason, url, api_key_env, already_running, "
+    "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands} as JSON.",
+)
+def run_command(
+    model: str,
+    config_path: str | None,
+    engine: str | None,
+    layout: str | None,
+    wait_s: float,
+    as_json: bool,
+) -> int:
+    """From MODEL (a model directory or GGUF file here) to a measured endpoint: choose the
+    layout (the latest 'halo tune' winner for this model, else the planner's fastest
+    predicted one that fits; --layout to choose), copy the model to every node's store,
+    record the engine's one-node token reference when there is none, serve (supervised),
+    prove it by every witness, then a short bench serve at concurrency 1 beside the
+    prediction. Run again with nothing changed, it only checks the server and prints the
+    endpoint; with another model or layout, the old server is stopped first."""
+    from halo_cluster.cli.cluster import cluster_handle
+    from halo_cluster.config import results_dir
+    from halo_cluster.recipes.run import run
+
+    cluster = cluster_handle(config_path, as_json)
+    out = run(cluster, model, layout, engine, results_dir(), _say(as_json), wait_s)
+    if as_json:
+        emit_json(out.__dict__)
+        return 1 if out.stopped else 0
+    _render_run(out)
+    return 1 if out.stopped else 0
+
+
+def _render_run(out: Any) -> None:
+    from halo_cluster.cli.output import plain
+
+    click.echo(f"layout: {out.layout} — {plain(out.reason)}")
+    if out.stopped:
+        for problem in out.serve.get("problems", []):
+            click.echo(f"  problem: {plain(problem)}", err=True)
+        click.echo("halo: error: the witnesses refused the server: stopped", err=True)
+        return
+    said = "already serving" if out.already_running else "serving"
+    click.echo(f"{said} {plain(out.model)} at {out.url}")
+    if out.api_key_env:
+        click.echo(f"API key: in ${out.api_key_env} (Authorization: Bearer …)")
+    if not out.already_running:
+        predicted = "-" if out.predicted_tokens_per_s is None else f"{out.predicted_tokens_per_s:g}"
+        click.echo(
+            f"tokens/s at concurrency 1: predicted {predicted}, measured "
+            f"{out.measured_tokens_per_s:g}"
+        )
+        click.echo(f"proven: {out.serve.get('proven') or 'no'}")
+    click.echo("next: " + "; ".join(out.commands))

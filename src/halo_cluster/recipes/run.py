@@ -1,0 +1,180 @@
+"""``halo run``: from a model to a measured endpoint in one command.
+
+1. the layout: given (``--layout``), else the winner of the latest ``halo tune`` of this
+   model, else the planner's fastest predicted layout at concurrency 1 that fits; the
+   reason in one line;
+2. idempotent: when that layout of that model is already served and healthy, only that is
+   checked and the endpoint printed (nothing is copied, started or measured);
+3. the model copied to every node's store (only what a node lacks travels);
+4. the token reference: when the engine has none for this model and the layout spans
+   several nodes, its one-node layout is served first to record it;
+5. served (supervised unless [serve.supervise] says otherwise), proven by every witness
+   (the doctor's gate, the engine's words, the counters, the tokens), then a short bench
+   serve at concurrency 1 beside the prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.cluster.bringup import Serving
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.reference import find_reference
+from halo_cluster.cluster.state import read_state
+from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.recipes.layouts import Layout, candidates, parse_layout
+from halo_cluster.recipes.predict import ModelFiles, predict
+from halo_cluster.recipes.tune import Workload, model_files, short_bench
+
+RUN_WORKLOAD = Workload(levels=(1,), prompts=4, input_len=64, output_len=32)
+
+
+@dataclass
+class RunResult:
+    model: str
+    layout: str
+    reason: str
+    url: str | None = None
+    api_key_env: str | None = None
+    already_running: bool = False
+    predicted_tokens_per_s: float | None = None
+    measured_tokens_per_s: float | None = None
+    serve: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False
+    commands: list[str] = field(default_factory=list)
+
+
+def latest_tune(results: Path, model: str) -> tuple[str, str] | None:
+    """The winner of the latest complete ``halo tune`` of ``model`` and its file."""
+    import json
+
+    found = sorted(results.glob("tune-*.json")) if results.is_dir() else []
+    for path in reversed(found):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        winner = (doc.get("winner") or {}).get("layout") if isinstance(doc, dict) else None
+        if doc.get("model") == model and winner and not doc.get("incomplete"):
+            return str(winner), path.name
+    return None
+
+
+def choose(
+    cluster: Cluster, files: ModelFiles, asked: str | None, engine: str | None, results: Path
+) -> tuple[Layout, str, float | None]:
+    """The layout, why, and its predicted tokens/s at concurrency 1 (None: no prediction)."""
+    nodes = len(cluster.config.nodes)
+    engines = tuple(e for e in files.engines if engine in (None, e))
+    if not engines:
+        raise UsageError(
+            f"the model has no files for {engine} (vLLM: config.json; llama.cpp: .gguf)"
+        )
+    every = candidates(nodes, engines)
+    predictions = predict(cluster.config, files, every, [1], results)
+
+    def rate(layout: Layout) -> float | None:
+        return (predictions.by_layout.get(layout.name) or {}).get("1")
+
+    if asked:
+        chosen = parse_layout(asked, nodes)
+        return chosen, "the layout asked for (--layout)", rate(chosen)
+    tuned = latest_tune(results, files.name)
+    if tuned is not None:
+        chosen = parse_layout(tuned[0], nodes)
+        if chosen.engine in engines:
+            return chosen, f"the winner of halo tune ({tuned[1]})", rate(chosen)
+    fitting = [x for x in every if rate(x) is not None and predictions.fits.get(x.name, True)]
+    if not fitting:
+        chosen = every[0]
+        why = "; ".join(predictions.notes) or "no layout is predicted to fit"
+        return chosen, f"{chosen.name}, one node (no prediction: {why})", None
+    chosen = max(fitting, key=lambda x: rate(x) or 0.0)
+    return (
+        chosen,
+        (
+            f"the planner's fastest at concurrency 1: {rate(chosen):g} tok/s predicted "
+            f"({cluster.config.hardware}, link {predictions.link})"
+        ),
+        rate(chosen),
+    )
+
+
+def running(cluster: Cluster, files: ModelFiles, layout: Layout) -> dict[str, Any] | None:
+    """The server already up for this model and layout, healthy (else None)."""
+    from halo_cluster.cluster.status import serve_health
+
+    state = read_state(cluster.config)
+    served = state.serve if state else None
+    if served is None or served.layout is None or served.engine != layout.engine:
+        return None
+    if served.model != files.served_path(layout.engine, cluster.config.models.dir):
+        return None
+    if len(served.layout.split(" on ", 1)[-1].split("+")) != layout.nodes:
+        return None
+    if layout.engine == "vllm" and served.tp != layout.tp:
+        return None
+    health = serve_health(cluster, state, [])
+    return health if health and health.get("healthy") else None
+
+
+def run(
+    cluster: Cluster,
+    source: str,
+    asked: str | None,
+    engine: str | None,
+    results: Path,
+    progress: Callable[[str], None],
+    wait_s: float = 900.0,
+) -> RunResult:
+    from halo_cluster.engines.request import serve_request
+
+    files = model_files(cluster, source, progress, sync=False)
+    layout, reason, predicted = choose(cluster, files, asked, engine, results)
+    progress(f"layout: {layout.name} ({reason})")
+    config = cluster.config
+    out = RunResult(files.name, layout.name, reason, api_key_env=config.serve.api_key_env)
+    out.predicted_tokens_per_s = predicted
+    out.commands = [
+        f"halo status --config {config.path}",
+        f"halo logs --config {config.path}",
+        f"halo stop --config {config.path}",
+    ]
+    found = running(cluster, files, layout)
+    if found is not None:
+        out.already_running, out.url = True, found["endpoint"]
+        return out
+    files = model_files(cluster, source, progress)
+    model = files.served[layout.engine]
+    serving = Serving(cluster)
+    opened = files.served_path(layout.engine, config.models.dir)
+    known = find_reference(config, layout.engine, opened)
+    if known is None and layout.nodes > 1:
+        progress(f"recording the one-node token reference first ({layout.engine} on one node)")
+        one = Layout(layout.engine, 1)
+        first = serving.start(
+            serve_request(
+                config, model=model, supervise=False, reference="record", wait_s=wait_s,
+                **one.serve_args(),
+            )
+        )  # fmt: skip
+        serving.stop()
+        if first.stopped:
+            said = "; ".join(first.problems)
+            raise HaloError(f"the one-node reference did not come up: {said}")
+    # a one-node layout with no reference yet is the reference
+    mode = "record" if known is None and layout.nodes == 1 else "full"
+    request = serve_request(
+        config, model=model, reference=mode, wait_s=wait_s, **layout.serve_args()
+    )
+    result = serving.start(request)
+    out.serve = {k: v for k, v in result.__dict__.items() if k != "verdict"}
+    out.url, out.stopped = result.url, result.stopped
+    if result.stopped:
+        return out
+    measured = short_bench(cluster, RUN_WORKLOAD, progress)
+    out.measured_tokens_per_s = measured["1"]["tokens_per_s"]
+    return out

@@ -1,0 +1,268 @@
+"""``halo tune``: every candidate layout run for real, measured, and set beside the
+planner's prediction; the winner by the stated objective (``halo.tune/1``).
+
+For each layout in turn: ``halo serve`` (no supervisor; the token witness always, on every
+prompt: each engine's one-node layout runs first and records the reference the others are
+compared with), a short ``bench serve`` at each concurrency level, then stop. A layout
+that does not come up, or whose witnesses refuse it, is a row with its cause (the engine's
+own words where it refused the layout). Ctrl-C stops the running layout and keeps the rows
+measured so far (``incomplete``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from halo_cluster.cluster.bringup import Serving
+from halo_cluster.cluster.handle import Cluster
+from halo_cluster.cluster.serve_result import ServeResult
+from halo_cluster.config import secret
+from halo_cluster.errors import HaloError
+from halo_cluster.recipes.layouts import Layout
+from halo_cluster.recipes.predict import ModelFiles, Predictions
+
+SCHEMA = "halo.tune/1"
+OBJECTIVES = ("latency", "throughput")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The short bench serve run on each layout."""
+
+    levels: tuple[int, ...] = (1, 4)
+    prompts: int = 8
+    input_len: int = 64
+    output_len: int = 32
+    wait_s: float = 900.0
+
+
+def ordered(layouts: list[Layout]) -> list[Layout]:
+    """Each engine's one-node layout first (it records the reference), then the rest in the
+    order given; an engine's one-node layout is added when the list lacks it."""
+    out: list[Layout] = []
+    for engine in dict.fromkeys(layout.engine for layout in layouts):
+        single = Layout(engine, 1)
+        out.append(next((x for x in layouts if x == single), single))
+    return out + [x for x in layouts if x not in out]
+
+
+class Tuner:
+    def __init__(
+        self,
+        cluster: Cluster,
+        files: ModelFiles,
+        predictions: Predictions,
+        workload: Workload,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.cluster = cluster
+        self.files = files
+        self.predictions = predictions
+        self.workload = workload
+        self.progress = progress
+        self.serving = Serving(cluster)
+
+    def run(self, layouts: list[Layout], rows: list[dict[str, Any]]) -> None:
+        """Measure every layout, appending each row to ``rows`` as it is done (so the
+        caller keeps them when Ctrl-C ends the run); every server is stopped at the end."""
+        try:
+            for index, layout in enumerate(layouts, 1):
+                self.progress(f"[{index}/{len(layouts)}] {layout.name}")
+                rows.append(self.measure(layout))
+        finally:
+            self.serving.stop()
+
+    def measure(self, layout: Layout) -> dict[str, Any]:
+        from halo_cluster.engines.request import serve_request
+
+        started = time.monotonic()
+        row: dict[str, Any] = {
+            "layout": layout.to_dict(),
+            "predicted_tokens_per_s": self.predictions.by_layout.get(layout.name),
+            "measured": None,
+            "proven": None,
+            "tokens": None,
+            "error": None,
+        }
+        try:
+            request = serve_request(
+                self.cluster.config,
+                model=self.files.served[layout.engine],
+                supervise=False,
+                reference="record" if layout.nodes == 1 else "full",
+                wait_s=self.workload.wait_s,
+                **layout.serve_args(),
+            )
+            result = self.serving.start(request)
+            self._witnessed(row, result)
+            if not result.stopped:
+                row["measured"] = self._bench()
+        except HaloError as err:
+            row["error"] = str(err).splitlines()[0][:400] if str(err) else type(err).__name__
+            if self.serving.launched:  # else the logs are an earlier layout's
+                row["engine_error"] = self._engine_error(layout)
+        finally:
+            self.serving.stop()
+        row["seconds"] = round(time.monotonic() - started, 1)
+        return row
+
+    def _engine_error(self, layout: Layout) -> str | None:
+        """What the engine itself raised on the layout's nodes, where it did (its logs stay
+        after a stop): "node2: AssertionError: …"."""
+        from halo_cluster.engine_log import raised
+        from halo_cluster.engines import process
+
+        said = []
+        for node in self.cluster.config.nodes[: layout.nodes]:
+            client = self.cluster.client(node)
+            try:
+                found = raised(process.log_text(client, self.cluster.config.name).splitlines())
+            except HaloError:
+                continue
+            if found:
+                said.append(f"{node.name}: {found}")
+        return "; ".join(said)[:600] or None
+
+    def _witnessed(self, row: dict[str, Any], result: ServeResult) -> None:
+        row["proven"] = result.proven
+        tokens = result.tokens
+        row["tokens"] = {
+            k: tokens.get(k) for k in ("ok", "agreement", "drift_nats", "recorded") if k in tokens
+        }
+        row["ready_s"] = result.ready_s
+        if result.stopped:
+            row["error"] = "; ".join(result.problems)[:600]
+
+    def _bench(self) -> dict[str, Any]:
+        return short_bench(self.cluster, self.workload, self.progress)
+
+
+def short_bench(
+    cluster: Cluster, work: Workload, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """bench serve's load on the served endpoint: per level ("1"), tokens/s and medians."""
+    from halo_cluster.bench.endpoint import reach
+    from halo_cluster.bench.serve_load import run
+
+    config = cluster.config
+    with reach(config, progress) as endpoint:
+        result = run(
+            endpoint.url,
+            None,
+            list(work.levels),
+            work.prompts,
+            work.input_len,
+            work.output_len,
+            secret(config.serve.api_key_env),
+            progress,
+            seed=0,
+            warmup=1,
+        )
+    return {
+        str(level["concurrency"]): {
+            "tokens_per_s": level["output_tokens_per_s"],
+            "tpot_ms_p50": level["tpot_ms"]["p50"],
+            "ttft_ms_p50": level["ttft_ms"]["p50"],
+            "errors": level["errors"],
+        }
+        for level in result["levels"]
+    }
+
+
+def winner(
+    rows: list[dict[str, Any]], objective: str, levels: tuple[int, ...]
+) -> tuple[dict[str, Any] | None, str]:
+    """The best measured row and why: ``latency``, the most tokens/s of one request alone
+    (the lowest concurrency); ``throughput``, the most tokens/s at the highest. Only rows
+    that came up, proved their tokens and measured without errors compete."""
+    level = str(min(levels) if objective == "latency" else max(levels))
+    scored = []
+    for row in rows:
+        found = (row.get("measured") or {}).get(level)
+        ok = row.get("error") is None and (row.get("tokens") or {}).get("ok", True) is not False
+        if ok and found and found["errors"] == 0 and found["tokens_per_s"]:
+            scored.append((found["tokens_per_s"], row))
+    if not scored:
+        return None, "no layout came up and measured cleanly"
+    best_rate, best = max(scored, key=lambda s: s[0])
+    name = best["layout"]["name"]
+    rest = sorted((s for s in scored if s[1] is not best), key=lambda s: -s[0])
+    runner = f"; next {rest[0][1]['layout']['name']} at {rest[0][0]:g}" if rest else ""
+    return best, (f"{name}: {best_rate:g} tok/s at concurrency {level} ({objective}){runner}")
+
+
+def document(
+    model: str,
+    objective: str,
+    workload: Workload,
+    predictions: Predictions,
+    rows: list[dict[str, Any]],
+    incomplete: bool,
+) -> dict[str, Any]:
+    best, reason = winner(rows, objective, workload.levels)
+    return {
+        "schema": SCHEMA,
+        "kind": "tune",
+        "model": model,
+        "objective": objective,
+        "concurrency": list(workload.levels),
+        "workload": {
+            "prompts": workload.prompts,
+            "input_len": workload.input_len,
+            "output_len": workload.output_len,
+        },
+        "planner": predictions.to_dict(),
+        "rows": rows,
+        "winner": {"layout": best["layout"]["name"] if best else None, "reason": reason},
+        "incomplete": incomplete,
+    }
+
+
+def model_files(
+    cluster: Cluster, source: str, progress: Callable[[str], None], sync: bool = True
+) -> ModelFiles:
+    """The model, on every node that needs it: a directory here (config.json beside the
+    weights, a GGUF file in it too where llama.cpp should run) or one GGUF file, copied to
+    every node's store (``halo model sync``: only what a node lacks travels; ``sync``
+    False: only where it would be); vLLM then serves it by its store name on every rank,
+    llama.cpp the GGUF in the head's store."""
+    from halo_cluster.cluster.model_source import resolve_source
+    from halo_cluster.cluster.model_sync import Sync
+    from halo_cluster.errors import UsageError
+    from halo_cluster.modelstore.manifest import check_name
+
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise UsageError(f"{source}: no such file or directory here (give the model's path)")
+    name = _store_name(path)
+    check_name(name)
+    hf_dir = path if (path / "config.json").is_file() else None
+    ggufs = sorted(path.glob("*.gguf")) if path.is_dir() else [path] * (path.suffix == ".gguf")
+    if hf_dir is None and not ggufs:
+        raise UsageError(f"{source}: neither a model directory (config.json) nor a GGUF file")
+    if sync:
+        progress(f"syncing {path} to every node's store as {name}")
+        found = resolve_source(cluster, str(path), name)
+        result = Sync(cluster, found, [n.name for n in cluster.config.nodes]).run()
+        if not result.ok:
+            failed = [n for n, s in result.nodes.items() if s.status == "failed"]
+            raise HaloError(
+                f"the model could not be copied to {', '.join(failed)}: halo model sync"
+            )
+    store = cluster.config.models.dir.rstrip("/")
+    served: dict[str, str] = {}
+    if hf_dir is not None:
+        served["vllm"] = name
+    if ggufs:
+        first = ggufs[0].name
+        served["llama.cpp"] = f"{store}/{name}/{first}" if path.is_dir() else name
+    return ModelFiles(name, hf_dir, ggufs[0] if ggufs else None, served)
+
+
+def _store_name(path: Path) -> str:
+    base = path.resolve().name
+    return base.removesuffix(".gguf") if path.is_file() else base

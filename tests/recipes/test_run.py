@@ -1,0 +1,102 @@
+"""halo run's core (halo_cluster.recipes.run) through scripted nodes: the layout asked for,
+the latest tune's winner, else the planner's fastest; the one-node reference recorded
+before a multi-node layout; a second run with nothing changed only checks the server; a
+layout whose tokens differ is stopped."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from halo_cluster.config import ServeConfig
+from halo_cluster.lab.tiny_model import write_model
+from halo_cluster.lab.tiny_spec import TinyModelSpec
+from halo_cluster.recipes import run as running
+from halo_cluster.recipes.layouts import Layout
+from halo_cluster.recipes.predict import ModelFiles
+from halo_cluster.supervision import SuperviseSettings
+from tests.cluster.test_serve import ANSWER, VLLM, Node, cluster, vllm_table
+
+# the supervisor is tested in the lab (tests/cluster/test_supervise_lab.py)
+SERVE = ServeConfig(sections=vllm_table(), supervise=SuperviseSettings(enabled=False))
+MEASURED = {"1": {"tokens_per_s": 42.0, "tpot_ms_p50": 20.0, "ttft_ms_p50": 30.0, "errors": 0}}
+
+
+def nodes() -> dict[str, Node]:
+    logs = [(VLLM / f"mp-tp2-node{i}.log").read_text() for i in (1, 2)]
+    return {"node1": Node(logs[0], (24_000, 40, None)), "node2": Node(logs[1], (24_000, 9, None))}
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny"
+    write_model(path, TinyModelSpec(4, 256, 8, 4, 4096, 0).validate(), force=False)
+    return path
+
+
+def files(model: Path) -> ModelFiles:
+    return ModelFiles("tiny", model, None, {"vllm": "/var/lib/halo/models/tiny"})
+
+
+def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
+    tmp_path: Path, model: Path
+) -> None:
+    srv = cluster(tmp_path, nodes(), SERVE)
+    results = tmp_path / "results"
+    found = running.choose(srv.cluster, files(model), "vllm TP2", None, results)
+    assert found[:2] == (Layout("vllm", 2, 2), "the layout asked for (--layout)")
+    planner = running.choose(srv.cluster, files(model), None, None, results)
+    assert planner[1].startswith("the planner's fastest at concurrency 1: ")
+    assert planner[1].endswith(" tok/s predicted (strix-halo-128, link tcp)")
+    results.mkdir()
+    doc = {"model": "tiny", "winner": {"layout": "vllm TP2"}, "incomplete": False}
+    (results / "tune-20261202T000000.json").write_text(json.dumps(doc))
+    (results / "tune-20261202T000001.json").write_text(json.dumps({**doc, "model": "other"}))
+    tuned = running.choose(srv.cluster, files(model), None, None, results)
+    assert tuned[:2] == (Layout("vllm", 2, 2), "the winner of halo tune (tune-20261202T000000.json)")
+
+
+def _patched(monkeypatch: pytest.MonkeyPatch, model: Path) -> None:
+    monkeypatch.setattr(running, "model_files", lambda *_a, **_k: files(model))
+    monkeypatch.setattr(running, "short_bench", lambda *_a: MEASURED)
+
+
+def test_a_run_records_the_reference_serves_proves_and_measures(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _patched(monkeypatch, model)
+    scripted = nodes()
+    srv = cluster(tmp_path, scripted, SERVE)
+    out = running.run(srv.cluster, str(model), "vllm TP2", None, tmp_path, lambda _m: None, 5)
+    assert (out.layout, out.stopped, out.already_running) == ("vllm TP2", False, False)
+    assert out.serve["proven"] == "socket" and out.serve["tokens"]["ok"] is True
+    assert out.serve["tokens"]["reference"] == "vllm tp1 on node1"  # recorded first
+    assert out.measured_tokens_per_s == 42.0 and out.url == "http://127.0.0.1:8000"
+    starts = [s for s in scripted["node1"].scripts if "setsid" in s]
+    assert len(starts) == 2  # the one-node reference, then the layout
+    # again, nothing changed: only the server is asked
+    for node in scripted.values():
+        node.scripts.clear()
+    again = running.run(srv.cluster, str(model), "vllm TP2", None, tmp_path, lambda _m: None, 5)
+    assert (again.already_running, again.url) == (True, "http://127.0.0.1:8000")
+    assert not any("setsid" in s for n in scripted.values() for s in n.scripts)
+
+
+def test_a_layout_whose_tokens_differ_is_stopped(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _patched(monkeypatch, model)
+    scripted = nodes()
+    srv = cluster(tmp_path, scripted, SERVE)
+    running.run(srv.cluster, str(model), "vllm TP1", None, tmp_path, lambda _m: None, 5)
+    moved: dict[str, Any] = copy.deepcopy(ANSWER)
+    moved["steps"][0]["logprob"] = -1.0
+    scripted["node1"].answer = moved
+    out = running.run(srv.cluster, str(model), "vllm TP2", None, tmp_path, lambda _m: None, 5)
+    assert out.stopped and out.measured_tokens_per_s is None
+    assert "prompt 1 differs from the one-node reference" in out.serve["problems"][0]
+    assert not scripted["node1"].running and not scripted["node2"].running
