@@ -57,7 +57,10 @@ def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
     (results / "tune-20261202T000000.json").write_text(json.dumps(doc))
     (results / "tune-20261202T000001.json").write_text(json.dumps({**doc, "model": "other"}))
     tuned = running.choose(srv.cluster, files(model), None, None, results)
-    assert tuned[:2] == (Layout("vllm", 2, 2), "the winner of halo tune (tune-20261202T000000.json)")
+    assert tuned[:2] == (
+        Layout("vllm", 2, 2),
+        "the winner of halo tune (tune-20261202T000000.json)",
+    )
 
 
 def _patched(monkeypatch: pytest.MonkeyPatch, model: Path) -> None:

@@ -98,7 +98,10 @@ def test_the_winner_by_each_objective() -> None:
         "llama.cpp single: 600 tok/s at concurrency 1 (latency); next vllm TP1 at 180",
     )
     assert tune.winner(rows, "throughput", (1, 4))[0] is rows[1]
-    assert tune.winner(rows[2:], "latency", (1,)) == (None, "no layout came up and measured cleanly")
+    assert tune.winner(rows[2:], "latency", (1,)) == (
+        None,
+        "no layout came up and measured cleanly",
+    )
 
 
 def test_the_engines_own_error_from_its_logs() -> None:
@@ -139,3 +142,38 @@ def test_predictions_for_the_lab_model(tmp_path: Path, monkeypatch: pytest.Monke
     ]
     assert find_hardware("strix-halo-128").id == "strix-halo-128"
     json.dumps(found.to_dict())
+
+
+def test_ctrl_c_keeps_the_rows_measured_so_far(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second layout is interrupted: the first row is saved, marked incomplete, exit 130."""
+    from click.testing import CliRunner
+
+    from halo_cluster.cli import cluster as cli_cluster
+    from halo_cluster.cli.recipes import tune as tune_command
+    from halo_cluster.recipes import predict as predicting
+
+    srv = cluster(tmp_path, nodes(), SERVE)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(cli_cluster, "cluster_handle", lambda *_a: srv.cluster)
+    monkeypatch.setattr(tune, "model_files", lambda *_a: FILES)
+    monkeypatch.setattr(
+        predicting, "predict", lambda *_a: Predictions("tcp", "lab", {}, ["no profile"])
+    )
+
+    def measure(self: tune.Tuner, layout: Layout) -> dict[str, Any]:
+        if layout.nodes > 1:
+            raise KeyboardInterrupt
+        return {"layout": layout.to_dict(), "measured": MEASURED, "error": None}
+
+    monkeypatch.setattr(tune.Tuner, "measure", measure)
+    out = tmp_path / "tune.json"
+    done = CliRunner().invoke(tune_command, ["/m", "--layouts", "vllm TP2", "--out", str(out)])
+    assert done.exit_code == 130, done.output
+    saved = json.loads(out.read_text())
+    assert (saved["incomplete"], [r["layout"]["name"] for r in saved["rows"]]) == (
+        True,
+        ["vllm TP1"],
+    )
+    assert saved["winner"]["layout"] == "vllm TP1"

@@ -3,6 +3,7 @@ inside the nodes with real traffic on the fabric, one ``halo top --once`` frame,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -181,6 +182,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         names = _sync_models(cluster, model, bool(state.llama_cpp), say)
         if state.llama_cpp:  # no Ray: llama.cpp's plans come from the nodes' facts
             llama = _llama(server, names["gguf"], head.mgmt_address, say)
+            llama["tune"] = _tune(cluster, model, say)
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
@@ -285,6 +287,60 @@ def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> dict[
         "bench": bench["levels"],
         "recovery": recovery,
     }
+
+
+def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]:
+    """halo tune over llama.cpp's layouts (one node, the layers over both), each proven by
+    the three witnesses beside the planner's prediction; then halo run, which serves the
+    winner, and halo run again, which only checks it."""
+    from halo_cluster.config import results_dir
+    from halo_cluster.recipes import tune as tuning
+    from halo_cluster.recipes.layouts import Layout
+    from halo_cluster.recipes.predict import predict
+    from halo_cluster.recipes.run import run
+
+    def quiet(message: str) -> None:
+        say(f"  {message}", style="dim")
+
+    files = tuning.model_files(cluster, str(model), quiet)
+    layouts = tuning.ordered([Layout("llama.cpp", 2)])
+    work = tuning.Workload((1,), prompts=4)
+    predictions = predict(cluster.config, files, layouts, [1], results_dir())
+    rows: list[dict[str, Any]] = []
+    tuning.Tuner(cluster, files, predictions, work, quiet).run(layouts, rows)
+    doc = tuning.document(files.name, "latency", work, predictions, rows, False)
+    for row in rows:
+        measured = ((row.get("measured") or {}).get("1") or {}).get("tokens_per_s")
+        predicted = (row.get("predicted_tokens_per_s") or {}).get("1")
+        tokens = row.get("tokens") or {}
+        said = "reference" if tokens.get("recorded") else "same" if tokens.get("ok") else "-"
+        say(
+            f"halo tune: {row['layout']['name']}: predicted {predicted or '-'} tok/s, "
+            f"measured {measured or '-'} tok/s, tokens {said}, transport {row.get('proven')}"
+            + (f" ({row['error']})" if row.get("error") else "")
+        )
+    for note in predictions.notes:
+        say(f"  {note}")
+    say(f"halo tune's winner: {doc['winner']['reason']}")
+    with tempfile.TemporaryDirectory(prefix="halo-demo-tune-") as where:
+        tuning_dir = Path(where)
+        (tuning_dir / "tune-demo.json").write_text(json.dumps(doc))
+        first = run(cluster, str(model), None, "llama.cpp", tuning_dir, quiet, 120)
+        say(
+            f"halo run: {first.layout} ({first.reason}) at {first.url}: measured "
+            f"{first.measured_tokens_per_s} tok/s, proven {first.serve.get('proven')}"
+        )
+        again = run(cluster, str(model), None, "llama.cpp", tuning_dir, quiet, 120)
+        say(f"halo run again: {'already serving' if again.already_running else 'started again'}")
+    stopped = cluster_stop(cluster)
+    say("halo stop: " + ("server stopped" if stopped else "no server was running"))
+    return {"rows": rows, "winner": doc["winner"], "run": first.__dict__, "again": again.__dict__}
+
+
+def cluster_stop(cluster: Any) -> bool:
+    from halo_cluster.cluster.bringup import Serving
+
+    return Serving(cluster).stop()
 
 
 RECOVERY_BOUND_S = 180.0
