@@ -112,13 +112,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--concurrency", default="1,4")
+    parser.add_argument("--append", action="store_true", help="Add the runs to the results file.")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the lab needs root")
     profile = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local/share"))
     if not (profile / "halo" / "hardware" / "lab.json").is_file():
         sh([HALO, "lab", "profile"])
-    runs = []
+    out = HERE / "results" / "tune.json"
+    runs = json.loads(out.read_text())["runs"] if args.append and out.is_file() else []
     for index in range(args.runs):
         print(f"run {index + 1} of {args.runs}", file=sys.stderr)
         runs.append(one_run(args.nodes, args.concurrency))
@@ -129,7 +131,13 @@ def main() -> None:
         "machine": {"cores": os.cpu_count()},
         "runs": runs,
     }
-    out = HERE / "results" / "tune.json"
+    result["summary"] = {
+        level: {
+            "spearman": [run["agreement"][level]["spearman"] for run in runs],
+            "median_error": [run["agreement"][level]["median_error"] for run in runs],
+        }
+        for level in runs[0]["agreement"]
+    }
     out.write_text(json.dumps(result, indent=1) + "\n")
     for run in runs:
         for level, found in run["agreement"].items():

@@ -18,6 +18,7 @@ def test_schemas_and_kinds() -> None:
         "collective": "halo.bench.collective/1",
         "tp": "halo.bench.tp/1",
         "serve": "halo.bench.serve/1",
+        "tune": "halo.tune/1",
     }
 
 

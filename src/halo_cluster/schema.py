@@ -1,4 +1,5 @@
-"""The versioned benchmark results halo writes and reads (``halo.bench.<kind>/<version>``):
+"""The versioned benchmark results halo writes and reads (``halo.bench.<kind>/<version>``,
+and ``halo.tune/1``, the result of ``halo tune``):
 their shapes as TypedDicts, their kinds as a Literal, and the one validator every reader
 uses (``halo results``/``report`` through bench/results.py, ``halo plan --link`` and
 ``--calibrate``, the exporter's latency baseline).
@@ -18,10 +19,12 @@ from typing import Any, Literal, TypedDict, Union, get_args, get_origin
 
 from halo_cluster.errors import UsageError
 
-Kind = Literal["net", "collective", "tp", "serve"]
+Kind = Literal["net", "collective", "tp", "serve", "tune"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-VERSIONS: dict[Kind, int] = {"net": 1, "collective": 1, "tp": 1, "serve": 1}
-SCHEMAS: dict[Kind, str] = {kind: f"halo.bench.{kind}/{VERSIONS[kind]}" for kind in KINDS}
+VERSIONS: dict[Kind, int] = {"net": 1, "collective": 1, "tp": 1, "serve": 1, "tune": 1}
+SCHEMAS: dict[Kind, str] = {
+    kind: f"halo.{'' if kind == 'tune' else 'bench.'}{kind}/{VERSIONS[kind]}" for kind in KINDS
+}
 
 
 class NodeStamp(TypedDict, total=False):
@@ -203,13 +206,59 @@ class ServeBenchResult(Stamp, total=False):
     serve_proof: dict[str, Any]
 
 
+# -- halo.tune/1 -----------------------------------------------------------------------------
+class TuneLayout(TypedDict):
+    name: str
+    engine: str
+    nodes: int
+    tp: int
+    pp: int
+
+
+class TuneLevel(TypedDict, total=False):
+    tokens_per_s: float | None
+    tpot_ms_p50: float | None
+    ttft_ms_p50: float | None
+    errors: int
+
+
+class TuneRow(TypedDict, total=False):
+    layout: TuneLayout
+    predicted_tokens_per_s: dict[str, float] | None  # concurrency ("1") -> tokens/s
+    measured: dict[str, TuneLevel] | None
+    proven: str | None
+    tokens: dict[str, Any] | None
+    error: str | None
+    engine_error: str | None
+    ready_s: float | None
+    seconds: float
+
+
+class TuneWinner(TypedDict):
+    layout: str | None
+    reason: str
+
+
+class TuneResult(Stamp, total=False):
+    model: str
+    objective: Literal["latency", "throughput"]
+    concurrency: list[int]
+    workload: dict[str, Any]
+    planner: dict[str, Any]
+    rows: list[TuneRow]
+    winner: TuneWinner
+
+
 # evaluated at run time: no X | Y (Python 3.9)
-BenchResult = Union[NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult]
+BenchResult = Union[
+    NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult, TuneResult
+]
 TYPES: dict[Kind, type] = {
     "net": NetBenchResult,
     "collective": CollectiveBenchResult,
     "tp": TpBenchResult,
     "serve": ServeBenchResult,
+    "tune": TuneResult,
 }
 
 
@@ -228,6 +277,8 @@ def result_kind(data: object, where: object) -> Kind:
     """The kind of a loaded result; UsageError (one line, naming ``where``) when it is not a
     halo benchmark result of a schema and version this halo reads."""
     schema = data.get("schema") if isinstance(data, Mapping) else None
+    if schema == SCHEMAS["tune"]:
+        return "tune"
     if not isinstance(schema, str) or not schema.startswith("halo.bench."):
         raise UsageError(f"{where}: not a halo benchmark result (no halo.bench.* schema)")
     name, _, version = schema.removeprefix("halo.bench.").partition("/")

@@ -78,7 +78,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
         "layout": "vllm TP1",
         "reason": "vllm TP1: 50 tok/s at concurrency 1 (latency); next vllm TP2 at 50",
     }
-    assert (doc["schema"], doc["incomplete"]) == ("halo.tune/1", False)
+    assert doc["schema"] == "halo.tune/1" and "incomplete" not in doc
 
 
 def _row(name: str, rates: dict[str, float], **more: Any) -> dict[str, Any]:
@@ -173,7 +173,35 @@ def test_ctrl_c_keeps_the_rows_measured_so_far(
     assert done.exit_code == 130, done.output
     saved = json.loads(out.read_text())
     assert (saved["incomplete"], [r["layout"]["name"] for r in saved["rows"]]) == (
-        True,
+        "interrupted after 1 layout(s)",
         ["vllm TP1"],
     )
     assert saved["winner"]["layout"] == "vllm TP1"
+
+
+def test_a_tune_result_is_read_back_listed_and_reported(tmp_path: Path) -> None:
+    """Saved as halo.tune/1, it is a result like the others: validated, listed with its
+    winner, and shown in halo report as predicted beside measured per layout."""
+    from halo_cluster.bench.results import listing, load, save
+    from halo_cluster.report import render
+
+    rows = [
+        {**_row("vllm TP1", {"1": 181.1}), "predicted_tokens_per_s": {"1": 501.6}},
+        {"layout": Layout("vllm", 2, 1, 2).to_dict(), "measured": None, "error": "HTTP 500"},
+    ]
+    rows[0]["layout"] = Layout("vllm", 1).to_dict()
+    predictions = Predictions("lab", "lab", {}, [])
+    doc = tune.document("tiny", "latency", tune.Workload((1,)), predictions, rows, False)
+    path = save(doc, None, tmp_path, "tune")
+    assert load(path)["winner"]["layout"] == "vllm TP1"
+    (listed,) = listing(tmp_path)
+    assert (listed["kind"], listed["summary"]) == (
+        "tune",
+        "tiny: 2 layouts (1 failed), winner vllm TP1 (latency)",
+    )
+    page = render([{**load(path), "label": path.stem}])
+    assert 'data-chart="tune-' in page and "predicted c1" in page and "HTTP 500" in page
+    broken = {**doc, "rows": [{"layout": "vllm TP1"}]}
+    path.write_text(json.dumps(broken))
+    with pytest.raises(Exception, match=r"rows\[0\]\.layout is 'vllm TP1', not an object"):
+        load(path)

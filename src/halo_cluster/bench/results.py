@@ -13,7 +13,7 @@ from halo_cluster import __version__
 from halo_cluster.atomic import write_output
 from halo_cluster.errors import UsageError
 from halo_cluster.jsonin import load_file
-from halo_cluster.schema import VERSIONS, check_result
+from halo_cluster.schema import VERSIONS, check_result, result_kind
 
 
 def stamp(
@@ -93,7 +93,7 @@ def listing(directory: Path) -> list[dict[str, Any]]:
                 "id": path.stem,
                 "path": str(path),
                 "schema": data.get("schema"),
-                "kind": data.get("kind") or str(data.get("schema", "")).split(".")[2].split("/")[0],
+                "kind": result_kind(data, path),
                 "created": data.get("created"),
                 "incomplete": data.get("incomplete"),
                 "summary": summary(data),
@@ -160,6 +160,14 @@ def summary(data: dict[str, Any]) -> str:
                 for lv in data.get("levels", [])
             )
             return f"{data.get('model')}: {levels}"
+        if kind == "tune":
+            winner = data.get("winner") or {}
+            rows = data.get("rows", [])
+            failed = sum(1 for r in rows if r.get("error"))
+            return (
+                f"{data.get('model')}: {len(rows)} layouts ({failed} failed), winner "
+                f"{winner.get('layout') or 'none'} ({data.get('objective')})"
+            )
     except (KeyError, TypeError, ValueError, IndexError):
         return "unreadable result body"
     return str(data.get("schema"))

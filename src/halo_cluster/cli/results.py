@@ -26,7 +26,9 @@ def results() -> None:
 
 @results.command("list")
 @click.option("--dir", "directory", metavar="DIR", help=DIR_HELP)
-@click.option("--kind", type=click.Choice(["net", "collective", "tp", "serve"]), help="Only these.")
+@click.option(
+    "--kind", type=click.Choice(["net", "collective", "tp", "serve", "tune"]), help="Only these."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print [{id, path, kind, created, …}].")
 def results_list(directory: str | None, kind: str | None, as_json: bool) -> int:
     """Every result, oldest first, with a one-line summary."""

@@ -24,8 +24,9 @@ from halo_cluster.config import secret
 from halo_cluster.errors import HaloError
 from halo_cluster.recipes.layouts import Layout
 from halo_cluster.recipes.predict import ModelFiles, Predictions
+from halo_cluster.schema import SCHEMAS
 
-SCHEMA = "halo.tune/1"
+SCHEMA = SCHEMAS["tune"]  # halo.tune/1
 OBJECTIVES = ("latency", "throughput")
 
 
@@ -218,7 +219,8 @@ def document(
         "planner": predictions.to_dict(),
         "rows": rows,
         "winner": {"layout": best["layout"]["name"] if best else None, "reason": reason},
-        "incomplete": incomplete,
+        # as every result cut short: the reason, and the rows measured until then
+        **({"incomplete": f"interrupted after {len(rows)} layout(s)"} if incomplete else {}),
     }
 
 

@@ -19,6 +19,7 @@ from halo_cluster.report.sections import (
     result_label,
     stamp_section,
     tp_section,
+    tune_section,
 )
 from halo_cluster.report.svg import esc
 
@@ -44,6 +45,7 @@ def render(results: Sequence[dict[str, Any]], title: str = "halo fabric report")
         net_section(by_kind.get("net", []))
         + collective_section(by_kind.get("collective", []))
         + tp_section(by_kind.get("tp", []))
+        + tune_section(by_kind.get("tune", []))
         + stamp_section(labelled)
     )
     return (

@@ -151,6 +151,50 @@ def tp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
+def tune_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """halo tune: per layout, the planner's predicted tokens/s beside the measured, at the
+    lowest concurrency (a chart) and at every level (a table), with each row's cause."""
+    if not results:
+        return ""
+    parts = ["<h2>Layouts: predicted and measured</h2>"]
+    for label, result in results:
+        levels = [str(c) for c in result.get("concurrency", [])]
+        first = levels[0] if levels else "1"
+        groups = []
+        rows = []
+        for row in result.get("rows", []):
+            name = row["layout"]["name"]
+            predicted = row.get("predicted_tokens_per_s") or {}
+            measured = row.get("measured") or {}
+            bars = [
+                (f"predicted c{first}", float(predicted[first])) if first in predicted else None,
+                (f"measured c{first}", float(measured[first]["tokens_per_s"] or 0.0))
+                if first in measured
+                else None,
+            ]
+            groups.append((name, [b for b in bars if b is not None]))
+            cells = [name]
+            for level in levels:
+                cells.append(predicted.get(level))
+                cells.append((measured.get(level) or {}).get("tokens_per_s"))
+            tokens = row.get("tokens") or {}
+            cells.append(
+                "reference" if tokens.get("recorded") else
+                "same" if tokens.get("ok") else "different" if tokens.get("ok") is False else ""
+            )  # fmt: skip
+            cells.append(row.get("engine_error") or row.get("error") or "")
+            rows.append(cells)
+        heads = [h for c in levels for h in (f"predicted c{c}", f"measured c{c}")]
+        winner = result.get("winner") or {}
+        parts.append(
+            f"<h3>{esc(label)}: {esc(result.get('model'))}</h3>"
+            + bar_chart(f"tune-{label}", f"tokens/s at concurrency {first}", "tok/s", groups)
+            + table(["layout", *heads, "tokens", "note"], rows)
+            + f'<p class="note">winner: {esc(winner.get("reason"))}</p>'
+        )
+    return "".join(parts)
+
+
 def stamp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     parts = ["<h2>Plan stamp</h2>"]
     for label, result in results:
