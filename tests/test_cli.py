@@ -116,6 +116,11 @@ def test_demo_prints_both_inventories(tmp_path: Path) -> None:
         assert "rank 1 on node2 (198.19." in result.stdout
         assert "counters per generated token on node2: fabric (enp194s0np0)" in result.stdout
         assert "halo bench serve, concurrency 4:" in result.stdout
+        # halo tune over llama.cpp's layouts, then halo run of the winner, then again
+        assert "halo tune: llama.cpp single: " in result.stdout
+        assert "halo tune: llama.cpp RPC2: " in result.stdout and "tokens same" in result.stdout
+        assert "halo run: llama.cpp " in result.stdout
+        assert "halo run again: already serving" in result.stdout
         assert "halo top --once" in result.stdout and "probe node2      fabric" in result.stdout
         assert "halo bench net: mgmt" in result.stdout and "(sockperf)" in result.stdout
         assert "halo bench collective (gloo, 2 ranks, socket)" in result.stdout
