@@ -1,9 +1,9 @@
 """The recipes of docs/recipes.md, measured: vLLM's prefix caching (TTFT of a request whose
 long prefix the server saw before, against one whose prefix is new) and n-gram speculative
 decoding (acceptance rate and decode tokens/s against the same server without it), each
-passed to the engine through 'halo serve MODEL -- OPTIONS'. One lab node (TP=1: the recipe,
-not the fabric), the tiny model. Needs root and the engine environment. Writes
-benchmarks/results/recipes.json.
+passed to the engine through 'halo serve MODEL -- OPTIONS'. One node of a 2-node lab
+(--nodes 1, TP=1: the recipe, not the fabric), the tiny model. Needs root and the engine
+environment. Writes benchmarks/results/recipes.json.
 
     sudo .venv/bin/python benchmarks/bench_recipes.py [--repeats 5]
 
@@ -90,6 +90,7 @@ def decode(url: str, model: str, prompts: list[str]) -> dict[str, Any]:
 
 def measure(variant: str, url: str, model: str, repeats: int) -> dict[str, Any]:
     rng = random.Random(7)
+    prompts = [words(random.Random(index), 40) for index in range(4)]  # the same in each
     if variant != "ngram":
         cold, warm = [], []
         for _ in range(repeats):
@@ -100,8 +101,8 @@ def measure(variant: str, url: str, model: str, repeats: int) -> dict[str, Any]:
             "ttft_ms_new_prefix": round(statistics.median(cold) * 1e3, 2),
             "ttft_ms_seen_prefix": round(statistics.median(warm) * 1e3, 2),
             "repeats": repeats,
+            **decode(url, model, prompts),  # the n-gram recipe's peer
         }
-    prompts = [words(rng, 40) for _ in range(4)]
     before = (metric(url, "vllm:spec_decode_num_accepted_tokens_total"),
               metric(url, "vllm:spec_decode_num_draft_tokens_total"))  # fmt: skip
     found = decode(url, model, prompts)
@@ -122,17 +123,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
         lab = Path(cwd) / "lab"
         config = str(lab / "halo.toml")
-        sh([HALO, "lab", "up", "--nodes", "1", "--name", NAME, "--dir", str(lab),
-            "--no-llama-cpp"])  # fmt: skip
+        up = sh([HALO, "lab", "up", "--nodes", "2", "--name", NAME, "--dir", str(lab),
+                 "--no-llama-cpp"])  # fmt: skip
+        if up.returncode != 0:
+            raise SystemExit(f"halo lab up: {up.stderr.strip()[-400:]}")
         try:
             sh([HALO, "lab", "model", str(lab / "model")])
-            host = json.loads(sh([HALO, "lab", "status", "--name", NAME, "--json"]).stdout)[
-                "nodes"
-            ][0]["mgmt_address"]
+            status = sh([HALO, "lab", "status", "--name", NAME, "--dir", str(lab), "--json"])
+            host = json.loads(status.stdout)["nodes"][0]["mgmt_address"]
             for variant, extra in VARIANTS.items():
                 print(variant, file=sys.stderr)
                 served = sh([HALO, "serve", str(lab / "model"), "--config", config,
-                             "--executor", "mp", "--host", host, "--no-supervise",
+                             "--executor", "mp", "--nodes", "1", "--tp", "1", "--host", host,
+                             "--no-supervise",
                              "--reference", "off", "--json", "--", *extra])  # fmt: skip
                 try:
                     result = json.loads(served.stdout)
