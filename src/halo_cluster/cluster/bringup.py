@@ -63,15 +63,15 @@ WARMUP_TOKENS = 4
 PROBE_TOKENS = 64
 
 
-def layout_name(request: ServeRequest, prepared: Prepared) -> str:
+def layout_label(engine: str, tp: int | None, pp: int, nodes: list[str]) -> str:
     """What runs where, in a few words: "vllm tp2 on node1+node2", "llama.cpp on node1"."""
-    parts = [request.engine]
-    if prepared.tp:
-        parts.append(f"tp{prepared.tp}")
+    parts = [engine, *([f"tp{tp}"] if tp else []), *([f"pp{pp}"] if pp > 1 else [])]
+    return " ".join(parts) + " on " + "+".join(nodes)
+
+
+def layout_name(request: ServeRequest, prepared: Prepared) -> str:
     pp = getattr(request.options, "pipeline_parallel_size", 1) or 1
-    if pp > 1:
-        parts.append(f"pp{pp}")
-    return " ".join(parts) + " on " + "+".join(n.name for n in prepared.witnesses)
+    return layout_label(request.engine, prepared.tp, pp, [n.name for n in prepared.witnesses])
 
 
 def request_interval(found: dict[str, Any]) -> float | None:

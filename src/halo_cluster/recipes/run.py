@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.cluster.bringup import Serving
+from halo_cluster.cluster.bringup import Serving, layout_label
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.reference import find_reference
 from halo_cluster.cluster.state import read_state
@@ -103,6 +103,13 @@ def choose(
     )
 
 
+def served_name(cluster: Cluster, layout: Layout) -> str:
+    """How the bring-up names this layout once served ("vllm tp2 on node1+node2")."""
+    tp = layout.tp if layout.engine == "vllm" else None
+    nodes = [n.name for n in cluster.config.nodes[: layout.nodes]]
+    return layout_label(layout.engine, tp, layout.pp, nodes)
+
+
 def running(cluster: Cluster, files: ModelFiles, layout: Layout) -> dict[str, Any] | None:
     """The server already up for this model and layout, healthy (else None)."""
     from halo_cluster.cluster.status import serve_health
@@ -113,9 +120,7 @@ def running(cluster: Cluster, files: ModelFiles, layout: Layout) -> dict[str, An
         return None
     if served.model != files.served_path(layout.engine, cluster.config.models.dir):
         return None
-    if len(served.layout.split(" on ", 1)[-1].split("+")) != layout.nodes:
-        return None
-    if layout.engine == "vllm" and served.tp != layout.tp:
+    if served.layout != served_name(cluster, layout):
         return None
     health = serve_health(cluster, state, [])
     return health if health and health.get("healthy") else None
