@@ -103,3 +103,29 @@ def test_a_layout_whose_tokens_differ_is_stopped(
     assert out.stopped and out.measured_tokens_per_s is None
     assert "prompt 1 differs from the one-node reference" in out.serve["problems"][0]
     assert not scripted["node1"].running and not scripted["node2"].running
+
+
+def test_a_model_of_the_stores_is_served_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name 'halo model ls' shows: nothing to copy, nothing here for the planner to read."""
+    from halo_cluster.cluster import models
+    from halo_cluster.recipes import tune
+
+    srv = cluster(tmp_path, nodes(), SERVE)
+    found = models.Resolved("tiny", "/var/lib/halo/models/tiny/m.gguf", "d" * 64, "/src")
+    monkeypatch.setattr(models, "resolve", lambda *_a: found)
+    stored = tune.model_files(srv.cluster, "tiny", lambda _m: None)
+    assert stored == ModelFiles(
+        "tiny", served={"llama.cpp": "tiny"}, opened={"llama.cpp": found.path}
+    )
+    assert stored.served_path("llama.cpp", "/var/lib/halo/models") == found.path
+    layout, reason, predicted = running.choose(srv.cluster, stored, None, None, tmp_path)
+    assert (layout, predicted) == (Layout("llama.cpp", 1), None)
+    assert reason == (
+        "llama.cpp single, one node (no prediction: no prediction for llama.cpp: the model's "
+        "files are not on this machine)"
+    )
+    monkeypatch.setattr(models, "resolve", lambda *_a: None)
+    with pytest.raises(Exception, match="no model of that name in the stores"):
+        tune.model_files(srv.cluster, "tiny", lambda _m: None)

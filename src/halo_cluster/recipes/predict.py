@@ -31,6 +31,7 @@ class ModelFiles:
     hf_dir: Path | None = None  # here: config.json beside the weights
     gguf: Path | None = None  # here
     served: dict[str, str] = field(default_factory=dict)  # engine -> what 'halo serve' is given
+    opened: dict[str, str] = field(default_factory=dict)  # engine -> its path, where known
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -39,6 +40,8 @@ class ModelFiles:
     def served_path(self, engine: str, store: str) -> str:
         """The path the engine opens on the nodes (a store name is the store's directory)."""
         given = self.served[engine]
+        if engine in self.opened:
+            return self.opened[engine]
         return given if given.startswith("/") else f"{store.rstrip('/')}/{given}"
 
 
@@ -108,6 +111,10 @@ def predict(
     fits: dict[str, bool] = {}
     bases: dict[str, Request | None] = {}
     for engine in {layout.engine for layout in layouts}:
+        if (files.gguf if engine == "llama.cpp" else files.hf_dir) is None:
+            bases[engine] = None
+            notes.append(f"no prediction for {engine}: the model's files are not on this machine")
+            continue
         try:
             bases[engine] = _request(config, files, engine, link)
         except (HaloError, ValueError, OSError) as err:

@@ -231,15 +231,22 @@ def model_files(
     weights, a GGUF file in it too where llama.cpp should run) or one GGUF file, copied to
     every node's store (``halo model sync``: only what a node lacks travels; ``sync``
     False: only where it would be); vLLM then serves it by its store name on every rank,
-    llama.cpp the GGUF in the head's store."""
+    llama.cpp the GGUF in the head's store. A name of the stores (``halo model``) is served
+    as it is, once every node holds it complete and the same."""
     from halo_cluster.cluster.model_source import resolve_source
     from halo_cluster.cluster.model_sync import Sync
+    from halo_cluster.cluster.models import is_store_name
     from halo_cluster.errors import UsageError
     from halo_cluster.modelstore.manifest import check_name
 
     path = Path(source).expanduser()
+    if not path.exists() and is_store_name(source):
+        return stored_files(cluster, source)
     if not path.exists():
-        raise UsageError(f"{source}: no such file or directory here (give the model's path)")
+        raise UsageError(
+            f"{source}: no such file or directory here, and no model of that name in the "
+            "stores (give the model's path, or a name from 'halo model ls')"
+        )
     name = _store_name(path)
     check_name(name)
     hf_dir = path if (path / "config.json").is_file() else None
@@ -261,8 +268,21 @@ def model_files(
         served["vllm"] = name
     if ggufs:
         first = ggufs[0].name
-        served["llama.cpp"] = f"{store}/{name}/{first}" if path.is_dir() else name
+        served["llama.cpp"] = f"{store}/{name}/{first}"  # a file's store keeps its name
     return ModelFiles(name, hf_dir, ggufs[0] if ggufs else None, served)
+
+
+def stored_files(cluster: Cluster, name: str) -> ModelFiles:
+    """A model already in every node's store: vLLM serves a directory by its name, llama.cpp
+    a GGUF entry; the planner has no file here to read (its predictions say so)."""
+    from halo_cluster.cluster.models import resolve
+    from halo_cluster.errors import UsageError
+
+    found = resolve(cluster, name, [n.name for n in cluster.config.nodes])
+    if found is None:
+        raise UsageError(f"{name}: no model of that name in the stores ('halo model ls')")
+    engine = "llama.cpp" if found.path.endswith(".gguf") else "vllm"
+    return ModelFiles(name, served={engine: name}, opened={engine: found.path})
 
 
 def _store_name(path: Path) -> str:
