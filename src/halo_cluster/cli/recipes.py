@@ -74,9 +74,9 @@ def tune(
     measured by a short bench serve at each concurrency, with the planner's prediction
     beside each measurement; then the winner by --objective. MODEL is a model directory
     (config.json; a GGUF file in it too for llama.cpp) or a GGUF file here, copied to every
-    node's store first, or a name 'halo model ls' shows, served as it is. A layout that fails is a row with its cause. Ctrl-C stops the
-    running layout and keeps the rows measured so far. The result (halo.tune/1) is saved
-    in the results directory."""
+    node's store first, or a name 'halo model ls' shows, served as it is. A layout that
+    fails is a row with its cause. Ctrl-C stops the running layout and keeps the rows
+    measured so far. The result (halo.tune/1) is saved in the results directory."""
     from halo_cluster.cli.cluster import cluster_handle
     from halo_cluster.recipes import tune as tuning
     from halo_cluster.recipes.predict import predict
