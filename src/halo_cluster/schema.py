@@ -240,6 +240,7 @@ class TuneWinner(TypedDict):
 
 
 class TuneResult(Stamp, total=False):
+    cluster: str
     model: str
     objective: Literal["latency", "throughput"]
     concurrency: list[int]

@@ -53,9 +53,11 @@ def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
     assert planner[1].startswith("the planner's fastest at concurrency 1: ")
     assert planner[1].endswith(" tok/s predicted (strix-halo-128, link tcp)")
     results.mkdir()
-    doc = {"model": "tiny", "winner": {"layout": "vllm TP2"}, "incomplete": False}
+    doc = {"cluster": "lab", "model": "tiny", "winner": {"layout": "vllm TP2"}}
     (results / "tune-20261202T000000.json").write_text(json.dumps(doc))
     (results / "tune-20261202T000001.json").write_text(json.dumps({**doc, "model": "other"}))
+    other = {**doc, "cluster": "elsewhere", "winner": {"layout": "vllm TP1"}}
+    (results / "tune-20261202T000002.json").write_text(json.dumps(other))
     tuned = running.choose(srv.cluster, files(model), None, None, results)
     assert tuned[:2] == (
         Layout("vllm", 2, 2),

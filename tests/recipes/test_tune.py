@@ -73,7 +73,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
         },
     ]
     assert not any(n.running for n in srv.cluster.clients.values() if hasattr(n, "running"))
-    doc = tune.document("tiny", "latency", tune.Workload((1,)), predictions, rows, False)
+    doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
     assert doc["winner"] == {
         "layout": "vllm TP1",
         "reason": "vllm TP1: 50 tok/s at concurrency 1 (latency); next vllm TP2 at 50",
@@ -191,7 +191,7 @@ def test_a_tune_result_is_read_back_listed_and_reported(tmp_path: Path) -> None:
     ]
     rows[0]["layout"] = Layout("vllm", 1).to_dict()
     predictions = Predictions("lab", "lab", {}, [])
-    doc = tune.document("tiny", "latency", tune.Workload((1,)), predictions, rows, False)
+    doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
     path = save(doc, None, tmp_path, "tune")
     assert load(path)["winner"]["layout"] == "vllm TP1"
     (listed,) = listing(tmp_path)

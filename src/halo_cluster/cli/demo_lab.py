@@ -308,7 +308,8 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     predictions = predict(cluster.config, files, layouts, [1], results_dir())
     rows: list[dict[str, Any]] = []
     tuning.Tuner(cluster, files, predictions, work, quiet).run(layouts, rows)
-    doc = tuning.document(files.name, "latency", work, predictions, rows, False)
+    name = cluster.config.name
+    doc = tuning.document(name, files.name, "latency", work, predictions, rows, False)
     for row in rows:
         measured = ((row.get("measured") or {}).get("1") or {}).get("tokens_per_s")
         predicted = (row.get("predicted_tokens_per_s") or {}).get("1")

@@ -99,7 +99,9 @@ def tune(
     except KeyboardInterrupt:
         incomplete = True
         say(f"interrupted: keeping the {len(rows)} layout(s) measured so far")
-    doc = tuning.document(files.name, objective, workload, predictions, rows, incomplete)
+    doc = tuning.document(
+        cluster.config.name, files.name, objective, workload, predictions, rows, incomplete
+    )
     saved = _save(cluster, doc, out)
     if as_json:
         emit_json({**doc, "saved": str(saved)})

@@ -47,8 +47,9 @@ class RunResult:
     commands: list[str] = field(default_factory=list)
 
 
-def latest_tune(results: Path, model: str) -> tuple[str, str] | None:
-    """The winner of the latest complete ``halo tune`` of ``model`` and its file."""
+def latest_tune(results: Path, model: str, cluster: str) -> tuple[str, str] | None:
+    """The winner of the latest complete ``halo tune`` of ``model`` on ``cluster``, and its
+    file."""
     import json
 
     found = sorted(results.glob("tune-*.json")) if results.is_dir() else []
@@ -58,7 +59,8 @@ def latest_tune(results: Path, model: str) -> tuple[str, str] | None:
         except (OSError, ValueError):
             continue
         winner = (doc.get("winner") or {}).get("layout") if isinstance(doc, dict) else None
-        if doc.get("model") == model and winner and not doc.get("incomplete"):
+        mine = doc.get("model") == model and doc.get("cluster") == cluster
+        if mine and winner and not doc.get("incomplete"):
             return str(winner), path.name
     return None
 
@@ -82,7 +84,7 @@ def choose(
     if asked:
         chosen = parse_layout(asked, nodes)
         return chosen, "the layout asked for (--layout)", rate(chosen)
-    tuned = latest_tune(results, files.name)
+    tuned = latest_tune(results, files.name, cluster.config.name)
     if tuned is not None:
         chosen = parse_layout(tuned[0], nodes)
         if chosen.engine in engines:

@@ -197,6 +197,7 @@ def winner(
 
 
 def document(
+    cluster: str,
     model: str,
     objective: str,
     workload: Workload,
@@ -208,6 +209,7 @@ def document(
     return {
         "schema": SCHEMA,
         "kind": "tune",
+        "cluster": cluster,  # halo run takes a winner of its own cluster only
         "model": model,
         "objective": objective,
         "concurrency": list(workload.levels),
