@@ -131,3 +131,35 @@ def test_a_model_of_the_stores_is_served_by_its_name(
     monkeypatch.setattr(models, "resolve", lambda *_a: None)
     with pytest.raises(Exception, match="no model of that name in the stores"):
         tune.model_files(srv.cluster, "tiny", lambda _m: None)
+
+
+def test_a_hugging_face_id_comes_from_the_local_cache(
+    tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """org/name: the cache's snapshot is read here (for the planner) and copied to every
+    store under the manifest's name, as 'halo model sync org/name' would."""
+    from types import SimpleNamespace
+
+    from halo_cluster.cluster import model_source, model_sync
+    from halo_cluster.recipes import tune
+
+    srv = cluster(tmp_path, nodes(), SERVE)
+    source = SimpleNamespace(path=str(model), manifest=SimpleNamespace(name="org--tiny"))
+    asked: list[str] = []
+    monkeypatch.setattr(
+        model_source, "resolve_source", lambda _c, text, _n: asked.append(text) or source
+    )
+    synced: list[list[str]] = []
+
+    class Synced:
+        def __init__(self, _cluster: Any, found: Any, targets: list[str]) -> None:
+            assert found is source
+            synced.append(targets)
+
+        def run(self) -> Any:
+            return SimpleNamespace(ok=True, nodes={})
+
+    monkeypatch.setattr(model_sync, "Sync", Synced)
+    found = tune.model_files(srv.cluster, "org/tiny", lambda _m: None)
+    assert found == ModelFiles("org--tiny", model, None, {"vllm": "org--tiny"})
+    assert (asked, synced) == (["org/tiny"], [["node1", "node2"]])

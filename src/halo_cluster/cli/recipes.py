@@ -74,7 +74,8 @@ def tune(
     measured by a short bench serve at each concurrency, with the planner's prediction
     beside each measurement; then the winner by --objective. MODEL is a model directory
     (config.json; a GGUF file in it too for llama.cpp) or a GGUF file here, copied to every
-    node's store first, or a name 'halo model ls' shows, served as it is. A layout that
+    node's store first (a Hugging Face repo id: from the local cache, downloaded where the
+    hub answers), or a name 'halo model ls' shows, served as it is. A layout that
     fails is a row with its cause. Ctrl-C stops the running layout and keeps the rows
     measured so far. The result (halo.tune/1) is saved in the results directory."""
     from halo_cluster.cli.cluster import cluster_handle
@@ -220,8 +221,8 @@ def run_command(
     wait_s: float,
     as_json: bool,
 ) -> int:
-    """From MODEL (a model directory or GGUF file here, or a name of the nodes' stores) to a
-    measured endpoint: choose the
+    """From MODEL (a model directory or GGUF file here, a Hugging Face repo id, or a name of
+    the nodes' stores) to a measured endpoint: choose the
     layout (the latest 'halo tune' winner for this model, else the planner's fastest
     predicted one that fits; --layout to choose), copy the model to every node's store,
     record the engine's one-node token reference when there is none, serve (supervised),

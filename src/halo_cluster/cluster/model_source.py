@@ -25,7 +25,7 @@ from halo_cluster.modelstore.manifest import (
 )
 from halo_cluster.wire.commands import MODEL_HASH
 
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 HASH_TIMEOUT_S = 6 * 3600.0
 
 
@@ -77,7 +77,7 @@ def resolve_source(
         return Source(label, node, rest, real, _relabel(manifest, label))
     if os.path.exists(text):
         return _local(text, os.path.abspath(text), name, progress)
-    if _REPO_ID.match(text.split("@", 1)[0]):
+    if REPO_ID.match(text.split("@", 1)[0]):
         return _hugging_face(text, name, progress)
     hint = f" ({node} is not a node of {cluster.config.path})" if colon and node else ""
     raise ModelError(

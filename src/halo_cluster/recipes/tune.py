@@ -233,31 +233,40 @@ def model_files(
     weights, a GGUF file in it too where llama.cpp should run) or one GGUF file, copied to
     every node's store (``halo model sync``: only what a node lacks travels; ``sync``
     False: only where it would be); vLLM then serves it by its store name on every rank,
-    llama.cpp the GGUF in the head's store. A name of the stores (``halo model``) is served
-    as it is, once every node holds it complete and the same."""
-    from halo_cluster.cluster.model_source import resolve_source
+    llama.cpp the GGUF in the head's store. A Hugging Face repo id (org/name) is taken from
+    the local Hugging Face cache (downloaded where the hub answers), then copied the same
+    way; a name of the stores (``halo model``) is served as it is, once every node holds it
+    complete and the same."""
+    from halo_cluster.cluster.model_source import REPO_ID, resolve_source
     from halo_cluster.cluster.model_sync import Sync
     from halo_cluster.cluster.models import is_store_name
     from halo_cluster.errors import UsageError
     from halo_cluster.modelstore.manifest import check_name
 
     path = Path(source).expanduser()
+    found = None
     if not path.exists() and is_store_name(source):
         return stored_files(cluster, source)
-    if not path.exists():
+    if not path.exists() and REPO_ID.match(source.split("@", 1)[0]):
+        progress(f"{source}: from the Hugging Face cache (downloaded where the hub answers)")
+        found = resolve_source(cluster, source, None)
+        path, name = Path(found.path), found.manifest.name
+    elif not path.exists():
         raise UsageError(
-            f"{source}: no such file or directory here, and no model of that name in the "
-            "stores (give the model's path, or a name from 'halo model ls')"
+            f"{source}: no such file or directory here, no model of that name in the stores, "
+            "and not a Hugging Face repo id (give the model's path, a name from 'halo model "
+            "ls', or org/name)"
         )
-    name = _store_name(path)
+    else:
+        name = _store_name(path)
     check_name(name)
     hf_dir = path if (path / "config.json").is_file() else None
     ggufs = sorted(path.glob("*.gguf")) if path.is_dir() else [path] * (path.suffix == ".gguf")
     if hf_dir is None and not ggufs:
         raise UsageError(f"{source}: neither a model directory (config.json) nor a GGUF file")
     if sync:
-        progress(f"syncing {path} to every node's store as {name}")
-        found = resolve_source(cluster, str(path), name)
+        progress(f"syncing {source} to every node's store as {name}")
+        found = found or resolve_source(cluster, str(path), name)
         result = Sync(cluster, found, [n.name for n in cluster.config.nodes]).run()
         if not result.ok:
             failed = [n for n, s in result.nodes.items() if s.status == "failed"]
