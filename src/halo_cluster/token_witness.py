@@ -21,7 +21,7 @@ when every prompt does. Without log-probabilities only the texts are compared, e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -240,3 +240,13 @@ def _problem(layout: str, reference_layout: str, p: PromptVerdict) -> str:
         f"{layout}: prompt {p.prompt + 1} differs from the one-node reference "
         f"({reference_layout}) at {where}: {tokens}{p.why}"
     )
+
+
+def tokens_word(tokens: Mapping[str, Any] | None) -> str | None:
+    """A layout's token witness in one word, as a tune row keeps it: "reference" (recorded
+    there), "same", "different", or None (not compared)."""
+    found = tokens or {}
+    if found.get("recorded"):
+        return "reference"
+    ok = found.get("ok")
+    return None if ok is None else "same" if ok else "different"

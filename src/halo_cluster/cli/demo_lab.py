@@ -298,6 +298,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     from halo_cluster.recipes.layouts import Layout
     from halo_cluster.recipes.predict import predict
     from halo_cluster.recipes.run import run
+    from halo_cluster.token_witness import tokens_word
 
     def quiet(message: str) -> None:
         say(f"  {message}", style="dim")
@@ -313,8 +314,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     for row in rows:
         measured = ((row.get("measured") or {}).get("1") or {}).get("tokens_per_s")
         predicted = (row.get("predicted_tokens_per_s") or {}).get("1")
-        tokens = row.get("tokens") or {}
-        said = "reference" if tokens.get("recorded") else "same" if tokens.get("ok") else "-"
+        said = tokens_word(row.get("tokens")) or "-"
         say(
             f"halo tune: {row['layout']['name']}: predicted {predicted or '-'} tok/s, "
             f"measured {measured or '-'} tok/s, tokens {said}, transport {row.get('proven')}"

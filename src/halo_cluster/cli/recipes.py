@@ -135,15 +135,16 @@ def _layouts(text: str, engines: tuple[str, ...], files: Any, nodes: int) -> lis
 
 
 def _heads(files: Any) -> int | None:
-    import json
+    """The model's attention heads, read as the planner reads config.json (None: unknown)."""
+    from halo_cluster.capacity.hf_config import model_from_hf_config
+    from halo_cluster.errors import HaloError
 
     if files.hf_dir is None:
         return None
     try:
-        heads = json.loads((files.hf_dir / "config.json").read_text()).get("num_attention_heads")
-    except (OSError, ValueError):
+        return model_from_hf_config(files.hf_dir / "config.json").heads
+    except (HaloError, OSError, ValueError):
         return None
-    return heads if isinstance(heads, int) and heads > 0 else None
 
 
 def _save(cluster: Any, doc: dict[str, Any], out: str | None) -> Any:
@@ -168,6 +169,7 @@ def _cell(value: float | None) -> str:
 
 def _render(doc: dict[str, Any]) -> None:
     from halo_cluster.cli.output import console, safe, table
+    from halo_cluster.token_witness import tokens_word
 
     levels = [str(c) for c in doc["concurrency"]]
     heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}")]
@@ -181,11 +183,8 @@ def _render(doc: dict[str, Any]) -> None:
         for c in levels:
             cells.append(_cell(predicted.get(c)))
             cells.append(_cell((measured.get(c) or {}).get("tokens_per_s")))
-        tokens = row.get("tokens") or {}
-        said = (
-            "reference" if tokens.get("recorded") else
-            "same" if tokens.get("ok") else "DIFFERENT" if tokens.get("ok") is False else "-"
-        )  # fmt: skip
+        word = tokens_word(row.get("tokens"))
+        said = "DIFFERENT" if word == "different" else word or "-"
         grid.add_row(row["layout"]["name"], *cells, said, safe(row.get("error") or ""))
     console().print(grid)
     click.echo(f"winner: {doc['winner']['reason']}")

@@ -58,7 +58,9 @@ def latest_tune(results: Path, model: str, cluster: str) -> tuple[str, str] | No
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        winner = (doc.get("winner") or {}).get("layout") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            continue
+        winner = (doc.get("winner") or {}).get("layout")
         mine = doc.get("model") == model and doc.get("cluster") == cluster
         if mine and winner and not doc.get("incomplete"):
             return str(winner), path.name

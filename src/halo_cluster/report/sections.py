@@ -8,6 +8,7 @@ from typing import Any
 
 from halo_cluster.report.svg import bar_chart, esc, line_chart, table
 from halo_cluster.schema import stamp_hca
+from halo_cluster.token_witness import tokens_word
 
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
 
@@ -177,11 +178,7 @@ def tune_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
             for level in levels:
                 cells.append(predicted.get(level))
                 cells.append((measured.get(level) or {}).get("tokens_per_s"))
-            tokens = row.get("tokens") or {}
-            cells.append(
-                "reference" if tokens.get("recorded") else
-                "same" if tokens.get("ok") else "different" if tokens.get("ok") is False else ""
-            )  # fmt: skip
+            cells.append(tokens_word(row.get("tokens")) or "")
             cells.append(row.get("engine_error") or row.get("error") or "")
             rows.append(cells)
         heads = [h for c in levels for h in (f"predicted c{c}", f"measured c{c}")]
