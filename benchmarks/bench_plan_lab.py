@@ -1,6 +1,7 @@
 """The lab as the planner's test bench: real llama.cpp RPC decode over 1, 2, 3 and 4 lab
-nodes at fabric rates of 1, 2.5 and 10 Gb/s and unlimited, next to what `halo plan
---hardware lab` predicts for the same grid from `halo lab profile` (one-node runs only).
+nodes and vLLM TP=1/2/4, at fabric rates of 1, 2.5 and 10 Gb/s and unlimited, next to what
+`halo plan --hardware lab` predicts for the same grid from `halo lab profile` (runs on one
+machine only).
 
     sudo .venv/bin/python benchmarks/bench_plan_lab.py [--rounds 3] [--rates off,10gbit,...]
 
@@ -13,8 +14,10 @@ model's load does not count). Predicted: `halo plan --gguf MODEL --engine llama.
 profile's loopback latency and RATE the lab's tbf rate (the profile's loopback bandwidth
 when unlimited).
 
-`--engines vllm` measures vLLM TP=1/2/4 the same way (`halo serve --executor mp`, `halo bench
-serve` at concurrency 1); the planner does not predict it in the lab yet (docs/plan.md).
+vLLM TP=1/2/4 on the first 1, 2, 4 nodes: `halo serve --executor mp`, then per rate and
+round `halo bench serve` at concurrency 1 (its p50 time per output token); predicted from
+the profile's TP=1 and TP=2 runs on one machine (docs/plan.md). `--engines llama.cpp` or
+`vllm` runs one grid and keeps the other's committed cells.
 
 Targets (issue 27): median absolute error <= 15 % over the grid, and the N-node/1-node
 ratio within 15 % (median over the multi-node cells). Writes
@@ -179,7 +182,7 @@ def predict(engine: str, model: str, checkpoint: str, nodes: int, link: str) -> 
 
 
 def vllm_cells(
-    work: Path, engine: str, checkpoint: str, rates: list[str], rounds: int
+    work: Path, engine: str, checkpoint: str, rates: list[str], rounds: int, prompts: int
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """halo serve --executor mp --tp N (N = 1, 2, 4: the first N lab nodes, one rank and
     one core each), then per rate and round a halo bench serve at concurrency 1."""
@@ -200,7 +203,7 @@ def vllm_cells(
                         print(f"round {round_ + 1}: vLLM TP={tp}, rate {rate}", file=sys.stderr)
                         out = work / f"serve-{tp}-{rate}-{round_}.json"
                         sh([HALO, "bench", "serve", "--config", config, "--concurrency", "1",
-                            "--prompts", "8", "--input-len", "16", "--output-len", "64",
+                            "--prompts", str(prompts), "--input-len", "16", "--output-len", "64",
                             "--warmup", "1", "--out", str(out)], timeout=1200)  # fmt: skip
                         level = json.loads(out.read_text())["levels"][0]
                         cell = cells.setdefault((rate, tp), {"rounds": []})
@@ -232,7 +235,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rates", default="off,10gbit,2.5gbit,1gbit")
-    parser.add_argument("--engines", default="llama.cpp")  # vllm: measured, not yet predicted
+    parser.add_argument("--engines", default="llama.cpp,vllm")
+    parser.add_argument("--prompts", type=int, default=8, help="vLLM: requests per cell and round")
     parser.add_argument("--llama-cpp", default=None)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
@@ -269,7 +273,7 @@ def main() -> None:
         found = llama_cpp_cells(work, build, server, model, spec.layers, rates, args.rounds)
         cells.update({("llama.cpp", *key): cell for key, cell in found.items()})
     if engine is not None:
-        found = vllm_cells(work, engine, checkpoint, rates, args.rounds)
+        found = vllm_cells(work, engine, checkpoint, rates, args.rounds, args.prompts)
         cells.update({("vllm", *key): cell for key, cell in found.items()})
     grid: list[dict[str, Any]] = []
     for (name, rate, nodes), cell in cells.items():

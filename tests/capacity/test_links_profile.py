@@ -298,3 +298,36 @@ def test_in_the_lab_a_worker_on_the_heads_core_costs_its_own_stage() -> None:
     # node2 and node4 on the other core, node3 on the head's (two cores)
     assert third - shared == pytest.approx(second - other)
     assert fourth - other > second - other  # the last returns the logits
+
+
+def test_the_tp2_run_gives_the_collective_cost_that_predicts_it_back() -> None:
+    """The profile's vLLM TP=2 run (its multi-node executor on one machine) becomes the fixed
+    cost per collective; the planner then predicts that same TP=2 step, and TP=4 pays three
+    times the fixed cost per collective (one per further rank)."""
+    from halo_cluster.capacity.estimate import (
+        allreduce_s,
+        one_node_parts,
+        step_seconds,
+        tp2_collective_s,
+    )
+
+    model = catalog.find_model("llama-3.1-8b")
+    link = catalog.find_link("alpha=36us,bw=16gbit")
+    bare = hardware_from_profile(profile_document(memory_bw_gbs=22.8, engines={}), "lab.json")
+    req = Request(model, bare, link, nodes=1, engine=find_engine("vllm"), context=128)
+    read, _ = one_node_parts(req)
+    token_s = read / 22.8e9 + 0.004  # 4 ms beyond its bytes
+    tp2_s = 3 * token_s
+    run = EngineRun("vllm", token_s, None, read, model.layers, 0.0, "a run")
+    fixed = tp2_collective_s(token_s, tp2_s, read, req)
+    assert fixed > 0
+    figures = {**engine_figures(run, 22.8), "per_collective_us": fixed * 1e6}
+    hw = hardware_from_profile(
+        profile_document(memory_bw_gbs=22.8, engines={"vllm": figures}), "lab.json"
+    )
+    assert sum(step_seconds(replace(req, hardware=hw), 1, 1, 1)) == pytest.approx(token_s)
+    two = step_seconds(replace(req, hardware=hw, nodes=2), 2, 1, 1)
+    assert sum(two) == pytest.approx(tp2_s, rel=0.01)
+    four = step_seconds(replace(req, hardware=hw, nodes=4), 4, 1, 1)
+    per = allreduce_s(model.hidden * 2, 4, link) + 3 * fixed
+    assert four[1] == pytest.approx((2 * model.layers + 2) * per)

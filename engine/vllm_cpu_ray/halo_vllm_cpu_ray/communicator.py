@@ -9,6 +9,9 @@ import torch
 from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
 
 log = logging.getLogger("vllm.halo_vllm_cpu_ray")  # vLLM's handlers print it
+# set to 1: no shared-memory all-reduce even among ranks of one host (halo lab profile runs
+# tensor parallelism on one node over the transport ranks on separate hosts use)
+NO_SHM = "HALO_VLLM_NO_SHM"
 
 
 def shm_identity() -> str:
@@ -31,6 +34,14 @@ def shm_identity() -> str:
 class HostAwareCpuCommunicator(CpuCommunicator):  # type: ignore[misc, valid-type]
     def _all_group_ranks_share_shm_group_name(self) -> bool:
         if not super()._all_group_ranks_share_shm_group_name():
+            return False
+        if os.environ.get(NO_SHM) == "1":
+            log.info(
+                "halo adapter: %s=1: group %s all-reduces over torch.distributed, as ranks "
+                "on separate hosts do",
+                NO_SHM,
+                self.unique_name,
+            )
             return False
         places: list[str] = [""] * self.world_size
         torch.distributed.all_gather_object(places, shm_identity(), group=self.device_group)

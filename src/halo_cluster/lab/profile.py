@@ -10,11 +10,12 @@ head on core 0 and the next node on core 1 (``taskset``), over loopback:
 - llama.cpp: ``llama-bench`` decode (tg) of the model on one node, then again with the
   model's layers split with one ``ggml-rpc-server`` over loopback;
 - vLLM (when the engine environment is there): ``vllm serve`` of the same model on one node
-  (TP=1, one thread), its time per output token over streamed requests; and one Gloo
-  all-reduce of a token's hidden state between two processes over loopback, the cost of a
-  tensor-parallel collective beyond its round trips.
+  (TP=1, one thread), its time per output token over streamed requests; then TP=2 through
+  vLLM's own multi-node executor with two node ranks on this machine (Gloo over loopback,
+  as between hosts): what a collective costs beyond its compute and its wire; and, for the
+  record, one bare Gloo all-reduce of a token's hidden state between two processes.
 
-A multi-node run is never part of the profile: those are what it predicts.
+Nothing in the profile runs on two lab nodes: those runs are what it predicts.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ class Profiler:
     def _vllm(
         self, checkpoint: str, bandwidth: float, alpha_us: float
     ) -> tuple[EngineRun, dict[str, Any]]:
-        from halo_cluster.capacity.estimate import one_node_parts
+        from halo_cluster.capacity.estimate import one_node_parts, tp2_collective_s
         from halo_cluster.capacity.hf_config import model_from_hf_config
 
         assert self.engine is not None
@@ -257,22 +258,14 @@ class Profiler:
         if not os.access(vllm, os.X_OK):
             raise HaloError(f"{vllm}: not found; build the engine with 'make engine'")
         spec = model_from_hf_config(Path(checkpoint) / "config.json")
-        port = _free_port()
         self.progress("vLLM: one node, TP=1 (vllm serve; about a minute to start)")
-        process = self.runner.start(
-            # as on a lab node: the engine's compute thread bound to the head's core
-            # (VLLM_CPU_OMP_THREADS_BIND), its API server and scheduler free to move
-            ["env", *(f"{k}={v}" for k, v in VLLM_ENV.items()),
-             vllm, "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
-             "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8"],
-            new_session=True,
-        )  # fmt: skip
-        try:
-            _wait(process, lambda: _healthy(port), "vllm serve", 900.0)
-            token_s = decode_seconds(port, "vllm serve", requests=6)
-        finally:
-            _stop(process)
-        self.progress("vLLM: one Gloo all-reduce between two processes over loopback")
+        token_s = self._vllm_decode(vllm, checkpoint, 1)
+        self.progress(
+            "vLLM: TP=2 through its own multi-node executor, two node ranks on this machine "
+            "over loopback (about a minute to start)"
+        )
+        tp2_s = self._vllm_decode(vllm, checkpoint, 2)
+        self.progress("vLLM: one bare Gloo all-reduce between two processes over loopback")
         done = self.runner.run(
             [python, "-c", _GLOO.format(port=_free_port(), hidden=spec.hidden, rounds=400)],
             timeout=300,
@@ -283,7 +276,8 @@ class Profiler:
             collective_us = float(done.stdout.split()[-1])
         except (ValueError, IndexError) as err:
             raise HaloError(f"measuring a Gloo all-reduce failed: {err}") from None
-        read_bytes, _ = one_node_parts(_request(spec, None, "vllm", bandwidth, alpha_us, 1.0))
+        request = _request(spec, None, "vllm", bandwidth, alpha_us, 1.0)
+        read_bytes, _ = one_node_parts(request)
         run = EngineRun(
             "vllm",
             token_s,
@@ -292,19 +286,52 @@ class Profiler:
             spec.layers,
             0.0,
             f"halo lab profile: vllm serve of {spec.name} (layers {spec.layers}, hidden "
-            f"{spec.hidden}), TP=1, one thread, {1 / token_s:.1f} tok/s per stream; one Gloo "
-            f"all-reduce of a token's hidden state between two processes "
-            f"{collective_us:.0f} µs",
+            f"{spec.hidden}), one thread a rank: TP=1 {1 / token_s:.1f} tok/s per stream, "
+            f"TP=2 over its multi-node executor and Gloo on loopback {1 / tp2_s:.1f} tok/s",
         )
+        per_collective_s = tp2_collective_s(token_s, tp2_s, read_bytes, request)
         raw = {
             "model": {"name": spec.name, "layers": spec.layers, "hidden": spec.hidden},
             "tokens_per_s": round(1 / token_s, 2),
+            "tp2_tokens_per_s": round(1 / tp2_s, 2),
             "read_bytes": round(read_bytes),
-            "allreduce_us": round(collective_us, 2),
-            # beyond the ring's two steps of α: what each further rank adds
-            "per_collective_us": round(max(0.0, collective_us - 2 * alpha_us), 2),
+            "bare_allreduce_us": round(collective_us, 2),
+            # what each collective of vLLM's TP=2 cost beyond its compute and its wire
+            "per_collective_us": round(per_collective_s * 1e6, 2),
         }
         return run, raw
+
+    def _vllm_decode(self, vllm: str, checkpoint: str, tp: int) -> float:
+        """Seconds per output token of one stream of ``vllm serve`` at TP=``tp``: TP=1 one
+        process; more ranks through vLLM's own multi-node executor, one node rank per
+        process, as on lab nodes (rank r's thread on core r % 2, shared memory off so the
+        ranks all-reduce over Gloo, as ranks on separate hosts do)."""
+        port, master = _free_port(), _free_port()
+        common = [vllm, "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
+                  "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8"]  # fmt: skip
+        processes = []
+        try:
+            for rank in range(tp):
+                env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
+                argv = list(common)
+                if tp > 1:
+                    env["HALO_VLLM_NO_SHM"] = "1"
+                    argv += ["--tensor-parallel-size", str(tp),
+                             "--distributed-executor-backend", "mp", "--nnodes", str(tp),
+                             "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                             "--master-port", str(master)]  # fmt: skip
+                    argv += ["--headless"] if rank else []
+                processes.append(
+                    self.runner.start(
+                        ["env", *(f"{k}={v}" for k, v in env.items()), *argv], new_session=True
+                    )
+                )
+            what = f"vllm serve (TP={tp})"
+            _wait_all(processes, lambda: _healthy(port), what, 900.0)
+            return decode_seconds(port, what, requests=6)
+        finally:
+            for process in processes:
+                _stop(process)
 
     def _bench(self, argv: list[str]) -> float:
         done = self.runner.run(["taskset", "-c", str(HEAD_CORE), *argv], timeout=600)
@@ -412,10 +439,16 @@ def _listening(port: int) -> bool:
 
 def _wait(process: Any, ready: Callable[[], bool], what: str, seconds: float) -> None:
     """Poll ``ready`` until it holds; one line when ``process`` exits first or time runs out."""
+    _wait_all([process], ready, what, seconds)
+
+
+def _wait_all(processes: list[Any], ready: Callable[[], bool], what: str, seconds: float) -> None:
+    """Poll ``ready`` until it holds; one line when a process exits first or time runs out."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise HaloError(f"{what} exited ({process.returncode}) before it was ready")
+        for process in processes:
+            if process.poll() is not None:
+                raise HaloError(f"{what} exited ({process.returncode}) before it was ready")
         if ready():
             return
         time.sleep(0.2)

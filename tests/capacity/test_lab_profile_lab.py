@@ -1,0 +1,54 @@
+"""halo lab profile on this machine, for real, with both engines: llama.cpp's llama-bench
+alone and with one ggml-rpc-server over loopback; vLLM TP=1, and TP=2 through its own
+multi-node executor with two node ranks on this machine (Gloo, shared memory off). The
+profile it writes is one the planner reads (--hardware lab), and nothing it started is
+left running."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from halo_cluster.capacity.profile import hardware_from_profile
+from tests.cluster.test_serve_lab import _engine
+from tests.conftest import halo
+
+pytestmark = pytest.mark.lab
+
+LEFTOVER = ["pgrep", "-af", "vllm serve|VLLM::|ggml-rpc-server|llama-bench"]
+
+
+def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Path) -> None:
+    _engine()
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    done = halo("lab", "profile", "--json", cwd=tmp_path, env=env, timeout=1500)
+    assert done.returncode == 0, done.stderr[-2000:]
+    document = json.loads(done.stdout)
+    written = json.loads((tmp_path / "data" / "halo" / "hardware" / "lab.json").read_text())
+    assert written == document
+    vllm = document["measurements"]["vllm"]
+    assert set(vllm) == {
+        "model", "tokens_per_s", "tp2_tokens_per_s", "read_bytes", "bare_allreduce_us",
+        "per_collective_us",
+    }  # fmt: skip
+    for key in ("tokens_per_s", "tp2_tokens_per_s", "bare_allreduce_us"):
+        assert math.isfinite(vllm[key]) and vllm[key] > 0, key
+    assert document["engines"]["vllm"]["per_collective_us"] == vllm["per_collective_us"] >= 0
+    assert "TP=2 over its multi-node executor" in document["engines"]["vllm"]["source"]
+    assert set(document["engines"]) == {"llama.cpp", "vllm"}
+    hardware = hardware_from_profile(document, "lab.json")
+    assert hardware.shared_cores >= 2 and hardware.cpu_only
+    model = tmp_path / "model"
+    assert halo("lab", "model", str(model), "--format", "both", cwd=tmp_path).returncode == 0
+    plan = halo("plan", "--hf-config", str(model / "config.json"), "--engine", "vllm",
+                "--hardware", "lab", "--link", "lab", "--nodes", "2", "--json",
+                cwd=tmp_path, env=env)  # fmt: skip
+    assert plan.returncode == 0, plan.stderr
+    rows = {row["layout"]: row for row in json.loads(plan.stdout)["rows"]}
+    assert rows["TP2"]["decode_ms_network"] > 0 and rows["TP2"]["tokens_per_s"] > 0
+    left = subprocess.run(LEFTOVER, capture_output=True, text=True, check=False)
+    assert left.stdout == ""
