@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from halo_cluster.runner.result import Result
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOTS = FIXTURES / "roots"
@@ -122,3 +126,24 @@ def halo(
         check=False,
         env={**os.environ, **(env or {})},
     )
+
+
+def ping_answer(
+    reached: bool | Callable[[str], bool] = True, ethtool: tuple[str, str] | None = None
+) -> Callable[..., Result]:
+    """A fake host's answer to the gather's host script (cluster/gather.host_view): each
+    address answers its ping when ``reached`` says so (for every address when it is a
+    bool); ``ethtool``: (interface, ``ethtool -i`` output) of the fabric interface."""
+
+    def answer(argv: tuple[str, ...], stdin: str) -> Result:
+        lines = [line for line in stdin.splitlines() if line.startswith("(ping ")]
+        out = []
+        for index, line in enumerate(lines):
+            address = shlex.split(line[1 : line.index(" >")])[-1]
+            good = reached if isinstance(reached, bool) else reached(address)
+            out.append(f"{index} {0 if good else 1}")
+        if ethtool is not None and "ethtool -i" in stdin:
+            out += [f"--- ethtool {ethtool[0]}", ethtool[1].rstrip("\n")]
+        return Result(argv, 0, "".join(f"{line}\n" for line in out), "")
+
+    return answer

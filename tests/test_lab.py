@@ -246,6 +246,34 @@ def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
     assert leftovers("one") == leftovers("two") == {"netns": [], "links": [], "processes": []}
 
 
+def neighbour_thresholds() -> list[str]:
+    return [
+        Path(f"/proc/sys/net/ipv4/neigh/default/gc_thresh{i}").read_text().strip()
+        for i in (1, 2, 3)
+    ]
+
+
+def test_thirty_two_nodes_every_path_answers_and_nothing_is_left(workdir: Path) -> None:
+    """The largest lab: up, every node answers SSH, every one of the 992 fabric paths
+    answers the doctor's ping (the host's neighbour table made room for them all), and
+    down leaves nothing: no namespace, link or process, and the host's thresholds back."""
+    before = neighbour_thresholds()
+    halo("lab", "up", "--name", "big", "--nodes", "32", cwd=workdir)
+    try:
+        status = json.loads(halo("lab", "status", "--name", "big", "--json", cwd=workdir).stdout)
+        assert len(status["nodes"]) == 32 and all(n["sshd"] for n in status["nodes"])
+        doctor = halo("doctor", "--config", status["config"], "--json", cwd=workdir, check=False)
+        findings = {f["check"]: f for f in json.loads(doctor.stdout)["cluster"]["findings"]}
+        assert findings["cluster.reachable"]["severity"] == "ok"
+        assert (findings["cluster.fabric_ping"]["severity"], findings["cluster.fabric_ping"][
+            "summary"]) == ("ok", "all 992 fabric paths answer ping")  # fmt: skip
+    finally:
+        halo("lab", "down", "--name", "big", cwd=workdir)
+    assert leftovers("big") == {"netns": [], "links": [], "processes": []}
+    assert neighbour_thresholds() == before
+    assert not Path("/run/halo/lab/neighbour-table.json").exists()
+
+
 def test_half_built_lab_goes_down(workdir: Path) -> None:
     from halo_cluster.lab.lab import Lab
     from halo_cluster.lab.state import new_lab_state, write_state
@@ -264,7 +292,7 @@ def test_half_built_lab_goes_down(workdir: Path) -> None:
 def test_usage_errors(workdir: Path) -> None:
     bad = halo("lab", "up", "--name", "Bad_Name", cwd=workdir, check=False)
     assert bad.returncode == 2 and "lowercase" in bad.stderr
-    assert halo("lab", "up", "--nodes", "9", cwd=workdir, check=False).returncode == 2
+    assert halo("lab", "up", "--nodes", "33", cwd=workdir, check=False).returncode == 2
     missing = halo("lab", "status", "--name", "nope", cwd=workdir, check=False)
     assert missing.returncode == 2 and "halo lab up --name nope" in missing.stderr
 

@@ -23,7 +23,7 @@ from halo_cluster.facts.model import inventory_from_dict
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 from tests.checks.test_cluster_checks import STRIX1, STRIX2, config, node_inv
-from tests.conftest import ROOTS, SCENARIOS, strix_peer
+from tests.conftest import ROOTS, SCENARIOS, ping_answer, strix_peer
 
 HEALTHY = node_inv("strix-e810")
 GOOD = json.loads(json.dumps(HEALTHY.to_dict()))
@@ -32,7 +32,7 @@ PEER = strix_peer(HEALTHY)
 
 def node(answer: str) -> FakeRunner:
     runner = FakeRunner().on(["halo", "inventory"], Result((), 0, answer, ""))
-    return runner.on(["ping"], Result((), 0, "", ""))
+    return runner.on_input(["bash", "-s"], ping_answer())
 
 
 def peer() -> FakeRunner:

@@ -25,7 +25,7 @@ from halo_cluster.facts.model import Inventory
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.quote import node_script, private_dir
 from halo_cluster.runner.result import Result
-from tests.conftest import ROOTS, strix_peer
+from tests.conftest import ROOTS, ping_answer, strix_peer
 
 VERSIONS = {
     "python": "3.12.7",
@@ -69,7 +69,7 @@ class Cluster:
     def _runner(self, node: NodeConfig, inv: Inventory, fail: bool) -> FakeRunner:
         runner = FakeRunner()
         runner.on(["/opt/halo/bin/halo", "inventory"], Result((), 0, json.dumps(inv.to_dict()), ""))
-        runner.on(["ping"], Result((), 0, "", ""))
+        pings = ping_answer()
         runner.on(
             ["pgrep"], lambda _a: Result((), 0 if node.fabric_address in self.alive else 1, "", "")
         )
@@ -94,6 +94,8 @@ class Cluster:
         original = runner.run
 
         def run(argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
+            if list(argv) == ["bash", "-s"] and "(ping -c 1" in (stdin or ""):
+                return pings(tuple(argv), stdin or "")
             if list(argv) == ["bash", "-s"] and "ray-nodes" in (stdin or ""):
                 self.ray_clients.append(stdin or "")
                 return original(["/opt/halo/bin/halo", "ray-nodes"], None, timeout)

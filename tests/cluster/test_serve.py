@@ -31,7 +31,7 @@ from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner.result import Result
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
-from tests.conftest import OUTPUTS, ROOTS
+from tests.conftest import OUTPUTS, ROOTS, ping_answer
 
 VLLM = OUTPUTS / "vllm"
 
@@ -178,8 +178,8 @@ class Node:
             name = next(n for n, node in CLUSTER.items() if node is self)
             inventory = lab_inventory(next(n for n in NODES if n.name == name))
             return Result(args, 0, json.dumps(inventory.to_dict()), "")
-        if args[:1] in (("ping",), ("ethtool",)):
-            return Result(args, 0, "driver: veth\n" if args[0] == "ethtool" else "", "")
+        if "(ping -c 1" in script:  # the host's pings to its peers, and ethtool
+            return ping_answer(ethtool=("enp194s0np0", "driver: veth\n"))(args, script)
         if "MemAvailable" in script and "alive=" not in script:  # the memory check
             return Result(args, 0, self.memory, "")
         if "command -v" in script:

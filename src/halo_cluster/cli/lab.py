@@ -13,6 +13,7 @@ import click
 
 from halo_cluster.cli.output import styled, table
 from halo_cluster.jsonout import emit_json
+from halo_cluster.lab.state import MAX_NODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,8 +70,8 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     "--nodes",
     default=2,
     show_default=True,
-    type=click.IntRange(2, 8),
-    help="Number of nodes (2-8).",
+    type=click.IntRange(2, MAX_NODES),
+    help=f"Number of nodes (2-{MAX_NODES}).",
 )
 @lab_options
 @click.option("--fabric-mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))

@@ -9,6 +9,7 @@ Killing a node's PID-namespace init ends every process of that node, which is ho
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import LabError, UsageError
 from halo_cluster.lab.files import write_lab_files
 from halo_cluster.lab.mounts import (
@@ -32,11 +34,13 @@ from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
 from halo_cluster.lab.registry import find_leftovers, forget, sweep
 from halo_cluster.lab.state import (
     FABRIC_IF,
+    MAX_NODES,
     MGMT_IF,
     NODE_STORE,
     LabNode,
     LabState,
     control_dir,
+    neighbour_file,
     new_lab_state,
     read_state,
     registered,
@@ -113,8 +117,8 @@ class Lab:
         would offer it). ``fabric_rate``: every node's fabric link limited to it, both ways;
         ``store_size``: every node's model store a tmpfs of that size."""
         tools = require_tools()
-        if not 2 <= nodes <= 8:
-            raise UsageError("--nodes must be between 2 and 8")
+        if not 2 <= nodes <= MAX_NODES:
+            raise UsageError(f"--nodes must be between 2 and {MAX_NODES}")
         if fabric_rate is not None:
             fabric_rate = check_rate(fabric_rate)
             tools["tc"] = _tool("tc", "iproute2 (Debian and Fedora)")
@@ -156,6 +160,7 @@ class Lab:
         )
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
+            self._neighbour_room(len(state.nodes))
             write_lab_files(state, tools["ssh-keygen"])
             self._bridges(state)
             started = []
@@ -177,6 +182,41 @@ class Lab:
             self.sh("ip", "link", "add", bridge, "type", "bridge")
             self.sh("ip", "link", "set", bridge, "mtu", str(mtu), "up")
         self.sh("ip", "addr", "add", f"{state.host_address}/24", "dev", state.mgmt_bridge)
+
+    def _neighbour_room(self, nodes: int) -> None:
+        """Room in the host's neighbour table for every node's view of every other. The
+        kernel keeps one ARP table for all network namespaces, and its default ceiling
+        (gc_thresh3, 1024) is below what 32 nodes on two networks hold (~2 n² entries):
+        past it, new entries are refused ('neighbor table overflow') and fabric paths
+        fail at random. Raised only when too low; the host's own values are kept (once,
+        from before the first lab) in ``neighbour_file`` and put back by the last 'down'."""
+        need = 2 * nodes * (nodes + 1)
+        wanted = {f"net.ipv4.neigh.default.{k}": v for k, v in
+                  (("gc_thresh2", 2 * need), ("gc_thresh3", 4 * need))}  # fmt: skip
+        current = {name: int(self.sh("sysctl", "-n", name).strip() or 0) for name in wanted}
+        low = [name for name in wanted if current[name] < wanted[name]]
+        if not low:
+            return
+        kept = neighbour_file()
+        if not kept.exists():  # before the change: a failed 'up' still puts them back
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(kept, json.dumps(current), prefix=".neigh.")
+        for name in low:
+            self.sh("sysctl", "-q", "-w", f"{name}={wanted[name]}")
+
+    def _restore_neighbour_room(self, state: LabState) -> None:
+        """The host's own thresholds back, once no lab is left."""
+        kept = neighbour_file()
+        if any(n != state.name for n in registered_names()) or not kept.is_file():
+            return
+        try:
+            values = json.loads(kept.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            values = {}
+        for name, value in values.items() if isinstance(values, dict) else ():
+            if name.startswith("net.ipv4.neigh.default.gc_thresh") and isinstance(value, int):
+                self.sh("sysctl", "-q", "-w", f"{name}={value}", check=False)
+        kept.unlink(missing_ok=True)
 
     def _links(self, state: LabState, node: LabNode) -> None:
         self.sh("ip", "netns", "add", node.netns)
@@ -345,6 +385,7 @@ class Lab:
         for node in state.nodes:  # a store's tmpfs, before its directory goes
             if _mounted(state.store(node)):
                 self.sh("umount", "-l", state.store(node), check=False)
+        self._restore_neighbour_room(state)
         shutil.rmtree(state.dir, ignore_errors=True)
         sweep(state.name)
 

@@ -16,6 +16,7 @@ FABRIC_NET = "198.19"
 MGMT_IF = "eno1"
 RUN_DIR = Path("/run/halo/lab")
 FABRIC_IF = "enp194s0np0"
+MAX_NODES = 32  # what one 2-core, 24 GB machine runs (benchmarks/bench_scale.py)
 NODE_STORE = "/var/lib/halo/models"  # where a node sees its own model store
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
@@ -140,6 +141,12 @@ def runtime_dir(name: str) -> Path:
     registry entry, and its SSH control sockets (inside every node, a private one of the same
     name: nodes have their own /run)."""
     return RUN_DIR / name
+
+
+def neighbour_file() -> Path:
+    """The host's neighbour-table thresholds from before the first lab raised them (sysctl
+    name -> value), kept until the last lab is down (and gone at reboot, with the change)."""
+    return RUN_DIR / "neighbour-table.json"
 
 
 def control_dir(name: str) -> Path:

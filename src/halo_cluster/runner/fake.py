@@ -10,18 +10,27 @@ from halo_cluster.nodecode import as_halo
 from halo_cluster.runner.result import NOT_FOUND, LineSink, Result
 
 Answer = Result | Callable[[tuple[str, ...]], Result]
+# an answer that reads what was sent on stdin too (a script for ``bash -s``)
+InputAnswer = Callable[[tuple[str, ...], str], Result]
 
 
 @dataclass
 class FakeRunner:
     """Answers by the first matching rule: (argv prefix, Result or function of argv)."""
 
-    rules: list[tuple[tuple[str, ...], Answer]] = field(default_factory=list)
+    rules: list[tuple[tuple[str, ...], Answer | tuple[InputAnswer]]] = field(
+        default_factory=list
+    )
     calls: list[tuple[str, ...]] = field(default_factory=list)
     stdins: list[str | None] = field(default_factory=list)
 
     def on(self, prefix: Sequence[str], answer: Answer) -> FakeRunner:
         self.rules.append((tuple(prefix), answer))
+        return self
+
+    def on_input(self, prefix: Sequence[str], answer: InputAnswer) -> FakeRunner:
+        """A rule whose answer is a function of the argv and of what came on stdin."""
+        self.rules.append((tuple(prefix), (answer,)))
         return self
 
     def run(
@@ -37,7 +46,10 @@ class FakeRunner:
         wanted = as_halo(args)  # halo's node code matches the rules for "halo CMD…"
         for prefix, answer in self.rules:
             if wanted[: len(prefix)] == prefix:
-                result = answer(args) if callable(answer) else answer
+                if isinstance(answer, tuple):
+                    result = answer[0](args, stdin or "")
+                else:
+                    result = answer(args) if callable(answer) else answer
                 if on_line is not None:
                     for line in result.stdout.splitlines():
                         on_line(line)
