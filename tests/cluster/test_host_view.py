@@ -24,6 +24,7 @@ from halo_cluster.cluster.gather import (
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
+from tests.conftest import python39
 
 
 def run_script(script: str, env: dict[str, str] | None = None) -> str:
@@ -127,3 +128,9 @@ def test_any_output_gives_indexes_in_range(text: str, count: int) -> None:
 def test_what_counts_as_answered() -> None:
     text = "0 0\n1 1\n2 0\n2 1\n7 0\nx 0\n3 0 extra\n 4 0\n"
     assert parse_pings(text, 5) == {0, 2, 4}
+
+
+def test_the_pinger_runs_on_the_oldest_python_a_node_has() -> None:
+    done = subprocess.run([python39(), "-I", "-S", "-c", PINGER, "127.0.0.1", "127.0.0.2"],
+                          capture_output=True, text=True, check=False, timeout=30)  # fmt: skip
+    assert (done.returncode, sorted(done.stdout.splitlines())) == (0, ["0 0", "1 0"]), done.stderr
