@@ -135,8 +135,8 @@ class Bare:
         script = node_script(ray_env(self.config), self.node_argv(head.name, *ray_nodes_args()))
         start = time.perf_counter()
         with ThreadPoolExecutor(len(self.config.nodes)) as pool:
-            pgrep = [*head.exec_prefix, "pgrep", "-f", "raylet"]
-            list(pool.map(lambda n: self.ssh(n.name, pgrep), self.config.nodes))
+            pgrep = ["pgrep", "-f", "raylet"]
+            list(pool.map(lambda n: self.ssh(n.name, [*n.exec_prefix, *pgrep]), self.config.nodes))
         self.ssh(head.name, ["bash", "-s"], script)
         return time.perf_counter() - start
 

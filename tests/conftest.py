@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.cluster.gather import ETHTOOL_MARK
 from halo_cluster.runner.result import Result
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -143,7 +144,7 @@ def ping_answer(
             good = reached if isinstance(reached, bool) else reached(address)
             out.append(f"{index} {0 if good else 1}")
         if ethtool is not None and "ethtool -i" in stdin:
-            out += [f"--- ethtool {ethtool[0]}", ethtool[1].rstrip("\n")]
+            out += [f"{ETHTOOL_MARK}{ethtool[0]}", ethtool[1].rstrip("\n")]
         return Result(argv, 0, "".join(f"{line}\n" for line in out), "")
 
     return answer

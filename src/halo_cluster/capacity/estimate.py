@@ -70,7 +70,6 @@ def tp2_collective_s(token_s: float, tp2_s: float, read_bytes: float, req: Reque
     step (``tp2_s``) takes beyond its compute — half the bytes of the one-node step
     (``token_s``), the same cost per layer (the planner does not split it) — and beyond each
     all-reduce's wire time on the request's link, spread over the step's collectives."""
-
     read_s = read_bytes / (req.hardware.memory_bw_gbs * 1e9)
     compute = read_s / 2 + max(0.0, token_s - read_s)
     wire = allreduce_s(req.model.hidden * ACTIVATION_BYTES, 2, req.link)

@@ -17,9 +17,7 @@ from halo_cluster.wire.args import inventory_args
 
 INVENTORY_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
-# pings a node has in flight at once: 32 lab nodes pinging all their peers at once are ~1000
-# packets queued on one host's veths at the same instant, past the kernel's backlog
-# (net.core.netdev_max_backlog, 1000): some are dropped, and a path reads as broken
+# the fallback's ping processes a host runs at once (a process per peer, n - 1 of them)
 PING_WAVE = 8
 
 
@@ -73,11 +71,13 @@ def host_view(
     if not script:
         return {}, None
     done = client.host_script(script, timeout=PING_TIMEOUT_S + 2 * waves)
+    if not done.ok:
+        return dict.fromkeys(names, False), None
     pings_text, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
-    answered = parse_pings(pings_text, len(names)) if done.ok else set()
-    pings = {name: index in answered for index, name in enumerate(names)}
+    answered = parse_pings(pings_text, len(names))
     iface, _, output = ethtool_text.partition("\n")
-    return pings, ({iface.strip(): output} if done.ok and iface.strip() else None)
+    pings = {name: index in answered for index, name in enumerate(names)}
+    return pings, ({iface.strip(): output} if iface.strip() else None)
 
 
 ETHTOOL_MARK = "--- ethtool "

@@ -199,7 +199,7 @@ class Profiler:
                      "-t", "1"]
                 ))  # fmt: skip
             for port, process in servers.values():
-                _wait(process, partial(_listening, port), "ggml-rpc-server", 60.0)
+                _wait_all([process], partial(_listening, port), "ggml-rpc-server", 60.0)
             runs: dict[str, list[float]] = {"alone": [], "other": [], "same": []}
             for index in range(ROUNDS):  # interleaved: a slow minute touches all three
                 self.progress(f"llama.cpp: round {index + 1} of {ROUNDS} (llama-bench tg)")
@@ -435,11 +435,6 @@ def _listening(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _wait(process: Any, ready: Callable[[], bool], what: str, seconds: float) -> None:
-    """Poll ``ready`` until it holds; one line when ``process`` exits first or time runs out."""
-    _wait_all([process], ready, what, seconds)
 
 
 def _wait_all(processes: list[Any], ready: Callable[[], bool], what: str, seconds: float) -> None:

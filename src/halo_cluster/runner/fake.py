@@ -14,13 +14,16 @@ Answer = Result | Callable[[tuple[str, ...]], Result]
 InputAnswer = Callable[[tuple[str, ...], str], Result]
 
 
+@dataclass(frozen=True)
+class _ReadsInput:
+    answer: InputAnswer
+
+
 @dataclass
 class FakeRunner:
     """Answers by the first matching rule: (argv prefix, Result or function of argv)."""
 
-    rules: list[tuple[tuple[str, ...], Answer | tuple[InputAnswer]]] = field(
-        default_factory=list
-    )
+    rules: list[tuple[tuple[str, ...], Answer | _ReadsInput]] = field(default_factory=list)
     calls: list[tuple[str, ...]] = field(default_factory=list)
     stdins: list[str | None] = field(default_factory=list)
 
@@ -30,7 +33,7 @@ class FakeRunner:
 
     def on_input(self, prefix: Sequence[str], answer: InputAnswer) -> FakeRunner:
         """A rule whose answer is a function of the argv and of what came on stdin."""
-        self.rules.append((tuple(prefix), (answer,)))
+        self.rules.append((tuple(prefix), _ReadsInput(answer)))
         return self
 
     def run(
@@ -46,8 +49,8 @@ class FakeRunner:
         wanted = as_halo(args)  # halo's node code matches the rules for "halo CMD…"
         for prefix, answer in self.rules:
             if wanted[: len(prefix)] == prefix:
-                if isinstance(answer, tuple):
-                    result = answer[0](args, stdin or "")
+                if isinstance(answer, _ReadsInput):
+                    result = answer.answer(args, stdin or "")
                 else:
                     result = answer(args) if callable(answer) else answer
                 if on_line is not None:
