@@ -109,6 +109,16 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     help="Make every node's model store a tmpfs of SIZE (e.g. 64m): a small disk that fills. "
     "Default: a directory on the host's disk, seen only by its node.",
 )
+@click.option(
+    "--topology",
+    type=click.Choice(["switch", "mesh", "ring"]),
+    default="switch",
+    show_default=True,
+    help="switch: every node on one fabric bridge. mesh: a cable between every pair of nodes "
+    "(at most 8); ring: each node cabled to its two neighbours (3 or more). Cable ends are "
+    "named thunderbolt0, thunderbolt1, ... as USB4 networking names them, each its own "
+    "point-to-point link, unaddressed: 'halo setup --apply' addresses and routes them.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the lab's status as JSON.")
 def up(
     nodes: int,
@@ -122,6 +132,7 @@ def up(
     bare: bool,
     fabric_rate: str | None,
     store_size: str | None,
+    topology: str,
     as_json: bool,
 ) -> int:
     """Create the lab and start sshd on every node; writes halo.toml, ssh_config and keys.
@@ -136,7 +147,16 @@ def up(
     engine = None if no_engine else engine or default_engine()
     llama_cpp = None if no_llama_cpp else llama_cpp or default_llama_cpp()
     state = Lab(progress=None if as_json else lambda m: click.echo(f"  {m}", err=True)).up(
-        lab_name, path, nodes, fabric_mtu, halo, engine, llama_cpp, fabric_rate, store_size
+        lab_name,
+        path,
+        nodes,
+        fabric_mtu,
+        halo,
+        engine,
+        llama_cpp,
+        fabric_rate,
+        store_size,
+        topology,
     )
     if as_json:
         emit_json(_status(state))
@@ -157,8 +177,15 @@ def up(
             if state.halo is None
             else f"  nodes: halo installed ({state.halo})"
         )
+        if state.routed:
+            count = sum(len(n.links) for n in state.nodes) // 2
+            click.echo(
+                f"  fabric: a {state.topology} of {count} cables, not yet addressed: "
+                f"halo setup --node ... --apply --config {Path(state.dir) / 'halo.toml'}"
+            )
         if state.fabric_rate:
-            click.echo(f"  fabric: {state.fabric_rate} per node, both ways (tbf)")
+            where = "cable" if state.routed else "node"
+            click.echo(f"  fabric: {state.fabric_rate} per {where}, both ways (tbf)")
         if state.store_size:
             click.echo(f"  model stores: tmpfs of {state.store_size} per node")
         click.echo(f"  halo doctor --config {Path(state.dir) / 'halo.toml'}")
@@ -200,11 +227,13 @@ def _status(state) -> dict[str, object]:  # type: ignore[no-untyped-def]
         "halo": state.halo,  # null: bare nodes
         "fabric_rate": state.fabric_rate,  # null: unlimited
         "store_size": state.store_size,  # null: a directory on the host's disk
+        "topology": state.topology,
         "nodes": [
             {
                 "name": n.name,
                 "mgmt_address": n.mgmt_address,
-                "fabric_address": n.fabric_address,
+                "fabric_address": n.fabric_address,  # on a mesh or ring: the identity
+                "links": [{"ifname": i, "peer": p} for i, p in n.links],
                 "sshd": sshd_answers(n.mgmt_address),
             }
             for n in state.nodes
@@ -225,12 +254,20 @@ def status(name: str | None, directory: str | None, as_json: bool) -> int:
         return 0
     from halo_cluster.cli.output import console
 
-    grid = table(f"Lab {data['name']} ({data['config']})", "node", "management", "fabric", "sshd")
+    grid = table(
+        f"Lab {data['name']} ({data['topology']}, {data['config']})",
+        "node",
+        "management",
+        "fabric",
+        "cables",
+        "sshd",
+    )
     for node in data["nodes"]:  # type: ignore[attr-defined]
         grid.add_row(
             node["name"],
             node["mgmt_address"],
             node["fabric_address"],
+            ", ".join(f"{c['ifname']}→{c['peer']}" for c in node["links"]) or "-",
             styled("[green]up[/]" if node["sshd"] else "[red]down[/]"),
         )
     console().print(grid)
@@ -253,7 +290,9 @@ def exec_(name: str | None, directory: str | None, node: str, command: tuple[str
     return subprocess.run(argv, check=False).returncode
 
 
-def _fault(name: str | None, directory: str | None, node: str, net: str, up: bool) -> int:
+def _fault(
+    name: str | None, directory: str | None, node: str, net: str, up: bool, link: str | None
+) -> int:
     from halo_cluster.lab.lab import Lab
     from halo_cluster.lab.processes import pid_alive
 
@@ -263,27 +302,32 @@ def _fault(name: str | None, directory: str | None, node: str, net: str, up: boo
     if up and (member.init_pid is None or not pid_alive(member.init_pid)):
         state = lab.restart(state, member)  # a killed node boots again
         click.echo(f"{node}: restarted")
-    lab.set_link(state.node(node), net, up)
-    click.echo(f"{node}: {net} link {'up' if up else 'down'}")
+    names = lab.set_link(state.node(node), net, up, link)
+    click.echo(f"{node}: {net} link {', '.join(names)} {'up' if up else 'down'}")
     return 0
+
+
+LINK_HELP = "On a mesh or ring: only the cable on this interface of NODE (default: all)."
 
 
 @lab.command("cut")
 @lab_options
 @click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
+@click.option("--link", metavar="IF", help=LINK_HELP)
 @click.argument("node")
-def cut(name: str | None, directory: str | None, net: str, node: str) -> int:
+def cut(name: str | None, directory: str | None, net: str, link: str | None, node: str) -> int:
     """Take NODE's link down (a pulled cable)."""
-    return _fault(name, directory, node, net, up=False)
+    return _fault(name, directory, node, net, False, link)
 
 
 @lab.command("heal")
 @lab_options
 @click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
+@click.option("--link", metavar="IF", help=LINK_HELP)
 @click.argument("node")
-def heal(name: str | None, directory: str | None, net: str, node: str) -> int:
+def heal(name: str | None, directory: str | None, net: str, link: str | None, node: str) -> int:
     """Bring NODE's link back up (and boot it again after 'halo lab kill')."""
-    return _fault(name, directory, node, net, up=True)
+    return _fault(name, directory, node, net, True, link)
 
 
 @lab.command("kill")

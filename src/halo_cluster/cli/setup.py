@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,19 @@ from halo_cluster.jsonout import emit_json
 if TYPE_CHECKING:
     from halo_cluster.setup.steps import SetupOptions
 
-STEP_IDS = ["packages", "nic_firmware", "network", "firewall", "kernel", "memlock", "ssh_key"]
+STEP_IDS = [
+    "packages",
+    "nic_firmware",
+    "network",
+    "fabric_links",
+    "fabric_identity",
+    "fabric_routes",
+    "fabric_forwarding",
+    "firewall",
+    "kernel",
+    "memlock",
+    "ssh_key",
+]
 
 
 @click.command()
@@ -72,7 +85,12 @@ def setup(
     """Show (and with --apply, run) the host setup of the reference guide: packages, NIC
     firmware check, fabric address and MTU, firewall, kernel command line (GTT sized from
     this node's memory), memlock and SSH key. Each step says whether it is done, the exact
-    commands, and whether a reboot follows. Running it twice changes nothing the second time."""
+    commands, and whether a reboot follows. Running it twice changes nothing the second time.
+
+    On nodes cabled point to point (links in halo.toml: a USB4 mesh or ring), the fabric steps
+    replace the one interface's: every cable's /31 and MTU ([fabric]), the node's identity
+    address (fabric_address) on its own interface, routes to every other node (static, or
+    FRR's openfabric), and forwarding where a path crosses the node."""
     from halo_cluster.setup.steps import SetupOptions
 
     opts = SetupOptions(distro, fabric_iface, address, mtu, str(Path.home()).lstrip("/"))
@@ -126,9 +144,19 @@ def _remote(
     clients = ssh_clients(config)
     if do_apply and not yes:
         click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
-    args = setup_args(opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=do_apply)
+    mesh = config.mesh()
     data = {}
     for name in names:
+        fabric = json.dumps(mesh.node(name).to_dict()) if mesh is not None else None
+        args = setup_args(
+            opts.distro,
+            opts.mtu,
+            steps,
+            opts.fabric_iface,
+            opts.address,
+            apply=do_apply,
+            fabric=fabric,
+        )
         try:
             answer = clients[name].call_json(*args, timeout=900)
         except NodeCallError as err:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Iterator
@@ -17,11 +18,13 @@ from halo_cluster.config.model import (
     CLUSTER_KEYS,
     DEFAULT_HARDWARE,
     DEFAULT_MODELS_DIR,
+    FABRIC_KEYS,
     MOVED_SERVE_KEYS,
     NODE_KEYS,
     RAY_KEYS,
     SERVE_KEYS,
     Config,
+    FabricConfig,
     ModelsConfig,
     NodeConfig,
     RayConfig,
@@ -30,7 +33,14 @@ from halo_cluster.config.model import (
 from halo_cluster.config.section import COMMAND_KEY, Section
 from halo_cluster.errors import ConfigError
 from halo_cluster.infile import read_text
-from halo_cluster.netnames import bind_host_problem, node_address_problem
+from halo_cluster.mesh import (
+    DEFAULT_IDENTITY_IFACE,
+    DEFAULT_LINK_NETWORK,
+    ROUTINGS,
+    FabricError,
+    build_fabric,
+)
+from halo_cluster.netnames import bind_host_problem, ifname_problem, node_address_problem
 from halo_cluster.printable import quoted
 from halo_cluster.supervision import SuperviseSettings
 from halo_cluster.transport import WANTED
@@ -63,10 +73,11 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
     _no_nul(where, data)
     for key in data:
-        if key not in ("cluster", "node", "ray", "serve", "models"):
+        if key not in ("cluster", "node", "ray", "serve", "models", "fabric"):
             raise where.error(
                 key,
-                f"unknown section [{key}] (known: [cluster], [ray], [serve], [models], [[node]])",
+                f"unknown section [{key}] (known: [cluster], [ray], [serve], [models], "
+                "[fabric], [[node]])",
             )
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -95,6 +106,8 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         )
     hardware = _string(where, cluster, "hardware", "cluster", default=DEFAULT_HARDWARE)
     link = _string(where, cluster, "link", "cluster", default="") or None
+    fabric = _fabric(where, data.get("fabric", {}))
+    _check_mesh(where, nodes, fabric)
     return Config(
         path=path,
         name=name,
@@ -106,7 +119,84 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         ray=_ray(where, data.get("ray", {})),
         serve=_serve(where, data.get("serve", {})),
         models=_models(where, data.get("models", {})),
+        fabric=fabric,
     )
+
+
+def _fabric(where: _Locator, raw: Any) -> FabricConfig:
+    if not isinstance(raw, dict):
+        raise where.error("fabric", "[fabric] must be a table")
+    _unknown(where, raw, FABRIC_KEYS, "fabric")
+    network = _string(where, raw, "link_network", "fabric", default=DEFAULT_LINK_NETWORK)
+    try:
+        pool = ipaddress.IPv4Network(network)
+    except ValueError:
+        pool = None
+    if pool is None or pool.prefixlen > 31:
+        raise where.error(
+            "link_network", f"fabric.link_network {network!r}: a network such as 10.254.0.0/24"
+        )
+    mtu = raw.get("mtu", 9000)
+    if not isinstance(mtu, int) or isinstance(mtu, bool) or not 1280 <= mtu <= 65520:
+        raise where.error("mtu", "fabric.mtu must be a whole number from 1280 to 65520")
+    iface = _string(where, raw, "identity_iface", "fabric", default=DEFAULT_IDENTITY_IFACE)
+    if ifname_problem(iface):
+        raise where.error(
+            "identity_iface", f"fabric.identity_iface {iface!r} {ifname_problem(iface)}"
+        )
+    routing = _string(where, raw, "routing", "fabric", default="static")
+    if routing not in ROUTINGS:
+        raise where.error(
+            "routing", f"fabric.routing must be one of {', '.join(ROUTINGS)}, not {routing!r}"
+        )
+    return FabricConfig(str(pool), mtu, iface, routing)
+
+
+def _links(where: _Locator, raw: Any, label: str, index: int) -> tuple[tuple[str, str], ...]:
+    """``links = { thunderbolt0 = "node2", thunderbolt1 = "node3" }``: interface -> node."""
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise where.error(
+            "links",
+            f'{label}.links must be a table of interface = "node", e.g. '
+            '{ thunderbolt0 = "node2" }',
+            index,
+        )
+    for ifname in raw:
+        if ifname_problem(ifname):
+            raise where.error(
+                "links", f"{label}.links: interface {ifname!r} {ifname_problem(ifname)}", index
+            )
+    return tuple(raw.items())
+
+
+def _check_mesh(where: _Locator, nodes: tuple[NodeConfig, ...], fabric: FabricConfig) -> None:
+    """Cabled nodes: every node has links and an identity (fabric_address), and the cables
+    make one fabric (both ends name each cable, every node reaches every other)."""
+    if not any(n.links for n in nodes):
+        return
+    for index, node in enumerate(nodes):
+        if len(nodes) > 1 and not node.links:
+            raise where.error(
+                "links", f"{node.name} has no links while other nodes are cabled", index
+            )
+        if not node.fabric_address:
+            raise where.error(
+                "links",
+                f"{node.name}: a cabled node needs fabric_address (its identity address, "
+                "which halo setup puts on fabric.identity_iface)",
+                index,
+            )
+    try:
+        build_fabric(
+            {n.name: n.fabric_address or "" for n in nodes},
+            {n.name: n.links for n in nodes},
+            fabric.link_network,
+            fabric.mtu,
+            fabric.identity_iface,
+            fabric.routing,
+        )
+    except FabricError as err:
+        raise where.error("links", f"the nodes' links: {err}") from None
 
 
 def _models(where: _Locator, raw: Any) -> ModelsConfig:
@@ -181,6 +271,7 @@ def _node(where: _Locator, raw: Any, index: int) -> NodeConfig:
         gpus=gpus,
         mgmt_address=mgmt,
         env=_env(where, raw.get("env", {}), label, index),
+        links=_links(where, raw.get("links", {}), label, index),
     )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
+from halo_cluster.mesh import DEFAULT_IDENTITY_IFACE, DEFAULT_LINK_NETWORK, Fabric, build_fabric
 from halo_cluster.supervision import SuperviseSettings
 
 if TYPE_CHECKING:
@@ -31,7 +32,10 @@ NODE_KEYS = {
     "python",
     "gpus",
     "env",
+    "links",
 }
+# [fabric]: the routed fabric of nodes cabled point to point (halo_cluster.mesh)
+FABRIC_KEYS = {"link_network", "mtu", "identity_iface", "routing"}
 RAY_KEYS = {"port", "dashboard", "dashboard_host", "command", "auth"}
 # what every engine shares; each engine's own keys live in its [serve.<engine>] table
 SERVE_KEYS = {
@@ -72,6 +76,9 @@ class NodeConfig:
     mgmt_address: str | None = None  # the management (SSH) network address, for probes
     env: tuple[tuple[str, str], ...] = ()  # extra environment for this node's processes
     python: str = "python3"  # the node's Python (>= 3.9) for halo's node code
+    # the node's cables of a switchless fabric: (its interface, the node at the other end);
+    # empty on a switch. With links, ``fabric_address`` is the node's identity address.
+    links: tuple[tuple[str, str], ...] = ()
 
     @property
     def runs(self) -> str:
@@ -135,6 +142,18 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class FabricConfig:
+    """``[fabric]``: how halo addresses and routes a fabric of point-to-point cables (the
+    nodes' ``links``): the /31s' network, the MTU of every cable, the interface that holds
+    each node's identity address, and static routes or FRR's openfabric."""
+
+    link_network: str = DEFAULT_LINK_NETWORK
+    mtu: int = 9000
+    identity_iface: str = DEFAULT_IDENTITY_IFACE
+    routing: str = "static"
+
+
+@dataclass(frozen=True)
 class Config:
     path: Path
     name: str
@@ -149,6 +168,26 @@ class Config:
     # bench collective' result, else the transport's preset)
     hardware: str = DEFAULT_HARDWARE
     link: str | None = None
+    fabric: FabricConfig = FabricConfig()
+
+    @property
+    def routed(self) -> bool:
+        """The nodes are cabled point to point (``links``), not on one switch."""
+        return any(node.links for node in self.nodes)
+
+    def mesh(self) -> Fabric | None:
+        """The routed fabric the nodes' links make (None on a switch); the config's loader
+        has already refused cabling that cannot be one."""
+        if not self.routed:
+            return None
+        return build_fabric(
+            {n.name: n.fabric_address or "" for n in self.nodes},
+            {n.name: n.links for n in self.nodes},
+            self.fabric.link_network,
+            self.fabric.mtu,
+            self.fabric.identity_iface,
+            self.fabric.routing,
+        )
 
     @property
     def head(self) -> NodeConfig:

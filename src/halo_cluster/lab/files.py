@@ -28,9 +28,9 @@ def write_lab_files(state: LabState, ssh_keygen: str) -> None:
     known = []
     for node in state.nodes:
         Path(state.home(node)).mkdir(parents=True, exist_ok=True)
-        (d / f"sshd_config.{node.name}").write_text(
-            _sshd_config(d, state.home(node), node.mgmt_address, node.fabric_address)
-        )
+        # on cables the identity address is there only once 'halo setup' has put it there
+        listen = (node.mgmt_address,) if state.routed else (node.mgmt_address, node.fabric_address)
+        (d / f"sshd_config.{node.name}").write_text(_sshd_config(d, state.home(node), *listen))
         names = f"{node.name},{node.name}-fabric,{node.mgmt_address},{node.fabric_address}"
         known.append(f"{names} {host_pub[0]} {host_pub[1]}\n")
     (d / "known_hosts").write_text("".join(known))
@@ -95,7 +95,7 @@ def _halo_toml(state: LabState) -> str:
     nodes = "".join(
         f'\n[[node]]\nname = "{n.name}"\nssh = "{n.name}"\nfabric_address = "{n.fabric_address}"\n'
         f'mgmt_address = "{n.mgmt_address}"\n'
-        f"{_node_code(state)}gpus = 0\n{_engine_env(state, i)}"
+        f"{_node_code(state)}gpus = 0\n{_engine_env(state, i)}{_links(n.links)}"
         for i, n in enumerate(state.nodes)
     )
     return (
@@ -105,8 +105,24 @@ def _halo_toml(state: LabState) -> str:
         "# 'halo lab profile' measures them\n"
         'hardware = "lab"\nlink = "lab"\n'
         "\n# each node's own model store (halo model sync); only that node sees it\n"
-        f'[models]\ndir = "{NODE_STORE}"\n{engine}{nodes}'
+        f'[models]\ndir = "{NODE_STORE}"\n{_fabric(state)}{engine}{nodes}'
     )
+
+
+def _fabric(state: LabState) -> str:
+    """A mesh's or ring's [fabric]: where the cables' /31s come from, and their MTU."""
+    if not state.routed:
+        return ""
+    return (
+        f"\n# the lab's cables ({state.topology}): 'halo setup --apply' addresses and routes them\n"
+        f'[fabric]\nlink_network = "{state.link_network}"\nmtu = {state.fabric_mtu}\n'
+    )
+
+
+def _links(links: tuple[tuple[str, str], ...]) -> str:
+    if not links:
+        return ""
+    return "links = { " + ", ".join(f'{ifname} = "{peer}"' for ifname, peer in links) + " }\n"
 
 
 def _node_code(state: LabState) -> str:

@@ -34,7 +34,9 @@ from halo_cluster.lab.processes import child_of, in_netns, kill_tree, pid_alive
 from halo_cluster.lab.registry import find_leftovers, forget, sweep
 from halo_cluster.lab.state import (
     FABRIC_IF,
+    MAX_MESH_NODES,
     MAX_NODES,
+    TOPOLOGIES,
     MGMT_IF,
     NODE_STORE,
     LabNode,
@@ -44,6 +46,7 @@ from halo_cluster.lab.state import (
     new_lab_state,
     read_state,
     registered,
+    cables,
     registered_names,
     write_state,
 )
@@ -111,14 +114,18 @@ class Lab:
         llama_cpp: str | None = None,
         fabric_rate: str | None = None,
         store_size: str | None = None,
+        topology: str = "switch",
     ) -> LabState:
         """``halo``: the installed halo the nodes run; None for bare nodes (halo's environment
         hidden from them: only the system Python, and the engine environment as a container
         would offer it). ``fabric_rate``: every node's fabric link limited to it, both ways;
-        ``store_size``: every node's model store a tmpfs of that size."""
+        ``store_size``: every node's model store a tmpfs of that size. ``topology``: one
+        fabric switch (a bridge), or cables between the nodes (``mesh``: every pair,
+        ``ring``: each node to its two neighbours), left unaddressed for 'halo setup'."""
         tools = require_tools()
         if not 2 <= nodes <= MAX_NODES:
             raise UsageError(f"--nodes must be between 2 and {MAX_NODES}")
+        check_topology(topology, nodes)
         if fabric_rate is not None:
             fabric_rate = check_rate(fabric_rate)
             tools["tc"] = _tool("tc", "iproute2 (Debian and Fedora)")
@@ -157,6 +164,7 @@ class Lab:
             halo,
             fabric_rate,
             store_size,
+            topology,
         )
         write_state(state)  # first, so that a failed 'up' can always be taken down
         try:
@@ -171,6 +179,7 @@ class Lab:
                 started.append(self._start(state, node, tools))
                 state = _with_nodes(state, started + list(state.nodes[len(started) :]))
                 write_state(state)
+            self._cables(state)
             self._wait_sshd(state)
         except BaseException:
             self.down(state)
@@ -178,7 +187,10 @@ class Lab:
         return state
 
     def _bridges(self, state: LabState) -> None:
-        for bridge, mtu in ((state.mgmt_bridge, 1500), (state.fabric_bridge, state.fabric_mtu)):
+        bridges = [(state.mgmt_bridge, 1500)]
+        if not state.routed:
+            bridges.append((state.fabric_bridge, state.fabric_mtu))
+        for bridge, mtu in bridges:
             self.sh("ip", "link", "add", bridge, "type", "bridge")
             self.sh("ip", "link", "set", bridge, "mtu", str(mtu), "up")
         self.sh("ip", "addr", "add", f"{state.host_address}/24", "dev", state.mgmt_bridge)
@@ -190,7 +202,7 @@ class Lab:
         past it, new entries are refused ('neighbor table overflow') and fabric paths
         fail at random. Raised only when too low; the host's own values are kept (once,
         from before the first lab) in ``neighbour_file`` and put back by the last 'down'."""
-        need = 2 * nodes * (nodes + 1)
+        need = 2 * nodes * (nodes + 1)  # a mesh's cables hold one neighbour each: fewer
         wanted = {f"net.ipv4.neigh.default.{k}": v for k, v in
                   (("gc_thresh2", 2 * need), ("gc_thresh3", 4 * need))}  # fmt: skip
         current = {name: int(self.sh("sysctl", "-n", name).strip() or 0) for name in wanted}
@@ -221,16 +233,17 @@ class Lab:
     def _links(self, state: LabState, node: LabNode) -> None:
         self.sh("ip", "netns", "add", node.netns)
         ns = node.netns
-        pairs = (
-            (node.host_mgmt_veth, MGMT_IF, state.mgmt_bridge, node.mgmt_address, 1500),
-            (
-                node.host_fabric_veth,
-                FABRIC_IF,
-                state.fabric_bridge,
-                node.fabric_address,
-                state.fabric_mtu,
-            ),
-        )
+        pairs = [(node.host_mgmt_veth, MGMT_IF, state.mgmt_bridge, node.mgmt_address, 1500)]
+        if not state.routed:
+            pairs.append(
+                (
+                    node.host_fabric_veth,
+                    FABRIC_IF,
+                    state.fabric_bridge,
+                    node.fabric_address,
+                    state.fabric_mtu,
+                )
+            )
         for host_end, inner, bridge, address, mtu in pairs:
             self.sh(
                 "ip",
@@ -255,6 +268,21 @@ class Lab:
         self.sh("ip", "-n", ns, "link", "set", "lo", "up")
         self._rate(state, node)
 
+    def _cables(self, state: LabState) -> None:
+        """A mesh's or ring's cables: a veth pair from one node's namespace straight into
+        the other's, each end named as USB4 networking names its ports, both ends at the
+        fabric MTU, up, without addresses (those are 'halo setup''s)."""
+        for (node, ifname), (peer, peer_ifname) in cables(state):
+            self.sh(
+                "ip", "link", "add", ifname, "netns", node.netns, "mtu", str(state.fabric_mtu),
+                "type", "veth", "peer", "name", peer_ifname, "netns", peer.netns,
+                "mtu", str(state.fabric_mtu),
+            )  # fmt: skip
+            for ns, name in ((node.netns, ifname), (peer.netns, peer_ifname)):
+                self.sh("ip", "-n", ns, "link", "set", name, "up")
+        for node in state.nodes:
+            self._rate(state, node)
+
     def _store(self, state: LabState, node: LabNode) -> None:
         """The host directory behind the node's model store; a tmpfs of ``store_size``
         mounted on it when the lab has one (a disk that can fill)."""
@@ -276,10 +304,7 @@ class Lab:
         and what it receives (the host's end, whose egress goes into the node)."""
         if not state.fabric_rate:
             return
-        for prefix, device in (
-            (("ip", "netns", "exec", node.netns), FABRIC_IF),
-            ((), node.host_fabric_veth),
-        ):
+        for prefix, device in _rate_ends(node):
             self.sh(
                 *prefix,
                 "tc",
@@ -299,10 +324,7 @@ class Lab:
         rate = check_rate(rate, "RATE") if rate is not None else None
         for node in state.nodes:
             if rate is None:
-                for prefix, device in (
-                    (("ip", "netns", "exec", node.netns), FABRIC_IF),
-                    ((), node.host_fabric_veth),
-                ):
+                for prefix, device in _rate_ends(node):
                     # a link without a limit has no root qdisc of ours: nothing to remove
                     self.sh(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
         state = dataclasses.replace(state, fabric_rate=rate)
@@ -401,9 +423,21 @@ class Lab:
         close_connections(aliases, config, self.runner)
 
     # -- faults -------------------------------------------------------------------------
-    def set_link(self, node: LabNode, net: str, up: bool) -> None:
-        inner = FABRIC_IF if net == "fabric" else MGMT_IF
-        self.sh("ip", "-n", node.netns, "link", "set", inner, "up" if up else "down")
+    def set_link(self, node: LabNode, net: str, up: bool, link: str | None = None) -> list[str]:
+        """Take a link of ``node`` down or up: its management or fabric interface, on a mesh
+        or ring every cable of the node, or only the cable on ``link``. The interfaces."""
+        if link is not None:
+            if link not in {ifname for ifname, _ in node.links}:
+                have = ", ".join(ifname for ifname, _ in node.links) or "none (a switch lab)"
+                raise UsageError(f"{node.name} has no cable on {link!r} (its cables: {have})")
+            inner = [link]
+        elif net == "fabric" and node.links:
+            inner = [ifname for ifname, _ in node.links]
+        else:
+            inner = [FABRIC_IF if net == "fabric" else MGMT_IF]
+        for name in inner:
+            self.sh("ip", "-n", node.netns, "link", "set", name, "up" if up else "down")
+        return inner
 
     def kill(self, state: LabState, node: LabNode) -> LabState:
         kill_tree(in_netns(node.init_pid, node.netns))
@@ -512,15 +546,29 @@ def _with_nodes(state: LabState, nodes: Sequence[LabNode]) -> LabState:
 
 
 def _replace_pid(node: LabNode, pid: int | None) -> LabNode:
-    return LabNode(
-        node.name,
-        node.netns,
-        node.mgmt_address,
-        node.fabric_address,
-        node.host_mgmt_veth,
-        node.host_fabric_veth,
-        pid,
-    )
+    return dataclasses.replace(node, init_pid=pid)
+
+
+def _rate_ends(node: LabNode) -> list[tuple[tuple[str, ...], str]]:
+    """Where the node's fabric is limited, both ways: on a switch its interface (what it
+    sends) and the host's end (what it receives); on cables each of its ends (the other end
+    of each cable limits the other way)."""
+    inside = ("ip", "netns", "exec", node.netns)
+    if node.links:
+        return [(inside, ifname) for ifname, _ in node.links]
+    return [(inside, FABRIC_IF), ((), node.host_fabric_veth)]
+
+
+def check_topology(topology: str, nodes: int) -> None:
+    if topology not in TOPOLOGIES:
+        raise UsageError(f"--topology {topology!r}: use one of {', '.join(TOPOLOGIES)}")
+    if topology == "ring" and nodes < 3:
+        raise UsageError("a ring needs at least 3 nodes (2 nodes: --topology mesh, one cable)")
+    if topology == "mesh" and nodes > MAX_MESH_NODES:
+        raise UsageError(
+            f"a mesh of {nodes} nodes needs {nodes * (nodes - 1) // 2} cables: at most "
+            f"{MAX_MESH_NODES} nodes (use --topology ring or switch for more)"
+        )
 
 
 def sshd_answers(address: str, port: int = 22, timeout_s: float = 0.3) -> bool:

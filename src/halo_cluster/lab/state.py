@@ -17,6 +17,10 @@ MGMT_IF = "eno1"
 RUN_DIR = Path("/run/halo/lab")
 FABRIC_IF = "enp194s0np0"
 MAX_NODES = 32  # what one 2-core, 24 GB machine runs (benchmarks/bench_scale.py)
+TOPOLOGIES = ("switch", "mesh", "ring")
+MAX_MESH_NODES = 8  # 28 cables; a USB4 box has two or three ports, a real mesh is 3 or 4
+LINK_IF = "thunderbolt"  # a cable's ends are named as USB4 networking names them
+LINK_NET_OFFSET = 128  # cables take 198.19.<subnet>.128/25 (64 /31s), identities .11 and up
 NODE_STORE = "/var/lib/halo/models"  # where a node sees its own model store
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,7}$")
 
@@ -30,6 +34,9 @@ class LabNode:
     host_mgmt_veth: str
     host_fabric_veth: str
     init_pid: int | None = None  # host PID of the node's PID-namespace init
+    # a mesh or ring: the node's cables (its interface, the node at the other end); with
+    # them ``fabric_address`` is the node's identity, which 'halo setup' puts on halo0
+    links: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,16 @@ class LabState:
     # each node's model store a tmpfs of this size (a small disk that can fill); None: a
     # directory of the lab's on the host's disk
     store_size: str | None = None
+    topology: str = "switch"  # or mesh / ring: cables between nodes, no fabric bridge
+
+    @property
+    def routed(self) -> bool:
+        return self.topology != "switch"
+
+    @property
+    def link_network(self) -> str:
+        """Where the cables' /31s come from (a mesh or ring)."""
+        return f"{FABRIC_NET}.{self.subnet}.{LINK_NET_OFFSET}/25"
 
     @property
     def host_address(self) -> str:
@@ -79,7 +96,10 @@ class LabState:
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> LabState:
-        nodes = tuple(LabNode(**node) for node in data["nodes"])
+        nodes = tuple(
+            LabNode(**{**node, "links": tuple(tuple(end) for end in node.get("links", ()))})
+            for node in data["nodes"]
+        )
         return LabState(**{**data, "nodes": nodes})
 
 
@@ -102,9 +122,11 @@ def new_lab_state(
     halo: str | None = None,
     fabric_rate: str | None = None,
     store_size: str | None = None,
+    topology: str = "switch",
 ) -> LabState:
     """Names and addresses, computed before anything is created. Interface names stay
     within the kernel's 15 characters."""
+    cabling = lab_cabling(topology, nodes)
     members = tuple(
         LabNode(
             name=f"node{i}",
@@ -113,6 +135,7 @@ def new_lab_state(
             fabric_address=f"{FABRIC_NET}.{subnet}.{10 + i}",
             host_mgmt_veth=f"hv{name}{i}m",
             host_fabric_veth=f"hv{name}{i}f",
+            links=cabling.get(f"node{i}", ()),
         )
         for i in range(1, nodes + 1)
     )
@@ -129,7 +152,42 @@ def new_lab_state(
         halo,
         fabric_rate,
         store_size,
+        topology,
     )
+
+
+def lab_cabling(topology: str, nodes: int) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each node's cables (interface, peer): a mesh cables every pair, a ring each node to
+    the next (its first port) and the one before (its second); a switch has none. Ports are
+    numbered per node in the order its cables are made."""
+    names = [f"node{i}" for i in range(1, nodes + 1)]
+    if topology == "mesh":
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
+    elif topology == "ring":
+        pairs = [(names[i], names[(i + 1) % nodes]) for i in range(nodes)]
+    else:
+        return {}
+    ends: dict[str, list[tuple[str, str]]] = {name: [] for name in names}
+    for a, b in pairs:
+        for here, there in ((a, b), (b, a)):
+            ends[here].append((f"{LINK_IF}{len(ends[here])}", there))
+    return {name: tuple(found) for name, found in ends.items()}
+
+
+def cables(state: LabState) -> list[tuple[tuple[LabNode, str], tuple[LabNode, str]]]:
+    """The lab's cables, each once: ((node, its interface), (peer, the peer's interface));
+    the k-th cable between two nodes pairs the k-th mention on each side."""
+    by_name = {node.name: node for node in state.nodes}
+    order = {node.name: i for i, node in enumerate(state.nodes)}
+    found = []
+    for node in state.nodes:
+        for k, (ifname, peer) in enumerate(node.links):
+            if order[peer] < order[node.name]:
+                continue  # made from the peer's side
+            rank = sum(1 for _, p in node.links[:k] if p == peer)
+            theirs = [i for i, p in by_name[peer].links if p == node.name]
+            found.append(((node, ifname), (by_name[peer], theirs[rank])))
+    return found
 
 
 def state_path(directory: Path) -> Path:

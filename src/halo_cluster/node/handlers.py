@@ -140,7 +140,15 @@ def setup(args: argparse.Namespace) -> int:
     if args.apply and not args.yes:
         raise _usage("setup --apply on a node needs --yes (the controller asks first)")
     home = str(Path.home()).lstrip("/")
-    opts = SetupOptions(args.distro, args.fabric_iface, args.address, args.mtu, home)
+    fabric = None
+    if args.fabric is not None:
+        from halo_cluster.mesh import FabricError, NodeFabric
+
+        try:
+            fabric = NodeFabric.from_dict(json.loads(args.fabric))
+        except (ValueError, FabricError) as err:
+            raise _usage(f"setup --fabric: {err}") from None
+    opts = SetupOptions(args.distro, args.fabric_iface, args.address, args.mtu, home, fabric)
     done = setup_here(args.root, opts, set(args.step) or None, args.apply)
     emit_json({"nodes": {_hostname(args.root): done}})  # the shape of answers.Setup
     return 0

@@ -15,6 +15,7 @@ from halo_cluster.checks.platform import check_firewall, check_memlock, recommen
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
+from halo_cluster.mesh import NodeFabric
 from halo_cluster.netnames import ifname_problem, interface_address_problem
 from halo_cluster.printable import quoted
 from halo_cluster.setup.grub import changed_lines, edit_grub, grub_args
@@ -92,6 +93,9 @@ class SetupOptions:
     address: str | None = None  # CIDR
     mtu: int = 9000
     home: str = "root"  # root-relative home of the user whose SSH key is checked
+    # this node's part of a routed fabric (cables, identity, routes): its steps replace the
+    # one fabric interface's
+    fabric: NodeFabric | None = None
 
     def __post_init__(self) -> None:
         """The interface and the address go into commands and files (netplan's YAML): one
@@ -111,13 +115,20 @@ def family_of(inv: Inventory, opts: SetupOptions) -> str:
 
 
 def setup_steps(root: Root, inv: Inventory, opts: SetupOptions) -> list[Step]:
+    from halo_cluster.setup.fabric import fabric_steps
+
     fam = family_of(inv, opts)
     ctx = NodeContext(inv)
     iface = opts.fabric_iface or (ctx.fabric_iface.name if ctx.fabric_iface else None)
+    if opts.fabric is not None:
+        network = fabric_steps(root, inv, opts.fabric)
+        iface = opts.fabric.links[0].ifname if opts.fabric.links else iface
+    else:
+        network = [_network(root, inv, fam, iface, opts)]
     return [
         _packages(root, inv, fam),
         _firmware(ctx),
-        _network(root, inv, fam, iface, opts),
+        *network,
         _firewall(ctx, fam, iface),
         _kernel(root, inv, fam),
         _memlock(root, ctx),

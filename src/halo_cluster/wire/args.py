@@ -92,8 +92,10 @@ def setup_args(
     address: str | None = None,
     apply: bool = False,
     root: str | None = None,
+    fabric: str | None = None,
 ) -> list[str]:
-    """This node's setup steps (``apply``: applied, the controller having asked first)."""
+    """This node's setup steps (``apply``: applied, the controller having asked first);
+    ``fabric``: the node's part of a routed fabric, as JSON."""
     return SETUP.argv(
         root=root,
         local=True,
@@ -103,6 +105,7 @@ def setup_args(
         step=steps,
         fabric_iface=fabric_iface,
         address=address,
+        fabric=fabric,
         apply=apply,
         yes=apply,
     )

@@ -118,6 +118,8 @@ SETUP = Command(
         Arg("--step", many=True, joined=True),
         Arg("--fabric-iface"),
         Arg("--address"),
+        # this node's part of a routed fabric, as JSON (mesh.NodeFabric.to_dict)
+        Arg("--fabric"),
         Arg("--apply", FLAG),
         Arg("--yes", FLAG),
     ),

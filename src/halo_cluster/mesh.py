@@ -1,0 +1,375 @@
+"""The routed fabric of nodes cabled point to point, without a switch (a USB4/Thunderbolt
+full mesh of 3 boxes, a ring of 4, or any other cabling): one /31 per cable, one identity
+address per node (a /32 on its own interface), and a route from every node to every other
+node's identity and to every cable it is not on, over the first link of a shortest path,
+sourced from its identity. A node that a chosen path crosses forwards.
+
+Pure and standard library only (Python 3.9): the controller plans it from halo.toml, the
+node's setup applies its own part (``NodeFabric``), the doctor and the transport read it.
+
+The paths are symmetric: the path from b to a is the path from a to b reversed, so a reply
+crosses the same cables as its request (the counters see one path, and a strict reverse-path
+filter passes it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.netnames import ifname_problem
+
+ROUTINGS = ("static", "openfabric")
+DEFAULT_IDENTITY_IFACE = "halo0"
+DEFAULT_LINK_NETWORK = "10.254.0.0/24"
+
+
+class FabricError(ValueError):
+    """Cabling that cannot be a routed fabric: one line saying which cable or node."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """One end of a cable, seen from its node: the interface, this end's address (/31), the
+    node at the other end and that end's address and interface."""
+
+    ifname: str
+    address: str  # CIDR, e.g. 10.254.0.0/31
+    peer: str
+    peer_address: str  # plain address
+    peer_ifname: str
+    mtu: int
+
+    @property
+    def ip(self) -> str:
+        return self.address.split("/")[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ifname": self.ifname,
+            "address": self.address,
+            "peer": self.peer,
+            "peer_address": self.peer_address,
+            "peer_ifname": self.peer_ifname,
+            "mtu": self.mtu,
+        }
+
+
+@dataclass(frozen=True)
+class Route:
+    """``destination`` (a CIDR) via the neighbour's link address on ``dev``; ``to``: the node
+    (or cable, ``a-b``) it leads to, ``hops``: cables crossed."""
+
+    destination: str
+    via: str
+    dev: str
+    to: str
+    hops: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "destination": self.destination,
+            "via": self.via,
+            "dev": self.dev,
+            "to": self.to,
+            "hops": self.hops,
+        }
+
+
+@dataclass(frozen=True)
+class NodeFabric:
+    """One node's part of the routed fabric: what its setup applies and its doctor checks."""
+
+    node: str
+    identity: str  # plain address; a /32 on ``identity_iface``
+    identity_iface: str
+    links: tuple[Link, ...]
+    routes: tuple[Route, ...]
+    forwarding: bool  # some chosen path crosses this node
+    routing: str = "static"
+
+    @property
+    def ifnames(self) -> tuple[str, ...]:
+        return tuple(link.ifname for link in self.links)
+
+    def route_to(self, node: str) -> Route | None:
+        """The route to ``node``'s identity (None for this node itself)."""
+        return next((r for r in self.routes if r.to == node and "/32" in r.destination), None)
+
+    def link(self, ifname: str) -> Link | None:
+        return next((link for link in self.links if link.ifname == ifname), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "identity": self.identity,
+            "identity_iface": self.identity_iface,
+            "links": [link.to_dict() for link in self.links],
+            "routes": [route.to_dict() for route in self.routes],
+            "forwarding": self.forwarding,
+            "routing": self.routing,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeFabric:
+        """What ``to_dict`` wrote (the setup command's ``--fabric``); FabricError when not."""
+        try:
+            links = tuple(
+                Link(
+                    _name(d["ifname"]),
+                    _cidr(d["address"]),
+                    str(d["peer"]),
+                    _ip(d["peer_address"]),
+                    _name(d["peer_ifname"]),
+                    _mtu(d["mtu"]),
+                )
+                for d in data["links"]
+            )
+            routes = tuple(
+                Route(
+                    _cidr(d["destination"]), _ip(d["via"]), _name(d["dev"]), str(d["to"]),
+                    int(d["hops"]),
+                )  # fmt: skip
+                for d in data["routes"]
+            )
+            routing = str(data.get("routing", "static"))
+            if routing not in ROUTINGS or not isinstance(data["forwarding"], bool):
+                raise ValueError("routing or forwarding")
+            return cls(
+                str(data["node"]),
+                _ip(data["identity"]),
+                _name(data["identity_iface"]),
+                links,
+                routes,
+                data["forwarding"],
+                routing,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise FabricError(f"not a node's fabric ({err})") from None
+
+
+@dataclass(frozen=True)
+class Cable:
+    """A cable between ``a`` and ``b`` (node, interface), and its /31."""
+
+    a: tuple[str, str]
+    b: tuple[str, str]
+    network: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.a[0]}:{self.a[1]}-{self.b[0]}:{self.b[1]}"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Every node's part, the cables, and the shape they make."""
+
+    topology: str  # mesh (every pair cabled), ring, line, or routed (anything else)
+    cables: tuple[Cable, ...]
+    nodes: Mapping[str, NodeFabric]
+
+    def node(self, name: str) -> NodeFabric:
+        return self.nodes[name]
+
+    def path(self, a: str, b: str) -> list[str]:
+        """The nodes a packet from ``a`` to ``b``'s identity crosses, ``a`` and ``b``
+        included."""
+        here, seen = a, [a]
+        while here != b:
+            route = self.nodes[here].route_to(b)
+            if route is None:
+                return seen
+            here = next(link.peer for link in self.nodes[here].links if link.ifname == route.dev)
+            seen.append(here)
+        return seen
+
+
+def build_fabric(
+    identities: Mapping[str, str],
+    cabling: Mapping[str, Sequence[tuple[str, str]]],
+    link_network: str = DEFAULT_LINK_NETWORK,
+    mtu: int = 9000,
+    identity_iface: str = DEFAULT_IDENTITY_IFACE,
+    routing: str = "static",
+) -> Fabric:
+    """The routed fabric of ``identities`` (node -> address, in the cluster's node order)
+    cabled as ``cabling`` says (node -> [(interface, peer node)]; both ends of a cable name
+    it, the k-th cable between two nodes pairs the k-th mention on each side)."""
+    if routing not in ROUTINGS:
+        raise FabricError(f"routing {routing!r}: use one of {', '.join(ROUTINGS)}")
+    order = list(identities)
+    cables = _cables(order, cabling, link_network)
+    adjacency = _adjacency(order, cables)
+    unreached = _unreached(order, adjacency)
+    if unreached:
+        raise FabricError(
+            f"{', '.join(unreached)} cannot be reached from {order[0]} over the cables: "
+            "every node needs a path to every other"
+        )
+    paths = {(a, b): _shortest(a, b, adjacency) for i, a in enumerate(order) for b in order[i + 1 :]}
+    nodes = {
+        name: _node_fabric(name, order, identities, cables, paths, mtu, identity_iface, routing)
+        for name in order
+    }
+    return Fabric(_shape(order, cables), tuple(cables), nodes)
+
+
+def _cables(
+    order: Sequence[str], cabling: Mapping[str, Sequence[tuple[str, str]]], network: str
+) -> list[Cable]:
+    try:
+        pool = ipaddress.IPv4Network(network)
+    except ValueError as err:
+        raise FabricError(f"link network {network!r}: {err}") from None
+    index = {name: i for i, name in enumerate(order)}
+    for name, ends in cabling.items():
+        if name not in index:
+            raise FabricError(f"links of {name!r}: no such node")
+        names = [ifname for ifname, _ in ends]
+        if len(set(names)) != len(names):
+            raise FabricError(f"{name}: an interface is named for two cables")
+        for ifname, peer in ends:
+            if peer not in index or peer == name:
+                raise FabricError(f"{name}:{ifname} is cabled to {peer!r}: not another node")
+    cables: list[Cable] = []
+    subnets = pool.subnets(new_prefix=31) if pool.prefixlen <= 31 else iter(())
+    for a in order:
+        for b in order[index[a] + 1 :]:
+            ours = [i for i, peer in cabling.get(a, ()) if peer == b]
+            theirs = [i for i, peer in cabling.get(b, ()) if peer == a]
+            if len(ours) != len(theirs):
+                raise FabricError(
+                    f"{a} names {len(ours)} cable(s) to {b}, {b} names {len(theirs)} to {a}: "
+                    "both ends of a cable must name it"
+                )
+            for mine, other in zip(ours, theirs):
+                subnet = next(subnets, None)
+                if subnet is None:
+                    raise FabricError(f"link network {network} has no /31 left for {a}-{b}")
+                cables.append(Cable((a, mine), (b, other), str(subnet)))
+    return cables
+
+
+def _adjacency(order: Sequence[str], cables: Sequence[Cable]) -> dict[str, list[str]]:
+    adjacency: dict[str, list[str]] = {name: [] for name in order}
+    for cable in cables:
+        adjacency[cable.a[0]].append(cable.b[0])
+        adjacency[cable.b[0]].append(cable.a[0])
+    return adjacency
+
+
+def _unreached(order: Sequence[str], adjacency: Mapping[str, list[str]]) -> list[str]:
+    seen = {order[0]}
+    queue = deque([order[0]])
+    while queue:
+        for peer in adjacency[queue.popleft()]:
+            if peer not in seen:
+                seen.add(peer)
+                queue.append(peer)
+    return [name for name in order if name not in seen]
+
+
+def _shortest(a: str, b: str, adjacency: Mapping[str, list[str]]) -> list[str]:
+    """A shortest path from ``a`` to ``b`` (breadth first; among equals, the neighbours in
+    cable order: the same answer on every run)."""
+    before: dict[str, str] = {}
+    queue = deque([a])
+    while queue:
+        here = queue.popleft()
+        if here == b:
+            break
+        for peer in adjacency[here]:
+            if peer != a and peer not in before:
+                before[peer] = here
+                queue.append(peer)
+    path = [b]
+    while path[-1] != a:
+        path.append(before[path[-1]])
+    return path[::-1]
+
+
+def _node_fabric(
+    name: str,
+    order: Sequence[str],
+    identities: Mapping[str, str],
+    cables: Sequence[Cable],
+    paths: Mapping[tuple[str, str], list[str]],
+    mtu: int,
+    identity_iface: str,
+    routing: str,
+) -> NodeFabric:
+    links = tuple(_link(name, cable, mtu) for cable in cables if name in (cable.a[0], cable.b[0]))
+
+    def path(a: str, b: str) -> list[str]:
+        return paths[(a, b)] if (a, b) in paths else paths[(b, a)][::-1]
+
+    def first_link(to: str) -> Link:
+        step = path(name, to)[1]
+        return next(link for link in links if link.peer == step)
+
+    routes = []
+    for peer in order:
+        if peer != name:
+            link = first_link(peer)
+            routes.append(
+                Route(f"{identities[peer]}/32", link.peer_address, link.ifname, peer,
+                      len(path(name, peer)) - 1)
+            )  # fmt: skip
+    for cable in cables:
+        if name in (cable.a[0], cable.b[0]):
+            continue
+        # a cable this node is not on: towards its nearer end (the first in node order of equals)
+        near = min((cable.a[0], cable.b[0]), key=lambda n: (len(path(name, n)), order.index(n)))
+        link = first_link(near)
+        routes.append(
+            Route(cable.network, link.peer_address, link.ifname,
+                  f"{cable.a[0]}-{cable.b[0]}", len(path(name, near)))
+        )  # fmt: skip
+    forwarding = any(name in p[1:-1] for p in paths.values())
+    return NodeFabric(
+        name, identities[name], identity_iface, links, tuple(routes), forwarding, routing
+    )
+
+
+def _link(name: str, cable: Cable, mtu: int) -> Link:
+    network = ipaddress.IPv4Network(cable.network)
+    first, second = str(network[0]), str(network[1])
+    if cable.a[0] == name:
+        return Link(cable.a[1], f"{first}/31", cable.b[0], second, cable.b[1], mtu)
+    return Link(cable.b[1], f"{second}/31", cable.a[0], first, cable.a[1], mtu)
+
+
+def _shape(order: Sequence[str], cables: Sequence[Cable]) -> str:
+    pairs = {frozenset((c.a[0], c.b[0])) for c in cables}
+    n = len(order)
+    if len(pairs) == n * (n - 1) // 2 and len(cables) == len(pairs):
+        return "mesh"
+    degree = {name: sum(name in p for p in pairs) for name in order}
+    if n >= 3 and len(cables) == n and all(d == 2 for d in degree.values()):
+        return "ring"
+    return "routed"
+
+
+def _ip(value: Any) -> str:
+    return str(ipaddress.IPv4Address(str(value)))
+
+
+def _cidr(value: Any) -> str:
+    return str(ipaddress.IPv4Interface(str(value)))
+
+
+def _name(value: Any) -> str:
+    text = str(value)
+    if ifname_problem(text):
+        raise ValueError(f"interface name {text!r} {ifname_problem(text)}")
+    return text
+
+
+def _mtu(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 576 <= value <= 65520:
+        raise ValueError(f"mtu {value!r}")
+    return value
