@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from halo_cluster import __version__
 from halo_cluster.checks import Finding, fail, info, ok, warn
 from halo_cluster.checks.context import NodeReport
+from halo_cluster.checks.fabric import fabric_checks
 from halo_cluster.checks.fixes import q
 from halo_cluster.checks.node_code import check_halo_versions
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.mesh import Fabric
 from halo_cluster.transport import plan_transport
 from halo_cluster.transport.render import rail_label
 
@@ -113,16 +115,20 @@ def check_mtu_match(reports: Sequence[NodeReport]) -> Finding:
     )
 
 
-def check_transport_match(reports: Sequence[NodeReport], wanted: str) -> Finding:
-    """Every node resolves its own transport on its own hardware, towards a peer."""
+def check_transport_match(
+    reports: Sequence[NodeReport], wanted: str, fabric: Fabric | None = None
+) -> Finding:
+    """Every node resolves its own transport on its own hardware, towards a peer (on a
+    routed fabric: over its cables)."""
     results: dict[str, str] = {}
     for report, inv in _reached(reports):
         peer = next(
             (r.node.fabric_address for r in reports if r is not report and r.node.fabric_address),
             None,
         )
+        part = fabric.nodes.get(report.node.name) if fabric is not None else None
         try:
-            plan = plan_transport(inv, wanted, peer)
+            plan = plan_transport(inv, wanted, peer, part)
             results[report.node.name] = f"{plan.transport} ({rail_label(plan)})"
         except HaloError as err:
             results[report.node.name] = f"error: {err}"
@@ -185,16 +191,22 @@ def check_ssh_path(reports: Sequence[NodeReport]) -> Finding:
     return ok("cluster.ssh_path", "SSH uses a separate network from the fabric")
 
 
-def cluster_checks(reports: Sequence[NodeReport], wanted: str) -> list[Finding]:
+def cluster_checks(
+    reports: Sequence[NodeReport], wanted: str, fabric: Fabric | None = None
+) -> list[Finding]:
+    """``fabric``: the routed fabric of nodes cabled point to point (None: one switch), whose
+    checks take the place of the one subnet's."""
     findings = check_reachable(reports)
     if len(_reached(reports)) >= 2:
-        findings += [
-            check_fabric_ping(reports),
-            check_same_subnet(reports),
-            check_mtu_match(reports),
-            check_transport_match(reports, wanted),
-            *check_versions(reports),
-        ]
+        if fabric is not None:
+            findings += fabric_checks(reports, fabric)
+        else:
+            findings += [
+                check_fabric_ping(reports),
+                check_same_subnet(reports),
+                check_mtu_match(reports),
+            ]
+        findings += [check_transport_match(reports, wanted, fabric), *check_versions(reports)]
     findings += check_halo_versions(reports, __version__)
     findings.append(check_ssh_path(reports))
     return findings

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from halo_cluster.checks.fixes import family
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import HaloError
+from halo_cluster.facts.links import FabricView
 from halo_cluster.facts.model import Gpu, Inventory, NetInterface, RdmaDevice, RdmaPort
 from halo_cluster.transport import AMD_APU_TARGETS, RDMA_TRANSPORTS, plan_transport
 
@@ -30,6 +31,11 @@ class NodeReport:
     ethtool: Mapping[str, str] | None = None
     python: Problem | None = None  # why halo's node code cannot run there (inventory is None)
     code_sent: bool = False  # halo's node code was sent to it (not yet cached there)
+    # on a routed fabric: the host's view of the node's cables (None: unread), and whether
+    # the far end of each cable answered (interface -> answered); ``pings`` then are jumbo
+    # pings to every peer's identity
+    links: FabricView | None = None
+    link_pings: Mapping[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,24 @@ class NodeContext:
     gpus: bool = True
     # interface -> `ethtool -i` output; None when ethtool could not be run
     ethtool: Mapping[str, str] | None = None
+    # on a routed fabric: the node's cables (interfaces), the first of which the node checks
+    # look at as its fabric interface (the fabric checks look at every one)
+    links: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, report: NodeReport, wanted: str) -> NodeContext:
+        """The context of a gathered node (its inventory read): on a routed fabric its
+        identity is on no cable, so its first cable stands for its fabric interface."""
+        assert report.inventory is not None
+        node = report.node
+        return cls(
+            report.inventory,
+            wanted,
+            None if node.links else node.fabric_address,
+            gpus=node.gpus != 0,
+            ethtool=report.ethtool,
+            links=tuple(ifname for ifname, _ in node.links),
+        )
 
     @cached_property
     def family(self) -> str:
@@ -51,8 +75,10 @@ class NodeContext:
 
     @cached_property
     def fabric_iface(self) -> NetInterface | None:
-        """The interface holding the configured fabric address, else the one the transport
-        plan of this node would use."""
+        """The interface holding the configured fabric address, else (a routed fabric) the
+        node's first cable, else the one the transport plan of this node would use."""
+        if self.links:
+            return self.inv.interface(self.links[0])
         if self.fabric_address:
             address = ipaddress.IPv4Address(self.fabric_address)
             for iface in self.inv.net:

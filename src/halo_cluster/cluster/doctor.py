@@ -65,7 +65,7 @@ def doctor_cluster(
     nodes = [config.node(name) for name in names] if names else list(config.nodes)
     reports = gather(config, clients, nodes, progress)
     per_node = {r.node.name: _node_findings(r, config.transport) for r in reports}
-    return DoctorReport(per_node, cluster_checks(reports, config.transport))
+    return DoctorReport(per_node, cluster_checks(reports, config.transport, config.mesh()))
 
 
 def _node_findings(report: NodeReport, wanted: str) -> list[Finding]:
@@ -73,11 +73,4 @@ def _node_findings(report: NodeReport, wanted: str) -> list[Finding]:
         return [check_node_python(report)]  # reached, but halo's node code cannot run
     if report.inventory is None:
         return []  # reported once, as cluster.reachable
-    ctx = NodeContext(
-        report.inventory,
-        wanted,
-        report.node.fabric_address,
-        gpus=report.node.gpus != 0,
-        ethtool=report.ethtool,
-    )
-    return [check_node_python(report), *node_checks(ctx)]
+    return [check_node_python(report), *node_checks(NodeContext.of(report, wanted))]

@@ -5,13 +5,17 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.errors import ParseError
+from halo_cluster.facts.links import FabricView, parse_fabric_view
 from halo_cluster.facts.model import inventory_from_dict
 from halo_cluster.jsonin import loads
+from halo_cluster.mesh import NodeFabric
 from halo_cluster.nodecode import problem
 from halo_cluster.wire.args import inventory_args
 
@@ -34,14 +38,18 @@ def gather(
 
 def _report(config: Config, client: NodeClient) -> NodeReport:
     """The node's inventory (its node code, inside its exec_prefix) and, at the same time,
-    its host's view of the fabric (pings to every peer, ``ethtool -i``: one host script)."""
+    its host's view of the fabric (pings to every peer, ``ethtool -i``: one host script;
+    on a routed fabric, jumbo pings to every identity, a ping over every cable and the
+    state of each: ``facts/links.py``)."""
     node = client.node
     peers = {p.name: p.fabric_address for p in config.nodes if p.name != node.name}
     targets = {name: address for name, address in peers.items() if address}
+    mesh = config.mesh()
+    fabric = mesh.node(node.name) if mesh is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="halo-host") as pool:
-        host = pool.submit(host_view, client, targets, node.fabric_address)
+        host = pool.submit(host_view, client, targets, node.fabric_address, fabric)
         result = client.call(*inventory_args(versions=True), timeout=INVENTORY_TIMEOUT_S)
-        pings, ethtool = host.result()
+        view = host.result()
     if not result.ok:
         found = problem(result.returncode, result.stderr) if node.halo is None else None
         if found is not None and found.kind != "code":  # reached, but cannot run halo there
@@ -54,30 +62,109 @@ def _report(config: Config, client: NodeClient) -> NodeReport:
         reason, shown = escaped(str(err), 120), first_bytes(result.stdout)
         message = f"{node.ssh}: unreadable inventory from {node.runs} ({reason}; got {shown})"
         return NodeReport(node, None, message)
-    return NodeReport(node, inv, None, pings, ethtool, code_sent=client.sent)
+    return NodeReport(
+        node,
+        inv,
+        None,
+        view.pings,
+        view.ethtool,
+        code_sent=client.sent,
+        links=view.links,
+        link_pings=view.link_pings,
+    )
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What one host script saw: which peers answered a ping (by node name), ``ethtool -i``
+    of the fabric interface, and on a routed fabric the cables' state and which cables'
+    far ends answered (by interface)."""
+
+    pings: dict[str, bool]
+    ethtool: dict[str, str] | None = None
+    links: FabricView | None = None
+    link_pings: dict[str, bool] = field(default_factory=dict)
 
 
 def host_view(
-    client: NodeClient, targets: Mapping[str, str], fabric_address: str | None
-) -> tuple[dict[str, bool], dict[str, str] | None]:
+    client: NodeClient,
+    targets: Mapping[str, str],
+    fabric_address: str | None,
+    fabric: NodeFabric | None = None,
+) -> HostView:
     """On the node's host (the fabric is the machine's, not the container's), in one call:
     whether each target answers a ping, and ``ethtool -i`` of the interface that holds
-    ``fabric_address`` (None when there is none, or no ethtool)."""
+    ``fabric_address`` (None when there is none, or no ethtool). On a routed fabric
+    (``fabric``) the targets (identities) are pinged with frames of the cables' MTU that
+    may not be fragmented, the far end of every cable is pinged too, and the cables'
+    state is read."""
     names = list(targets)
-    waves = -(-len(names) // PING_WAVE)  # each wave ends within ping's own 2 s
-    script = ping_script([targets[n] for n in names]) if names else ""
+    addresses = [targets[n] for n in names]
+    if fabric is not None:
+        mtu = min((link.mtu for link in fabric.links), default=0)
+        addresses = [f"{a}@{mtu}" if mtu else a for a in addresses]
+        addresses += [link.peer_address for link in fabric.links]
+    waves = -(-len(addresses) // PING_WAVE)  # each wave ends within ping's own 2 s
+    script = ping_script(addresses) if addresses else ""
+    if fabric is not None:
+        script += fabric_script(fabric, {n: targets[n] for n in names})
     if fabric_address:
         script += ethtool_script(fabric_address)
     if not script:
-        return {}, None
+        return HostView({})
     done = client.host_script(script, timeout=PING_TIMEOUT_S + 2 * waves)
+    links = fabric.links if fabric is not None else ()
     if not done.ok:
-        return dict.fromkeys(names, False), None
-    pings_text, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
-    answered = parse_pings(pings_text, len(names))
+        return HostView(dict.fromkeys(names, False), None, None, {l.ifname: False for l in links})
+    head, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
+    pings_text, _, fabric_text = head.partition(FABRIC_MARK)
+    answered = parse_pings(pings_text, len(addresses))
     iface, _, output = ethtool_text.partition("\n")
-    pings = {name: index in answered for index, name in enumerate(names)}
-    return pings, ({iface.strip(): output} if iface.strip() else None)
+    view = None
+    if fabric is not None:
+        try:
+            view = parse_fabric_view(fabric_text)
+        except ParseError:
+            view = None  # the checks say the cables' state is unknown
+    return HostView(
+        {name: index in answered for index, name in enumerate(names)},
+        {iface.strip(): output} if iface.strip() else None,
+        view,
+        {link.ifname: len(names) + k in answered for k, link in enumerate(links)},
+    )
+
+
+FABRIC_MARK = "--- fabric\n"
+
+
+def fabric_script(fabric: NodeFabric, identities: Mapping[str, str]) -> str:
+    """Script lines: ``FABRIC_MARK``, then the lines ``facts/links.py`` reads: every cable's
+    carrier, MTU and error counters, forwarding, the interface holding the identity, and
+    the interface the kernel routes each peer's identity over. Names and addresses are
+    quoted: nothing in them is run."""
+    lines = [f"printf -- {shlex.quote(FABRIC_MARK)}\n"]
+    for link in fabric.links:
+        d = shlex.quote(f"/sys/class/net/{link.ifname}")
+        name = shlex.quote(link.ifname)
+        lines.append(
+            f"if [ -e {d} ]; then echo link {name} $(cat {d}/carrier 2>/dev/null || echo -) "
+            f"$(cat {d}/mtu 2>/dev/null || echo -) "
+            f"$(cat {d}/statistics/rx_errors 2>/dev/null || echo -) "
+            f"$(cat {d}/statistics/tx_errors 2>/dev/null || echo -); "
+            f"else echo link {name} missing; fi\n"
+        )
+    lines.append('echo forward "$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || echo -)"\n')
+    lines.append(
+        f"set -- $(ip -o -4 addr show to {shlex.quote(fabric.identity)} 2>/dev/null)\n"
+        'echo identity "${2:--}"\n'
+    )
+    for peer, address in identities.items():
+        lines.append(
+            f"set -- $(ip -o route get {shlex.quote(address)} 2>/dev/null); dev=-\n"
+            'while [ $# -gt 1 ]; do [ "$1" = dev ] && dev=$2; shift; done\n'
+            f"echo route {shlex.quote(peer)} \"$dev\"\n"
+        )
+    return "".join(lines)
 
 
 ETHTOOL_MARK = "--- ethtool "
@@ -98,13 +185,16 @@ def ping_script(addresses: Sequence[str], wave: int = PING_WAVE) -> str:
     """A ``bash -s`` script that pings every address once (a second echo after 1 s for one
     that has not answered; 2 s in all) and prints ``INDEX RC`` for each: one Python process
     with one ICMP socket for all of them (``PINGER``), else — no python3, or no ICMP socket
-    allowed — one ``ping -c 1 -W 2`` per address, ``wave`` at once. Addresses are quoted:
-    nothing in them is run."""
+    allowed — one ``ping -c 1 -W 2`` per address, ``wave`` at once. ``ADDRESS@SIZE``: an
+    echo of SIZE bytes (IP header included) that may not be fragmented (a path that cannot
+    carry frames of its MTU fails). Addresses are quoted: nothing in them is run."""
     quoted = " ".join(shlex.quote(a) for a in addresses)
     lines = [f"if ! python3 -I -S -c {shlex.quote(PINGER)} {quoted} 2>/dev/null; then\n"]
-    for index, address in enumerate(addresses):
+    for index, target in enumerate(addresses):
+        address, _, size = target.partition("@")
+        big = f"-M do -s {int(size) - 28} " if size.isdigit() and int(size) > 28 else ""
         lines.append(
-            f"(ping -c 1 -W 2 {shlex.quote(address)} >/dev/null 2>&1; echo {index} $?) &\n"
+            f"(ping -c 1 -W 2 {big}{shlex.quote(address)} >/dev/null 2>&1; echo {index} $?) &\n"
         )
         if index % wave == wave - 1:
             lines.append("wait\n")
@@ -116,13 +206,18 @@ def ping_script(addresses: Sequence[str], wave: int = PING_WAVE) -> str:
 # and source; Python 3.9. Exit 3 when no ICMP socket can be opened.
 PINGER = """
 import os, select, socket, struct, sys, time
-addrs = sys.argv[1:]
-for a in addrs:
+addrs, sizes = [], []
+for arg in sys.argv[1:]:
+    a, _, size = arg.partition("@")
     try:
         if socket.inet_ntoa(socket.inet_aton(a)) != a:
             sys.exit(3)
     except OSError:
         sys.exit(3)  # not an IPv4 address in dotted quads: ping's own turn
+    if size and not (size.isdigit() and 92 <= int(size) <= 65520):
+        sys.exit(3)
+    addrs.append(a)
+    sizes.append(int(size) if size else 0)
 def checksum(b):
     if len(b) % 2:
         b += b"\\0"
@@ -141,9 +236,14 @@ except OSError:
 # what arrives beyond our replies (others' echo requests, on a raw socket) must not fill
 # the buffer before the replies are read
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+if any(sizes):
+    # never fragmented (IP_MTU_DISCOVER = IP_PMTUDISC_DO): a path that cannot carry a frame
+    # of its size does not answer
+    s.setsockopt(socket.IPPROTO_IP, 10, 2)
 ident, got = os.getpid() & 0xFFFF, set()
 def send(i):
-    body = struct.pack("!HH", ident, i) + b"halo" * 14
+    pad = sizes[i] - 28 if sizes[i] else 56  # IP (20) and ICMP (8) headers
+    body = struct.pack("!HH", ident, i) + (b"halo" * (pad // 4 + 1))[:pad]
     head = struct.pack("!BBH", 8, 0, checksum(b"\\x08\\0\\0\\0" + body))
     try:
         s.sendto(head + body, (addrs[i], 0))
@@ -156,7 +256,7 @@ def receive(wait):
         ready, _, _ = select.select([s], [], [], max(0.0, end - time.monotonic()))
         if not ready:
             return
-        data, peer = s.recvfrom(4096)
+        data, peer = s.recvfrom(65536)
         if raw:
             data = data[(data[0] & 15) * 4:]
         if len(data) < 8 or data[0] != 0:

@@ -66,27 +66,26 @@ def make_plans(cluster: Cluster, force: bool = False) -> ClusterPlans:
 
 def blocking(config: Config, reports: list[NodeReport]) -> list[tuple[str, Finding]]:
     """The doctor's failing findings: (node or "cluster", finding)."""
-    found = [
-        ("cluster", f) for f in cluster_checks(reports, config.transport) if f.severity == "fail"
-    ]
+    checks = cluster_checks(reports, config.transport, config.mesh())
+    found = [("cluster", f) for f in checks if f.severity == "fail"]
     for report in reports:
         if report.inventory is None:
             continue
-        ctx = NodeContext(
-            report.inventory,
-            config.transport,
-            report.node.fabric_address,
-            gpus=report.node.gpus != 0,
-            ethtool=report.ethtool,
-        )
+        ctx = NodeContext.of(report, config.transport)
         found += [(report.node.name, f) for f in node_checks(ctx) if f.severity == "fail"]
     return found
 
 
 def plan_nodes(config: Config, reports: list[NodeReport]) -> dict[str, TransportPlan]:
-    """Each reachable node's plan, towards the first other node's fabric address."""
+    """Each reachable node's plan, towards the first other node's fabric address (on a
+    routed fabric: over its cables, bound to its identity)."""
     plans = {}
+    mesh = config.mesh()
     for report in reports:
+        if report.inventory is not None and mesh is not None:
+            fabric = mesh.node(report.node.name)
+            plans[report.node.name] = plan_transport(report.inventory, config.transport, None, fabric)
+            continue
         if report.inventory is None:
             continue
         peer = next(

@@ -3,6 +3,8 @@ interfaces (found by their addresses) and the planned RDMA port."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import PathCounters
 from halo_cluster.facts.net import CLASS_DIR, read_interfaces
@@ -27,6 +29,19 @@ def interface_counters(root: Root, name: str) -> PathCounters:
     )
 
 
+def links_counters(root: Root, links: Sequence[str]) -> PathCounters:
+    """The bytes of several interfaces added up (None when one cannot be read: a sum
+    without one of its parts would be a lie)."""
+    parts = [interface_counters(root, name) for name in links]
+    rx = [p.rx_bytes for p in parts]
+    tx = [p.tx_bytes for p in parts]
+    return PathCounters(
+        "+".join(links),
+        None if None in rx else sum(r for r in rx if r is not None),
+        None if None in tx else sum(t for t in tx if t is not None),
+    )
+
+
 def rdma_counters(root: Root, hca: str, port: int) -> PathCounters | None:
     for device in read_rdma_devices(root):
         if device.name != hca:
@@ -38,11 +53,18 @@ def rdma_counters(root: Root, hca: str, port: int) -> PathCounters | None:
 
 
 def read_paths(
-    root: Root, fabric: str | None, mgmt: str | None, rdma: tuple[str, int] | None
+    root: Root,
+    fabric: str | None,
+    mgmt: str | None,
+    rdma: tuple[str, int] | None,
+    links: Sequence[str] = (),
 ) -> dict[str, PathCounters]:
     """path name ("fabric", "mgmt", "rdma") -> its counters; paths not found are left out
-    (and named in the root's warnings)."""
+    (and named in the root's warnings). ``links``: a routed fabric's cables, whose bytes
+    add up to the fabric path (named ``a+b``)."""
     out: dict[str, PathCounters] = {}
+    if links:
+        out["fabric"] = links_counters(root, links)
     for path, address in (("fabric", fabric), ("mgmt", mgmt)):
         if address is None:
             continue

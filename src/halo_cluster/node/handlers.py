@@ -33,7 +33,8 @@ def counters(args: argparse.Namespace) -> int:
     from halo_cluster.facts.root import Root
 
     reader = Root(args.root)
-    paths = read_paths(reader, args.fabric, args.mgmt, args.rdma)  # rdma: (device, port)
+    # rdma: (device, port); link: a routed fabric's cables
+    paths = read_paths(reader, args.fabric, args.mgmt, args.rdma, args.link or ())
     json.dump(Counters(paths, tuple(reader.warnings)).to_dict(), sys.stdout)
     return 0
 

@@ -79,6 +79,9 @@ class TransportPlan:
     env: Mapping[str, str]
     reasons: Mapping[str, str]
     warnings: tuple[str, ...] = field(default=())
+    # a routed fabric (nodes cabled point to point): the node's identity interface and
+    # address, which what binds one address uses; the rails are then its cables
+    identity: Rail | None = None
 
     def __post_init__(self) -> None:
         if not self.rails:
@@ -111,6 +114,9 @@ class TransportPlan:
 
     @property
     def address(self) -> str | None:
+        """The address this node is reached at: its identity on a routed fabric."""
+        if self.identity is not None:
+            return self.identity.address
         return self.rail.address
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,6 +132,7 @@ class TransportPlan:
             "address": self.address,
             "apu": self.apu,
             "rails": [rail.to_dict() for rail in self.rails],
+            "identity": self.identity.to_dict() if self.identity is not None else None,
             "env": dict(self.env),
             "reasons": dict(self.reasons),
             "warnings": list(self.warnings),
@@ -138,6 +145,7 @@ class TransportPlan:
         reasons = dict(data.get("reasons", {}))
         rails = data.get("rails")
         apu = data.get("apu")
+        identity = data.get("identity")
         return cls(
             transport=str(data["transport"]),
             rails=tuple(Rail.from_dict(r) for r in rails) if rails else (legacy_rail(data),),
@@ -146,6 +154,7 @@ class TransportPlan:
             env=dict(data.get("env", {})),
             reasons=reasons,
             warnings=tuple(data.get("warnings", ())),
+            identity=Rail.from_dict(identity) if isinstance(identity, Mapping) else None,
         )
 
 

@@ -55,6 +55,53 @@ def engine_env(transport: str, rail: Rail, why: EnvWhy) -> tuple[dict[str, str],
     return env, reasons
 
 
+def routed_env(
+    transport: str, rails: tuple[Rail, ...], identity: Rail, why: EnvWhy
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment of a node on a routed fabric: NCCL/RCCL over every cable (``rails``),
+    Gloo and vLLM on the identity, which the routes carry to every peer."""
+    env: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    names = ",".join(r.netdev for r in rails if r.netdev)
+    put_env(
+        env,
+        reasons,
+        "NCCL_SOCKET_IFNAME",
+        f"={names}",
+        "exact match (=): NCCL's sockets on every cable, each reaching the peers routed over it",
+    )
+    if identity.netdev is not None:
+        put_env(
+            env,
+            reasons,
+            "GLOO_SOCKET_IFNAME",
+            identity.netdev,
+            f"Gloo binds one address: the identity {identity.address}, reached over any cable",
+        )
+    if identity.address is not None:
+        put_env(
+            env,
+            reasons,
+            "VLLM_HOST_IP",
+            identity.address,
+            "vLLM and Ray advertise this node by its identity address",
+        )
+    if transport in RDMA_TRANSPORTS:
+        _rdma_env(rails[0], why, env, reasons)
+        hcas = ",".join(r.hca for r in rails if r.hca)
+        put_env(
+            env,
+            reasons,
+            "NCCL_IB_HCA",
+            f"={hcas}",
+            "exact match (=): every cable's RDMA port is a rail",
+        )
+    else:
+        put_env(env, reasons, "NCCL_IB_DISABLE", "1", f"{transport} transport: TCP sockets only")
+        put_env(env, reasons, "NCCL_NET", "Socket", "use NCCL's socket transport explicitly")
+    return env, reasons
+
+
 def _rdma_env(rail: Rail, why: EnvWhy, env: dict[str, str], reasons: dict[str, str]) -> None:
     if rail.device is None or rail.hca is None or rail.gid_index is None:
         raise ValueError(f"an RDMA rail needs a device, a port and a GID index: {rail}")
@@ -89,12 +136,16 @@ def put_env(
 
 def counters_args(plan: TransportPlan, mgmt: str | None = None) -> list[str]:
     """The node's ``counters`` command for this plan's paths (``wire``): the fabric
-    interface by its address and, on an RDMA plan, the planned port (``--rdma DEV:PORT``);
-    ``mgmt``, the management address, when it is another interface."""
+    interface by its address (on a routed fabric, every cable by name: their bytes add up)
+    and, on an RDMA plan, the planned port (``--rdma DEV:PORT``); ``mgmt``, the management
+    address, when it is another interface."""
     rdma = None
     if plan.is_rdma and plan.device is not None and plan.port is not None:
         rdma = (plan.device, plan.port)
     shown_mgmt = mgmt if mgmt and mgmt != plan.address else None
+    if plan.identity is not None:
+        links = [r.netdev for r in plan.rails if r.netdev]
+        return wire_counters_args(mgmt=shown_mgmt, rdma=rdma, links=links)
     return wire_counters_args(fabric=plan.address, mgmt=shown_mgmt, rdma=rdma)
 
 
@@ -116,5 +167,8 @@ def perftest_device(plan: TransportPlan) -> PerftestDevice | None:
 
 
 def rail_label(plan: TransportPlan) -> str | None:
-    """What people read as the path: ``dev:port`` of an RDMA plan, else its IP interface."""
+    """What people read as the path: ``dev:port`` of an RDMA plan, else its IP interface;
+    every cable of a routed fabric's plan."""
+    if plan.identity is not None:
+        return "+".join(r.hca or r.netdev or "?" for r in plan.rails)
     return plan.rail.hca or plan.netdev

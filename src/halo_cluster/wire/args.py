@@ -32,9 +32,11 @@ def counters_args(
     mgmt: str | None = None,
     rdma: tuple[str, int] | None = None,
     root: str | None = None,
+    links: Sequence[str] = (),
 ) -> list[str]:
-    """The byte counters of the paths: interfaces by address, the RDMA port (device, port)."""
-    return COUNTERS.argv(root=root, fabric=fabric, mgmt=mgmt, rdma=rdma)
+    """The byte counters of the paths: interfaces by address, the RDMA port (device, port);
+    ``links``: a routed fabric's cables by name, added up as the fabric path."""
+    return COUNTERS.argv(root=root, fabric=fabric, mgmt=mgmt, rdma=rdma, link=list(links))
 
 
 def serve_health_args(host: str, port: int) -> list[str]:

@@ -75,7 +75,11 @@ _SECONDS = Arg("--seconds", FLOAT, 5.0)
 MAX_COUNT = 1 << 20  # --size, --streams
 
 INVENTORY = Command("inventory", (ROOT, _JSON, Arg("--versions", FLAG)))
-COUNTERS = Command("counters", (ROOT, Arg("--fabric"), Arg("--mgmt"), Arg("--rdma", RDMA)))
+COUNTERS = Command(
+    "counters",
+    # --link: a routed fabric's cables by name (their bytes add up to the fabric path)
+    (ROOT, Arg("--fabric"), Arg("--mgmt"), Arg("--rdma", RDMA), Arg("--link", many=True)),
+)
 SERVE_HEALTH = Command("serve-health", _SERVE)
 SERVE_PROBE = Command("serve-probe", (*_SERVE, Arg("--tokens", INT, 64, low=1, high=4096)))
 # greedy answers to fixed prompts, with each token's log-probability (the token witness)
