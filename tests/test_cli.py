@@ -167,6 +167,7 @@ def test_env_json_keys_exactly() -> None:
         "address",
         "apu",
         "rails",
+        "identity",
         "env",
         "reasons",
         "warnings",

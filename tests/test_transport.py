@@ -39,6 +39,7 @@ def test_strix_e810_auto_is_roce_gid_1_with_apu_gdr_off() -> None:
                 "address": "192.168.100.1",
             }
         ],
+        "identity": None,
         "env": {
             "NCCL_SOCKET_IFNAME": "=enp194s0np0",
             "GLOO_SOCKET_IFNAME": "enp194s0np0",

@@ -71,6 +71,7 @@ def test_the_json_keeps_the_old_keys_next_to_the_rails() -> None:
             },
             {"device": "mlx4_0", "port": 1, "gid_index": 3, "netdev": "enp4s0", "address": None},
         ],
+        "identity": None,
         "env": {},
         "reasons": {},
         "warnings": [],

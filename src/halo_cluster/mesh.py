@@ -130,9 +130,12 @@ class NodeFabric:
             )
             routes = tuple(
                 Route(
-                    _cidr(d["destination"]), _ip(d["via"]), _name(d["dev"]), str(d["to"]),
+                    _cidr(d["destination"]),
+                    _ip(d["via"]),
+                    _name(d["dev"]),
+                    str(d["to"]),
                     int(d["hops"]),
-                )  # fmt: skip
+                )
                 for d in data["routes"]
             )
             routing = str(data.get("routing", "static"))
@@ -210,7 +213,9 @@ def build_fabric(
             f"{', '.join(unreached)} cannot be reached from {order[0]} over the cables: "
             "every node needs a path to every other"
         )
-    paths = {(a, b): _shortest(a, b, adjacency) for i, a in enumerate(order) for b in order[i + 1 :]}
+    paths = {
+        (a, b): _shortest(a, b, adjacency) for i, a in enumerate(order) for b in order[i + 1 :]
+    }
     nodes = {
         name: _node_fabric(name, order, identities, cables, paths, mtu, identity_iface, routing)
         for name in order

@@ -16,6 +16,7 @@ from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.gather import (
     ETHTOOL_MARK,
     PINGER,
+    HostView,
     ethtool_script,
     host_view,
     parse_pings,
@@ -105,18 +106,19 @@ def test_the_host_view_of_a_node() -> None:
         return Result(argv, 0, text, "")
 
     client = clients_from(config, {"a": FakeRunner().on_input(["bash", "-s"], host)})["a"]
-    pings, ethtool = host_view(client, {"b": "10.0.0.2", "c": "10.0.0.3"}, "10.0.0.1")
-    assert pings == {"b": True, "c": False}
-    assert ethtool == {"eth1": "driver: ice\nversion: 1.0\n"}
+    view = host_view(client, {"b": "10.0.0.2", "c": "10.0.0.3"}, "10.0.0.1")
+    assert view == HostView(
+        {"b": True, "c": False}, {"eth1": "driver: ice\nversion: 1.0\n"}, None, {}
+    )
     assert "'10.0.0.2' '10.0.0.3'" in seen[0] or "10.0.0.2 10.0.0.3" in seen[0]
     assert "ip -o -4 addr show to 10.0.0.1" in seen[0]
     # a host that does not answer: no path reached, no ethtool
     down = FakeRunner().on(["bash"], Result((), 255, "", "ssh: connect to host a: timed out"))
     client = clients_from(config, {"a": down})["a"]
-    assert host_view(client, {"b": "10.0.0.2"}, "10.0.0.1") == ({"b": False}, None)
+    assert host_view(client, {"b": "10.0.0.2"}, "10.0.0.1") == HostView({"b": False})
     # nothing to ask: no call
     idle = FakeRunner()
-    assert host_view(clients_from(config, {"a": idle})["a"], {}, None) == ({}, None)
+    assert host_view(clients_from(config, {"a": idle})["a"], {}, None) == HostView({})
     assert idle.calls == []
 
 

@@ -68,16 +68,22 @@ def test_inventory(versions: bool, root: str | None) -> None:
     mgmt=maybe(VALUE),
     rdma=maybe(st.tuples(WORD, st.integers(1, 255))),
     root=ROOT,
+    links=st.lists(VALUE, max_size=3),
 )
 def test_counters(
-    fabric: str | None, mgmt: str | None, rdma: tuple[str, int] | None, root: str | None
+    fabric: str | None,
+    mgmt: str | None,
+    rdma: tuple[str, int] | None,
+    root: str | None,
+    links: list[str],
 ) -> None:
-    assert parsed(wire.counters_args(fabric, mgmt, rdma, root)) == {
+    assert parsed(wire.counters_args(fabric, mgmt, rdma, root, links)) == {
         "command": "counters",
         "root": or_default(root, "/"),
         "fabric": fabric,
         "mgmt": mgmt,
         "rdma": rdma,
+        "link": links,
     }
 
 
@@ -159,6 +165,7 @@ SETUP = {
     "address": maybe(VALUE),
     "apply": st.booleans(),
     "root": ROOT,
+    "fabric": maybe(VALUE),
 }
 
 
@@ -172,8 +179,9 @@ def test_setup(
     address: str | None,
     apply: bool,
     root: str | None,
+    fabric: str | None,
 ) -> None:
-    argv = wire.setup_args(distro, mtu, steps, fabric_iface, address, apply, root)
+    argv = wire.setup_args(distro, mtu, steps, fabric_iface, address, apply, root, fabric)
     assert parsed(argv) == {
         "command": "setup",
         "root": or_default(root, "/"),
@@ -184,6 +192,7 @@ def test_setup(
         "step": steps,
         "fabric_iface": fabric_iface,
         "address": address,
+        "fabric": fabric,
         "apply": apply,
         "yes": apply,
     }

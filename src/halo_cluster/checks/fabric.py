@@ -17,6 +17,7 @@ Each failure names the node, the cable and the fix.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from halo_cluster.checks import Finding, fail, ok, warn
 from halo_cluster.checks.context import NodeReport
@@ -317,7 +318,7 @@ def _why_silent(
     """The likeliest fix for a path that does not answer: a node on the way that does not
     forward, else this node's route, else the cables along the path."""
     path = fabric.path(part.node, peer)
-    for here, there in zip(path, path[1:]):
+    for here, there in pairwise(path):
         route = fabric.node(here).route_to(there)
         seen = views.get(here)
         state = seen.links.get(route.dev) if seen is not None and route is not None else None

@@ -115,7 +115,8 @@ def host_view(
     done = client.host_script(script, timeout=PING_TIMEOUT_S + 2 * waves)
     links = fabric.links if fabric is not None else ()
     if not done.ok:
-        return HostView(dict.fromkeys(names, False), None, None, {l.ifname: False for l in links})
+        silent = {link.ifname: False for link in links}
+        return HostView(dict.fromkeys(names, False), None, None, silent)
     head, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
     pings_text, _, fabric_text = head.partition(FABRIC_MARK)
     answered = parse_pings(pings_text, len(addresses))
@@ -162,7 +163,7 @@ def fabric_script(fabric: NodeFabric, identities: Mapping[str, str]) -> str:
         lines.append(
             f"set -- $(ip -o route get {shlex.quote(address)} 2>/dev/null); dev=-\n"
             'while [ $# -gt 1 ]; do [ "$1" = dev ] && dev=$2; shift; done\n'
-            f"echo route {shlex.quote(peer)} \"$dev\"\n"
+            f'echo route {shlex.quote(peer)} "$dev"\n'
         )
     return "".join(lines)
 

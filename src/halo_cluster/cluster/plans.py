@@ -84,7 +84,9 @@ def plan_nodes(config: Config, reports: list[NodeReport]) -> dict[str, Transport
     for report in reports:
         if report.inventory is not None and mesh is not None:
             fabric = mesh.node(report.node.name)
-            plans[report.node.name] = plan_transport(report.inventory, config.transport, None, fabric)
+            plans[report.node.name] = plan_transport(
+                report.inventory, config.transport, None, fabric
+            )
             continue
         if report.inventory is None:
             continue

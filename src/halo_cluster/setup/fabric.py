@@ -17,7 +17,7 @@ from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.mesh import NodeFabric
-from halo_cluster.setup.steps import Action, Step
+from halo_cluster.setup.step import Action, Step
 
 FORWARD_FILE = "etc/sysctl.d/90-halo-forward.conf"
 FORWARD_TEXT = "# written by halo setup: this node forwards between its fabric links\n" + (
@@ -141,9 +141,19 @@ def _routes(root: Root, fabric: NodeFabric) -> Step:
     else:
         actions = tuple(
             Action(
-                ("ip", "route", "replace", route.destination, "via", route.via, "dev", route.dev,
-                 "src", fabric.identity)
-            )  # fmt: skip
+                (
+                    "ip",
+                    "route",
+                    "replace",
+                    route.destination,
+                    "via",
+                    route.via,
+                    "dev",
+                    route.dev,
+                    "src",
+                    fabric.identity,
+                )
+            )
             for route in fabric.routes
             if f"{route.destination} via {route.via} dev {route.dev}" in lacking
         )

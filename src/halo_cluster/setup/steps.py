@@ -3,9 +3,7 @@ done, the exact actions that would do it, and whether a reboot follows."""
 
 from __future__ import annotations
 
-import shlex
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from halo_cluster.checks import Finding
 from halo_cluster.checks import fixes as fx
@@ -18,7 +16,9 @@ from halo_cluster.facts.root import Root
 from halo_cluster.mesh import NodeFabric
 from halo_cluster.netnames import ifname_problem, interface_address_problem
 from halo_cluster.printable import quoted
+from halo_cluster.setup.fabric import fabric_steps
 from halo_cluster.setup.grub import changed_lines, edit_grub, grub_args
+from halo_cluster.setup.step import Action, Step
 
 MEMLOCK_FILE = "etc/security/limits.d/90-halo-memlock.conf"
 MEMLOCK_TEXT = (
@@ -43,47 +43,6 @@ TOOLS = {
         "rdma": "iproute2",
     },
 }
-
-
-@dataclass(frozen=True)
-class Action:
-    """Run argv, or write ``content`` to a root-relative ``path``."""
-
-    argv: tuple[str, ...] = ()
-    path: str = ""
-    content: str = ""
-    shown: str = ""  # for edits: the changed lines only
-
-    def display(self) -> str:
-        if self.path:
-            verb, text = ("edit", self.shown) if self.shown else ("write", self.content)
-            return f"{verb} /{self.path}:\n" + "".join(
-                f"    {line}\n" for line in text.splitlines()
-            )
-        return "sudo " + shlex.join(self.argv)
-
-
-@dataclass(frozen=True)
-class Step:
-    id: str
-    title: str
-    done: bool
-    actions: tuple[Action, ...] = ()
-    reboot: bool = False
-    check: str | None = None
-    note: str = ""
-    evidence: tuple[str, ...] = field(default=())
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "done": self.done,
-            "commands": [a.display().rstrip("\n") for a in self.actions],
-            "reboot": self.reboot,
-            "check": self.check,
-            "note": self.note,
-        }
 
 
 @dataclass(frozen=True)
@@ -115,8 +74,6 @@ def family_of(inv: Inventory, opts: SetupOptions) -> str:
 
 
 def setup_steps(root: Root, inv: Inventory, opts: SetupOptions) -> list[Step]:
-    from halo_cluster.setup.fabric import fabric_steps
-
     fam = family_of(inv, opts)
     ctx = NodeContext(inv)
     iface = opts.fabric_iface or (ctx.fabric_iface.name if ctx.fabric_iface else None)

@@ -7,8 +7,8 @@ computes its own (never "auto" decided on the head and pushed to the workers).
 
 The parts: transport/path.py (the typed path: TransportPlan and its Rails, constants),
 transport/choose.py (ports and interfaces), transport/rdma.py and transport/tcp.py (the two
-kinds of plan), transport/routed.py (a node cabled point to point: a rail per cable, and its identity),
-transport/env.py (what they share), transport/render.py (one renderer per
+kinds of plan on a switch), transport/routed.py (a node cabled point to point: a rail per
+cable, and its identity), transport/env.py (what they share), transport/render.py (one renderer per
 consumer: the NCCL/RCCL/Gloo environment, the counters command's path arguments, perftest's
 device, port and GID).
 """

@@ -27,7 +27,9 @@ def routed_plan(inv: Inventory, wanted: str, fabric: NodeFabric) -> TransportPla
         for link in fabric.links
     }
     ports = _ports(inv, wanted, fabric)
-    if wanted in RDMA_TRANSPORTS or (wanted == "auto" and ports and len(ports) == len(fabric.links)):
+    if wanted in RDMA_TRANSPORTS or (
+        wanted == "auto" and ports and len(ports) == len(fabric.links)
+    ):
         kind = wanted if wanted in RDMA_TRANSPORTS else ports[fabric.links[0].ifname].kind
         rails, gid_why = _rdma_rails(inv, fabric, ports, kind, warnings)
         transport = kind
@@ -110,9 +112,7 @@ def _rdma_rails(
         else:
             gid_index, _, why = roce_gid(cand, inv.interface(link.ifname), None, warnings)
         whys.append(why)
-        rails.append(
-            Rail(cand.device.name, cand.port.port, gid_index, link.ifname, link.ip)
-        )
+        rails.append(Rail(cand.device.name, cand.port.port, gid_index, link.ifname, link.ip))
     if len({r.gid_index for r in rails}) > 1:
         warnings.append(
             "the cables' RoCE v2 GID indexes differ; NCCL_IB_GID_INDEX takes one: "
