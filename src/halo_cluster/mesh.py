@@ -178,6 +178,22 @@ class Fabric:
     def node(self, name: str) -> NodeFabric:
         return self.nodes[name]
 
+    def reach(self, name: str) -> dict[str, dict[str, Any]]:
+        """How ``name`` reaches each other node: the cable (its interface), the hops and
+        the nodes crossed on the way (the JSON of ``halo env --node``)."""
+        part = self.nodes[name]
+        found = {}
+        for peer in self.nodes:
+            route = part.route_to(peer)
+            if route is not None:
+                found[peer] = {
+                    "identity": self.nodes[peer].identity,
+                    "ifname": route.dev,
+                    "hops": route.hops,
+                    "via": self.path(name, peer)[1:-1],
+                }
+        return found
+
     def path(self, a: str, b: str) -> list[str]:
         """The nodes a packet from ``a`` to ``b``'s identity crosses, ``a`` and ``b``
         included."""

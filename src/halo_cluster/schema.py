@@ -73,7 +73,7 @@ class Latency(_LatencyNeeded, total=False):
 class _NetPathNeeded(TypedDict):
     node: str
     peer: str
-    path: Literal["mgmt", "fabric", "rdma"]
+    path: Literal["mgmt", "fabric", "link", "rdma"]
 
 
 # "from" is a keyword: only the functional form can name it (it evaluates its types at
@@ -92,6 +92,8 @@ class NetPath(_NetPathNeeded, _NetPathEnds, total=False):
     pct_line_rate: float | None
     pct_pcie: float | None
     errors: list[str]
+    hops: int  # a routed fabric: cables crossed (fabric between identities; link: 1)
+    cable: str  # a routed fabric's link leg: "node1:thunderbolt0-node2:thunderbolt1"
 
 
 class Skipped(TypedDict):

@@ -38,7 +38,8 @@ from halo_cluster.wire.args import (
 )
 
 SCHEMA = SCHEMAS["net"]
-PATHS = ("mgmt", "fabric", "rdma")
+# link: each cable of a routed fabric on its own (fabric then runs between identities)
+PATHS = ("mgmt", "fabric", "link", "rdma")
 PEER_TOOLS = ("sockperf", "qperf", "iperf3", "ib_write_lat", "ib_write_bw")
 RDMA_LAT_SIZE = 2
 RDMA_BW_SIZE = 65536
@@ -129,8 +130,9 @@ class NetBench:
             "skipped": skipped_all,
         }
         try:
+            fabric = self.config.mesh()
             for a, b in pairs:
-                chosen, skipped = legs(a, b, [p for p in paths if p != "rdma"])
+                chosen, skipped = legs(a, b, [p for p in paths if p != "rdma"], fabric)
                 skipped_all += skipped
                 if "rdma" in paths:
                     rdma, why = self._rdma_leg(a, b)
@@ -179,10 +181,12 @@ class NetBench:
             "latency_us": None,
             "bandwidth_gbps": None,
             "errors": [],
+            **({"hops": leg.hops} if leg.hops is not None else {}),
+            **({"cable": leg.cable} if leg.cable is not None else {}),
         }
 
     def _measure(self, leg: Leg, entry: dict[str, Any]) -> None:
-        label = f"{leg.node.name} → {leg.peer.name} {leg.path}"
+        label = f"{leg.node.name} → {leg.peer.name} {leg.cable or leg.path}"
         self.progress(f"{label}: latency")
         try:
             latency = self._latency(leg)

@@ -11,6 +11,7 @@ from halo_cluster.checks.network import pcie_ceiling_gbps
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory, NetInterface
+from halo_cluster.mesh import Fabric
 
 
 @dataclass(frozen=True)
@@ -22,14 +23,22 @@ class Leg:
     path: str
     source: str
     target: str
+    # a routed fabric: the cables crossed (fabric: 1 or more; link: 1) and the cable's label
+    hops: int | None = None
+    cable: str | None = None
 
 
 def legs(
-    a: NodeConfig, b: NodeConfig, paths: Sequence[str]
+    a: NodeConfig, b: NodeConfig, paths: Sequence[str], fabric: Fabric | None = None
 ) -> tuple[list[Leg], list[dict[str, str]]]:
-    """The legs to measure and, for each path that cannot be, the reason."""
+    """The legs to measure and, for each path that cannot be, the reason. On a routed
+    fabric the fabric path runs between the identities (one hop or more), and each cable
+    between the two nodes is a ``link`` leg of its own (its two ends' addresses)."""
     chosen, skipped = [], []
     for path in paths:
+        if path == "link":
+            chosen += cable_legs(a, b, fabric)
+            continue
         if path == "mgmt":
             source, target = a.mgmt_address or a.host, b.mgmt_address or b.host
         else:
@@ -49,8 +58,32 @@ def legs(
                 }
             )
             continue
-        chosen.append(Leg(a, b, path, source, target))
+        hops = None
+        if fabric is not None and path == "fabric":
+            route = fabric.node(a.name).route_to(b.name)
+            hops = route.hops if route is not None else None
+        chosen.append(Leg(a, b, path, source, target, hops))
     return chosen, skipped
+
+
+def cable_legs(a: NodeConfig, b: NodeConfig, fabric: Fabric | None) -> list[Leg]:
+    """One leg per cable between ``a`` and ``b`` (none on a switch, or between nodes that
+    are not cabled to each other)."""
+    if fabric is None:
+        return []
+    return [
+        Leg(
+            a,
+            b,
+            "link",
+            link.ip,
+            link.peer_address,
+            1,
+            f"{a.name}:{link.ifname}-{b.name}:{link.peer_ifname}",
+        )
+        for link in fabric.node(a.name).links
+        if link.peer == b.name
+    ]
 
 
 def pairs_of(config: Config, pair: str | None) -> list[tuple[NodeConfig, NodeConfig]]:

@@ -169,10 +169,11 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 @click.option(
     "--path",
     "path_choice",
-    type=click.Choice(["mgmt", "fabric", "rdma", "all"]),
+    type=click.Choice(["mgmt", "fabric", "link", "rdma", "all"]),
     default="all",
     show_default=True,
-    help="Which network: management Ethernet, fabric TCP, fabric RDMA (perftest).",
+    help="Which network: management Ethernet, fabric TCP (on cabled nodes: between identities, "
+    "one hop or more), each cable on its own (link: cabled nodes only), fabric RDMA (perftest).",
 )
 @click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(0.5, 600))
 @click.option(

@@ -73,16 +73,21 @@ def net_table(result: dict[str, object]) -> None:
         shown = _lat(lat) if lat else "[red]failed[/]"
         bw = p.get("bandwidth_gbps")
         line, pcie = p.get("pct_line_rate"), p.get("pct_pcie")
+        path = p["path"]
+        if p.get("cable"):
+            path = f"link {p['cable']}"
+        elif p.get("hops"):
+            path = f"{path} ({p['hops']} hop{'s' if p['hops'] > 1 else ''})"
         grid.add_row(
             f"{p['node']} → {p['peer']}",
-            p["path"],
+            path,
             shown,
             f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
             f"{line:.0f}" if line is not None else "-",
             f"{pcie:.0f}" if pcie is not None else "-",
         )
     console().print(grid)
-    names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
+    names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "link": "cable", "rdma": "RDMA"}
     summary = [
         f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p.get("latency_us")
     ]

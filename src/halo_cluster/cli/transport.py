@@ -6,15 +6,17 @@ import os
 import shlex
 import stat
 import sys
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, BinaryIO
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
+from halo_cluster.cli.options import config_option
 from halo_cluster.jsonout import emit_json
 from halo_cluster.printable import printable
 
 if TYPE_CHECKING:
+    from halo_cluster.mesh import Fabric
     from halo_cluster.nccl_log import LogVerdict
     from halo_cluster.transport import TransportPlan
 
@@ -50,8 +52,22 @@ TRANSPORT_CHOICES = ["auto", "infiniband", "roce", "ethernet", "thunderbolt"]
 @click.option(
     "--explain", is_flag=True, help="Add each variable's reason (as comments in shell/dotenv)."
 )
+@click.option(
+    "--node",
+    metavar="NAME",
+    help="This machine is NAME of a cluster cabled point to point (links in halo.toml): plan "
+    "over its cables and identity, and say which cable reaches each peer (JSON: 'peers').",
+)
+@config_option("Cluster config for --node.")
 def env_command(
-    root: str, wanted: str, peer: str | None, fmt: str, as_json: bool, explain: bool
+    root: str,
+    wanted: str,
+    peer: str | None,
+    fmt: str,
+    as_json: bool,
+    explain: bool,
+    node: str | None,
+    config_path: str | None,
 ) -> int:
     """Print the NCCL/RCCL, Gloo and vLLM environment this node needs, derived from its own
     facts. Use it as: eval "$(halo env --peer 192.168.100.2)"."""
@@ -59,21 +75,52 @@ def env_command(
     from halo_cluster.transport import plan_transport
 
     inv = collect_inventory(root)
-    plan = plan_transport(inv, wanted, peer)
-    if as_json or fmt == "json":
-        emit_json(plan.to_dict())
+    peers = None
+    if node is not None:
+        fabric = _routed(config_path, node)
+        plan = plan_transport(inv, wanted, None, fabric.node(node))
+        peers = fabric.reach(node)
     else:
-        sys.stdout.write(render_env(plan, fmt, explain))
+        plan = plan_transport(inv, wanted, peer)
+    if as_json or fmt == "json":
+        emit_json(plan.to_dict() if peers is None else {**plan.to_dict(), "peers": peers})
+    else:
+        sys.stdout.write(render_env(plan, fmt, explain, peers))
     for warning in plan.warnings:
         click.echo(f"halo: warning: {printable(warning)}", err=True)
     return 0
 
 
-def render_env(plan: TransportPlan, fmt: str, explain: bool) -> str:
+def _routed(config_path: str | None, node: str) -> Fabric:
+    from halo_cluster.cli.options import require_config
+    from halo_cluster.errors import UsageError
+
+    config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
+    config.node(node)  # an unknown name is a usage error
+    fabric = config.mesh()
+    if fabric is None:
+        raise UsageError(
+            f"{config.path}: the nodes have no links (one switch): use --peer ADDRESS instead"
+        )
+    return fabric
+
+
+def render_env(
+    plan: TransportPlan,
+    fmt: str,
+    explain: bool,
+    peers: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     lines = []
     if explain:
         lines.append(_comment(f"transport: {plan.reasons.get('transport', plan.transport)}"))
         lines += [_comment(f"warning: {w}") for w in plan.warnings]
+        for name, how in (peers or {}).items():
+            via = f", via {', '.join(how['via'])}" if how["via"] else ""
+            hops = f"{how['hops']} hop{'s' if how['hops'] != 1 else ''}"
+            lines.append(
+                _comment(f"peer {name} ({how['identity']}): over {how['ifname']}, {hops}{via}")
+            )
     for name, value in plan.env.items():
         if explain and name in plan.reasons:
             lines.append(_comment(f"{name}: {plan.reasons[name]}"))
