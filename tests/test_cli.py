@@ -128,14 +128,24 @@ def test_demo_prints_both_inventories(tmp_path: Path) -> None:
         report = tmp_path / "halo-demo-report.html"
         assert f"halo report: wrote {report}" in result.stdout
         assert report.read_text().count('data-chart="') == 5
+        # without a switch: a 3-node mesh set up, checked and served over its identities
+        assert "halo setup --apply on node1: fabric_links, fabric_identity, fabric_routes" in (
+            result.stdout
+        )
+        assert "OK   fabric.reach: all 6 paths between identities" in result.stdout
+        assert "node1 reaches node3" in result.stdout and "over thunderbolt1, 1 hop" in result.stdout
+        assert "RPC workers at 198.19." in result.stdout and "proven socket" in result.stdout
+        assert "mesh lab removed" in result.stdout
 
 
 def test_demo_json(tmp_path: Path) -> None:
     """The bundled-data part as JSON (the lab part, which takes minutes, is checked above)."""
     result = halo("demo", "--json", "--no-lab", cwd=tmp_path, timeout=600)
     data = json.loads(result.stdout)
-    assert data["lab"] == {"skipped": "--no-lab"}
-    assert set(data) == {"inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab"}
+    assert data["lab"] == data["mesh"] == {"skipped": "--no-lab"}
+    assert set(data) == {
+        "inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab", "mesh",
+    }  # fmt: skip
     assert data["plan"]["collectives_per_token"] == 162
     assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2
     assert data["plans"]["strix-e810"]["gid_index"] == 1

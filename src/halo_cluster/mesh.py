@@ -233,7 +233,17 @@ def build_fabric(
         (a, b): _shortest(a, b, adjacency) for i, a in enumerate(order) for b in order[i + 1 :]
     }
     nodes = {
-        name: _node_fabric(name, order, identities, cables, paths, mtu, identity_iface, routing)
+        name: _node_fabric(
+            name,
+            order,
+            identities,
+            cables,
+            paths,
+            mtu,
+            identity_iface,
+            routing,
+            [ifname for ifname, _ in cabling.get(name, ())],
+        )
         for name in order
     }
     return Fabric(_shape(order, cables), tuple(cables), nodes)
@@ -322,8 +332,12 @@ def _node_fabric(
     mtu: int,
     identity_iface: str,
     routing: str,
+    declared: Sequence[str],
 ) -> NodeFabric:
-    links = tuple(_link(name, cable, mtu) for cable in cables if name in (cable.a[0], cable.b[0]))
+    """``declared``: the node's interfaces in the order its links name them (its links,
+    and so its rails, keep that order)."""
+    ours = [_link(name, cable, mtu) for cable in cables if name in (cable.a[0], cable.b[0])]
+    links = tuple(sorted(ours, key=lambda link: declared.index(link.ifname)))
 
     def path(a: str, b: str) -> list[str]:
         return paths[(a, b)] if (a, b) in paths else paths[(b, a)][::-1]

@@ -21,26 +21,33 @@ LOGS = {"rccl-roce-2rank.log": "roce", "nccl-socket-fallback.log": "roce"}
 @click.option(
     "--no-lab",
     is_flag=True,
-    help="Skip the 2-node lab (Ray, the real engine, benchmarks): the bundled data only.",
+    help="Skip the labs (the 2-node lab with Ray, the real engine and benchmarks; the 3-node "
+    "mesh): the bundled data only.",
 )
 def demo(as_json: bool, no_lab: bool) -> int:
     """Run every capability on this machine and on the bundled example nodes (a Strix Halo +
     E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs): inventory, doctor,
     transport plan, transport proof; then, as root, a 2-node lab serving a tiny model with
-    the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks."""
+    the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks, and a
+    3-node lab cabled as a mesh without a switch (setup, doctor, llama.cpp over it)."""
     from halo_cluster.cli.demo_lab import lab_demo
+    from halo_cluster.cli.demo_mesh import mesh_demo
     from halo_cluster.cli.output import console
     from halo_cluster.jsonout import emit_json
 
     gathered = gather()
     skipped = {"skipped": "--no-lab"}
     if as_json:
-        emit_json({**gathered["json"], "lab": skipped if no_lab else lab_demo(None)})
+        labs = {"lab": skipped, "mesh": skipped}
+        if not no_lab:
+            labs = {"lab": lab_demo(None), "mesh": mesh_demo(None)}
+        emit_json({**gathered["json"], **labs})
         return 0
     out = console()
     show(out, gathered)
     if not no_lab:
         lab_demo(out)
+        mesh_demo(out)
     return 0
 
 

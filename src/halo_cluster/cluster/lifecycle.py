@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from halo_cluster.client.fanout import each
@@ -200,16 +200,17 @@ class Lifecycle:
         return run_script(self.client(node), {}, stop, timeout=60)
 
     # -- status / down --------------------------------------------------------------------
-    def raylets(self) -> dict[str, bool | None]:
-        """Per node: is its raylet running (None: the node did not answer)? Ray itself notices
-        a dead node only after its heartbeats time out; asking the node is immediate."""
+    def raylets(self, nodes: Sequence[NodeConfig] | None = None) -> dict[str, bool | None]:
+        """Per node (default: every one): is its raylet running (None: the node did not
+        answer)? Ray itself notices a dead node only after its heartbeats time out; asking
+        the node is immediate."""
 
         def check(node: NodeConfig) -> bool | None:
             result = self.client(node).run(["pgrep", "-f", "raylet"], timeout=15)
             return True if result.ok else False if result.returncode == 1 else None
 
-        nodes = list(self.config.nodes)
-        return dict(zip([n.name for n in nodes], each(nodes, check), strict=True))
+        chosen = list(self.config.nodes if nodes is None else nodes)
+        return dict(zip([n.name for n in chosen], each(chosen, check), strict=True))
 
     def down(self) -> dict[str, str]:
         """Stop Ray on every node (workers first); unreachable nodes are reported, not fatal."""

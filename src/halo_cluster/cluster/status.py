@@ -6,6 +6,7 @@ others a member whose served process (the pid file 'halo serve' wrote) is gone."
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from halo_cluster.client.fanout import each
@@ -25,8 +26,7 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
     config = cluster.config
     ray = Lifecycle(cluster)
     state = read_state(config)
-    raylets = ray.raylets()
-    alive = set(ray.alive()) if any(raylets.values()) else set()
+    raylets, alive = ray_view(ray)
     plans = state.plans() if state else {}
     nodes = []
     for node in config.nodes:
@@ -49,6 +49,22 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
         "nodes": nodes,
         "up_s": round(time.time() - started, 1) if started and alive else None,
     }
+
+
+def ray_view(ray: Lifecycle) -> tuple[dict[str, bool | None], set[str]]:
+    """Each node's raylet (None: no answer), and the addresses Ray's table on the head
+    reports alive. The head is asked first; where its raylet runs, its table is read while
+    the other nodes are asked (Ray's table is the head's: without its raylet there is none)."""
+    config = ray.config
+    head = config.head
+    raylets = ray.raylets([head])
+    others = [n for n in config.nodes if n is not head]
+    if not raylets[head.name]:
+        return {**raylets, **ray.raylets(others)}, set()
+    with ThreadPoolExecutor(1, thread_name_prefix="halo-ray-table") as pool:
+        table = pool.submit(ray.alive)
+        raylets.update(ray.raylets(others))
+        return {n.name: raylets[n.name] for n in config.nodes}, set(table.result())
 
 
 def serve_health(

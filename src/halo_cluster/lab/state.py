@@ -158,8 +158,8 @@ def new_lab_state(
 
 def lab_cabling(topology: str, nodes: int) -> dict[str, tuple[tuple[str, str], ...]]:
     """Each node's cables (interface, peer): a mesh cables every pair, a ring each node to
-    the next (its first port) and the one before (its second); a switch has none. Ports are
-    numbered per node in the order its cables are made."""
+    the next and the one before; a switch has none. Ports are numbered per node in the
+    order its cables are made (node by node, each to the ones after it)."""
     names = [f"node{i}" for i in range(1, nodes + 1)]
     if topology == "mesh":
         pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1 :]]
