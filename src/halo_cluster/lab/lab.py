@@ -266,7 +266,8 @@ class Lab:
             self.sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", inner)
             self.sh("ip", "-n", ns, "link", "set", inner, "up")
         self.sh("ip", "-n", ns, "link", "set", "lo", "up")
-        self._rate(state, node)
+        if not state.routed:  # a mesh's or ring's cables are limited once they exist
+            self._rate(state, node)
 
     def _cables(self, state: LabState) -> None:
         """A mesh's or ring's cables: a veth pair from one node's namespace straight into
