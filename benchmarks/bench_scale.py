@@ -9,7 +9,11 @@ environment, `make engine`):
   node command (Ray's node table) in the same environment;
 - `halo up` on 16 nodes against a bare sequence of `ray start`: every node's own start
   script, as `halo up` wrote it (the same environment), head first, then each worker,
-  then a wait until the head's table has all 16.
+  then a wait until the head's table has all 16;
+- switchless fabrics: `halo lab up`/`down` of a ring of 8 and 32 nodes and a mesh of 8
+  (28 cables), and on the 32-node ring `halo setup --apply` (every cable, identity, route
+  and forwarding, node by node) and `halo doctor` (every cable and every pair of
+  identities with jumbo frames: 992 paths).
 
 Targets (issue 28): doctor and status on 32 nodes <= 3 s each and <= 1.5x the bare loop;
 up on 16 nodes <= 1.5x the bare sequence. Medians of the runs. Writes
@@ -60,14 +64,14 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
-def lab_cycles(work: Path, sizes: list[int], runs: int) -> dict[str, Any]:
+def lab_cycles(work: Path, sizes: list[int], runs: int, topology: str = "switch") -> dict[str, Any]:
     found: dict[str, Any] = {}
     for nodes in sizes:
         ups, downs = [], []
         for run in range(runs):
-            lab = work / f"cyc{nodes}-{run}"
+            lab = work / f"cyc{topology}{nodes}-{run}"
             up = [HALO, "lab", "up", "--name", "scyc", "--dir", str(lab), "--nodes", str(nodes),
-                  "--no-engine", "--no-llama-cpp"]  # fmt: skip
+                  "--no-engine", "--no-llama-cpp", "--topology", topology]  # fmt: skip
             ups.append(timed(up, work))
             downs.append(timed([HALO, "lab", "down", "--dir", str(lab)], work))
         found[str(nodes)] = {
@@ -76,9 +80,37 @@ def lab_cycles(work: Path, sizes: list[int], runs: int) -> dict[str, Any]:
             "up_median_s": median(ups),
             "down_median_s": median(downs),
         }
-        print(f"lab {nodes:2} nodes: up {median(ups):.2f} s, down {median(downs):.2f} s",
-              file=sys.stderr)  # fmt: skip
+        print(f"lab {topology} {nodes:2} nodes: up {median(ups):.2f} s, "
+              f"down {median(downs):.2f} s", file=sys.stderr)  # fmt: skip
     return found
+
+
+FABRIC_STEPS = ("fabric_links", "fabric_identity", "fabric_routes", "fabric_forwarding")
+
+
+def routed_32(work: Path, runs: int) -> dict[str, Any]:
+    """A 32-node ring: setup --apply on every node, then the doctor (median of ``runs``)."""
+    lab = work / "ring32"
+    config = str(lab / "halo.toml")
+    timed([HALO, "lab", "up", "--name", "sring", "--dir", str(lab), "--nodes", "32",
+           "--topology", "ring", "--no-engine", "--no-llama-cpp"], work)  # fmt: skip
+    try:
+        nodes = [a for i in range(1, 33) for a in ("--node", f"node{i}")]
+        steps = [a for s in FABRIC_STEPS for a in ("--step", s)]
+        setup_s = timed([HALO, "setup", "--config", config, *nodes, *steps, "--apply", "--yes",
+                         "--json"], work)  # fmt: skip
+        doctors = [timed([HALO, "doctor", "--config", config], work) for _ in range(runs + 1)]
+        done = subprocess.run([HALO, "doctor", "--config", config, "--json"], cwd=work,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        findings = json.loads(done.stdout)["cluster"]["findings"]
+        reach = next(f["summary"] for f in findings if f["check"] == "fabric.reach")
+    finally:
+        timed([HALO, "lab", "down", "--dir", str(lab)], work, check=False)
+    print(f"ring 32: setup {setup_s:.1f} s, doctor {median(doctors[1:]):.2f} s ({reach})",
+          file=sys.stderr)  # fmt: skip
+    return {"setup_apply_s": round(setup_s, 2), "doctor_s": [round(t, 3) for t in doctors[1:]],
+            "doctor_median_s": median(doctors[1:]), "doctor_exit": done.returncode,
+            "fabric_reach": reach}  # fmt: skip
 
 
 class Bare:
@@ -188,6 +220,9 @@ def main() -> None:
                                                               * os.sysconf("SC_PHYS_PAGES")
                                                               / 2**30, 1)}}  # fmt: skip
     result["lab"] = lab_cycles(work, [2, 8, 16, 32], 3)
+    result["lab_ring"] = lab_cycles(work, [8, 32], 3, "ring")
+    result["lab_mesh"] = lab_cycles(work, [8], 3, "mesh")
+    result["ring_32"] = routed_32(work, args.runs)
 
     memory: dict[str, float] = {}
     for nodes in (2, 8, 16):

@@ -133,7 +133,9 @@ def test_demo_prints_both_inventories(tmp_path: Path) -> None:
             result.stdout
         )
         assert "OK   fabric.reach: all 6 paths between identities" in result.stdout
-        assert "node1 reaches node3" in result.stdout and "over thunderbolt1, 1 hop" in result.stdout
+        assert (
+            "node1 reaches node3" in result.stdout and "over thunderbolt1, 1 hop" in result.stdout
+        )
         assert "RPC workers at 198.19." in result.stdout and "proven socket" in result.stdout
         assert "mesh lab removed" in result.stdout
 

@@ -14,8 +14,8 @@ filter passes it).
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +25,7 @@ from halo_cluster.netnames import ifname_problem
 ROUTINGS = ("static", "openfabric")
 DEFAULT_IDENTITY_IFACE = "halo0"
 DEFAULT_LINK_NETWORK = "10.254.0.0/24"
+MIN_MTU, MAX_MTU = 1280, 65520  # IPv6's minimum (USB4 networking carries both) to the largest
 
 
 class FabricError(ValueError):
@@ -117,24 +118,14 @@ class NodeFabric:
     def from_dict(cls, data: Mapping[str, Any]) -> NodeFabric:
         """What ``to_dict`` wrote (the setup command's ``--fabric``); FabricError when not."""
         try:
-            links = tuple(
-                Link(
-                    _name(d["ifname"]),
-                    _cidr(d["address"]),
-                    str(d["peer"]),
-                    _ip(d["peer_address"]),
-                    _name(d["peer_ifname"]),
-                    _mtu(d["mtu"]),
-                )
-                for d in data["links"]
-            )
+            links = tuple(_link_of(d) for d in data["links"])
             routes = tuple(
                 Route(
                     _cidr(d["destination"]),
                     _ip(d["via"]),
                     _name(d["dev"]),
                     str(d["to"]),
-                    int(d["hops"]),
+                    _hops(d["hops"]),
                 )
                 for d in data["routes"]
             )
@@ -150,7 +141,7 @@ class NodeFabric:
                 data["forwarding"],
                 routing,
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
             raise FabricError(f"not a node's fabric ({err})") from None
 
 
@@ -171,7 +162,7 @@ class Cable:
 class Fabric:
     """Every node's part, the cables, and the shape they make."""
 
-    topology: str  # mesh (every pair cabled), ring, line, or routed (anything else)
+    topology: str  # mesh (every pair cabled once), ring, or routed (any other cabling)
     cables: tuple[Cable, ...]
     nodes: Mapping[str, NodeFabric]
 
@@ -217,36 +208,79 @@ def build_fabric(
 ) -> Fabric:
     """The routed fabric of ``identities`` (node -> address, in the cluster's node order)
     cabled as ``cabling`` says (node -> [(interface, peer node)]; both ends of a cable name
-    it, the k-th cable between two nodes pairs the k-th mention on each side)."""
-    if routing not in ROUTINGS:
-        raise FabricError(f"routing {routing!r}: use one of {', '.join(ROUTINGS)}")
+    it, the k-th cable between two nodes pairs the k-th mention on each side). FabricError
+    (one line) for what cannot be one."""
+    _check_values(identities, cabling, link_network, mtu, identity_iface, routing)
     order = list(identities)
     cables = _cables(order, cabling, link_network)
-    adjacency = _adjacency(order, cables)
-    unreached = _unreached(order, adjacency)
+    paths = _paths(order, cables)
+    unreached = [name for name in order if name not in paths[order[0]]]
     if unreached:
         raise FabricError(
             f"{', '.join(unreached)} cannot be reached from {order[0]} over the cables: "
             "every node needs a path to every other"
         )
-    paths = {
-        (a, b): _shortest(a, b, adjacency) for i, a in enumerate(order) for b in order[i + 1 :]
+    crossed = {
+        node for there in paths.values() for path in there.values() for node in path.nodes[1:-1]
     }
     nodes = {
         name: _node_fabric(
             name,
-            order,
             identities,
             cables,
-            paths,
+            paths[name],
             mtu,
             identity_iface,
             routing,
             [ifname for ifname, _ in cabling.get(name, ())],
+            name in crossed,
         )
         for name in order
     }
     return Fabric(_shape(order, cables), tuple(cables), nodes)
+
+
+def _check_values(
+    identities: Mapping[str, str],
+    cabling: Mapping[str, Sequence[tuple[str, str]]],
+    link_network: str,
+    mtu: int,
+    identity_iface: str,
+    routing: str,
+) -> None:
+    """What a plan is made of, before any of it: routing, MTU, names, identities."""
+    if not identities:
+        raise FabricError("no nodes")
+    if routing not in ROUTINGS:
+        raise FabricError(f"routing {routing!r}: use one of {', '.join(ROUTINGS)}")
+    if isinstance(mtu, bool) or not isinstance(mtu, int) or not MIN_MTU <= mtu <= MAX_MTU:
+        raise FabricError(f"mtu {mtu!r}: a whole number from {MIN_MTU} to {MAX_MTU}")
+    for name in [identity_iface, *(i for ends in cabling.values() for i, _ in ends)]:
+        if ifname_problem(name):
+            raise FabricError(f"interface name {name!r} {ifname_problem(name)}")
+    try:
+        pool = ipaddress.IPv4Network(link_network)
+    except ValueError as err:
+        raise FabricError(f"link network {link_network!r}: {err}") from None
+    seen: dict[str, str] = {}
+    for node, address in identities.items():
+        try:
+            ip = ipaddress.IPv4Address(address)
+        except ValueError:
+            raise FabricError(f"{node}: identity {address!r} is not an IPv4 address") from None
+        if str(ip) in seen:
+            raise FabricError(f"{seen[str(ip)]} and {node} have the same identity {ip}")
+        if ip in pool:
+            raise FabricError(
+                f"{node}: identity {ip} is inside the link network {pool} (a cable's address)"
+            )
+        seen[str(ip)] = node
+    for node, ends in cabling.items():
+        if identity_iface in {ifname for ifname, _ in ends}:
+            raise FabricError(
+                f"{node}: {identity_iface} is a cable and the identity interface: name the "
+                "identity interface otherwise ([fabric] identity_iface)"
+            )
 
 
 def _cables(
@@ -285,89 +319,90 @@ def _cables(
     return cables
 
 
-def _adjacency(order: Sequence[str], cables: Sequence[Cable]) -> dict[str, list[str]]:
-    adjacency: dict[str, list[str]] = {name: [] for name in order}
-    for cable in cables:
-        adjacency[cable.a[0]].append(cable.b[0])
-        adjacency[cable.b[0]].append(cable.a[0])
-    return adjacency
+@dataclass(frozen=True)
+class _Path:
+    """The chosen path from one node to another: the nodes on it (both ends included) and
+    the cables crossed (indexes into the fabric's cables), and its weight."""
+
+    nodes: tuple[str, ...]
+    cables: tuple[int, ...]
+    weight: int
 
 
-def _unreached(order: Sequence[str], adjacency: Mapping[str, list[str]]) -> list[str]:
-    seen = {order[0]}
-    queue = deque([order[0]])
-    while queue:
-        for peer in adjacency[queue.popleft()]:
-            if peer not in seen:
-                seen.add(peer)
-                queue.append(peer)
-    return [name for name in order if name not in seen]
-
-
-def _shortest(a: str, b: str, adjacency: Mapping[str, list[str]]) -> list[str]:
-    """A shortest path from ``a`` to ``b`` (breadth first; among equals, the neighbours in
-    cable order: the same answer on every run)."""
-    before: dict[str, str] = {}
-    queue = deque([a])
-    while queue:
-        here = queue.popleft()
-        if here == b:
-            break
-        for peer in adjacency[here]:
-            if peer != a and peer not in before:
-                before[peer] = here
-                queue.append(peer)
-    path = [b]
-    while path[-1] != a:
-        path.append(before[path[-1]])
-    return path[::-1]
+def _paths(order: Sequence[str], cables: Sequence[Cable]) -> dict[str, dict[str, _Path]]:
+    """From every node, the one shortest path to every node it reaches. Cable i weighs
+    2**m + 2**i (m cables): fewer cables always win, and among paths of as many cables the
+    sums of distinct powers of two never tie. So each shortest path is the only one: the
+    path from b to a is the path from a to b reversed, and every part of a chosen path is
+    the path chosen between its ends, which makes the nodes' routes agree with the paths
+    through them (no node sends a packet another way than its neighbour meant)."""
+    base = 1 << len(cables)
+    adjacency: dict[str, list[tuple[str, int]]] = {name: [] for name in order}
+    for index, cable in enumerate(cables):
+        adjacency[cable.a[0]].append((cable.b[0], index))
+        adjacency[cable.b[0]].append((cable.a[0], index))
+    found = {}
+    for source in order:
+        best: dict[str, _Path] = {source: _Path((source,), (), 0)}
+        queue = [(0, source)]
+        done: set[str] = set()
+        while queue:
+            weight, here = heapq.heappop(queue)
+            if here in done:
+                continue
+            done.add(here)
+            for there, index in adjacency[here]:
+                step = weight + base + (1 << index)
+                if there not in best or step < best[there].weight:
+                    path = best[here]
+                    best[there] = _Path((*path.nodes, there), (*path.cables, index), step)
+                    heapq.heappush(queue, (step, there))
+        found[source] = best
+    return found
 
 
 def _node_fabric(
     name: str,
-    order: Sequence[str],
     identities: Mapping[str, str],
     cables: Sequence[Cable],
-    paths: Mapping[tuple[str, str], list[str]],
+    paths: Mapping[str, _Path],
     mtu: int,
     identity_iface: str,
     routing: str,
     declared: Sequence[str],
+    forwarding: bool,
 ) -> NodeFabric:
-    """``declared``: the node's interfaces in the order its links name them (its links,
-    and so its rails, keep that order)."""
-    ours = [_link(name, cable, mtu) for cable in cables if name in (cable.a[0], cable.b[0])]
-    links = tuple(sorted(ours, key=lambda link: declared.index(link.ifname)))
-
-    def path(a: str, b: str) -> list[str]:
-        return paths[(a, b)] if (a, b) in paths else paths[(b, a)][::-1]
-
-    def first_link(to: str) -> Link:
-        step = path(name, to)[1]
-        return next(link for link in links if link.peer == step)
-
+    """``paths``: this node's path to every other; ``declared``: the node's interfaces in
+    the order its links name them (its links, and so its rails, keep that order)."""
+    ours = {i: _link(name, cable, mtu) for i, cable in enumerate(cables) if name in _ends(cable)}
+    links = tuple(sorted(ours.values(), key=lambda link: declared.index(link.ifname)))
     routes = []
-    for peer in order:
+    for peer in identities:  # in the cluster's order
         if peer != name:
-            link = first_link(peer)
+            path = paths[peer]
+            link = ours[path.cables[0]]
             routes.append(
-                Route(f"{identities[peer]}/32", link.peer_address, link.ifname, peer,
-                      len(path(name, peer)) - 1)
+                Route(f"{identities[peer]}/32", link.peer_address, link.ifname,
+                      peer, len(path.cables))
             )  # fmt: skip
-    for cable in cables:
-        if name in (cable.a[0], cable.b[0]):
+    for index, cable in enumerate(cables):
+        if index in ours:
             continue
-        # a cable this node is not on: towards its nearer end (the first in node order of equals)
-        near = min((cable.a[0], cable.b[0]), key=lambda n: (len(path(name, n)), order.index(n)))
-        link = first_link(near)
+        # a cable this node is not on: towards its nearer end (routes through the nodes on
+        # the way agree: the nearer end for this node is the nearer one for them too)
+        near = min(_ends(cable), key=lambda end: paths[end].weight)
+        link = ours[paths[near].cables[0]]
         routes.append(
             Route(cable.network, link.peer_address, link.ifname,
-                  f"{cable.a[0]}-{cable.b[0]}", len(path(name, near)))
+                  f"{cable.a[0]}-{cable.b[0]}", len(paths[near].cables) + 1)
         )  # fmt: skip
-    forwarding = any(name in p[1:-1] for p in paths.values())
     return NodeFabric(
         name, identities[name], identity_iface, links, tuple(routes), forwarding, routing
     )
+
+
+def _ends(cable: Cable) -> tuple[str, str]:
+    return cable.a[0], cable.b[0]
 
 
 def _link(name: str, cable: Cable, mtu: int) -> Link:
@@ -381,7 +416,7 @@ def _link(name: str, cable: Cable, mtu: int) -> Link:
 def _shape(order: Sequence[str], cables: Sequence[Cable]) -> str:
     pairs = {frozenset((c.a[0], c.b[0])) for c in cables}
     n = len(order)
-    if len(pairs) == n * (n - 1) // 2 and len(cables) == len(pairs):
+    if cables and len(pairs) == n * (n - 1) // 2 and len(cables) == len(pairs):
         return "mesh"
     degree = {name: sum(name in p for p in pairs) for name in order}
     if n >= 3 and len(cables) == n and all(d == 2 for d in degree.values()):
@@ -405,6 +440,28 @@ def _name(value: Any) -> str:
 
 
 def _mtu(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 576 <= value <= 65520:
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_MTU <= value <= MAX_MTU:
         raise ValueError(f"mtu {value!r}")
     return value
+
+
+def _hops(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise ValueError(f"hops {value!r}")
+    return value
+
+
+def _link_of(data: Mapping[str, Any]) -> Link:
+    """A link as ``Link.to_dict`` wrote it: its address a /31 that holds the far end's."""
+    address = ipaddress.IPv4Interface(str(data["address"]))
+    peer = ipaddress.IPv4Address(str(data["peer_address"]))
+    if address.network.prefixlen != 31 or peer not in address.network or peer == address.ip:
+        raise ValueError(f"link {address} and its far end {peer}: not the two ends of a /31")
+    return Link(
+        _name(data["ifname"]),
+        str(address),
+        str(data["peer"]),
+        str(peer),
+        _name(data["peer_ifname"]),
+        _mtu(data["mtu"]),
+    )

@@ -332,7 +332,7 @@ def _why_silent(
             return f"# the MTU of the cable {here}:{link.ifname} to {there} (fabric.mtu)"
     for middle in path[1:-1]:
         seen = views.get(middle)
-        if seen is not None and seen.forwarding is False:
+        if seen is not None and seen.forwarding is not True:  # off, or unreadable
             return f"{_setup(middle)}   # forwarding on {c(middle)}, on the way to {c(peer)}"
     view = views.get(part.node)
     if view is not None and view.routes.get(peer) is None:

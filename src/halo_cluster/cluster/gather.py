@@ -5,14 +5,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import ParseError
-from halo_cluster.facts.links import FabricView, parse_fabric_view
+from halo_cluster.facts.links import FabricView, parse_fabric_view, parse_route_get
 from halo_cluster.facts.model import inventory_from_dict
 from halo_cluster.jsonin import loads
 from halo_cluster.mesh import NodeFabric
@@ -123,10 +123,14 @@ def host_view(
     iface, _, output = ethtool_text.partition("\n")
     view = None
     if fabric is not None:
+        state_text, _, routes_text = fabric_text.partition(ROUTES_MARK)
         try:
-            view = parse_fabric_view(fabric_text)
+            view = parse_fabric_view(state_text)
         except ParseError:
             view = None  # the checks say the cables' state is unknown
+        else:
+            devs = parse_route_get(routes_text)
+            view = replace(view, routes={n: devs.get(targets[n]) for n in names})
     return HostView(
         {name: index in answered for index, name in enumerate(names)},
         {iface.strip(): output} if iface.strip() else None,
@@ -136,13 +140,14 @@ def host_view(
 
 
 FABRIC_MARK = "--- fabric\n"
+ROUTES_MARK = "--- routes\n"
 
 
 def fabric_script(fabric: NodeFabric, identities: Mapping[str, str]) -> str:
     """Script lines: ``FABRIC_MARK``, then the lines ``facts/links.py`` reads: every cable's
-    carrier, MTU and error counters, forwarding, the interface holding the identity, and
-    the interface the kernel routes each peer's identity over. Names and addresses are
-    quoted: nothing in them is run."""
+    carrier, MTU and error counters, forwarding and the interface holding the identity;
+    then ``ROUTES_MARK`` and the kernel's route to each peer's identity (``ip route get``,
+    all in one process). Names and addresses are quoted: nothing in them is run."""
     lines = [f"printf -- {shlex.quote(FABRIC_MARK)}\n"]
     for link in fabric.links:
         d = shlex.quote(f"/sys/class/net/{link.ifname}")
@@ -159,11 +164,12 @@ def fabric_script(fabric: NodeFabric, identities: Mapping[str, str]) -> str:
         f"set -- $(ip -o -4 addr show to {shlex.quote(fabric.identity)} 2>/dev/null)\n"
         'echo identity "${2:--}"\n'
     )
-    for peer, address in identities.items():
+    if identities:
+        # every peer's route in one ip process (one line per lookup, the address first)
+        lookups = "".join(f"route get {address}\n" for address in identities.values())
         lines.append(
-            f"set -- $(ip -o route get {shlex.quote(address)} 2>/dev/null); dev=-\n"
-            'while [ $# -gt 1 ]; do [ "$1" = dev ] && dev=$2; shift; done\n'
-            f'echo route {shlex.quote(peer)} "$dev"\n'
+            f"printf -- {shlex.quote(ROUTES_MARK)}\n"
+            f"printf %s {shlex.quote(lookups)} | ip -force -o -batch - 2>/dev/null\n"
         )
     return "".join(lines)
 

@@ -9,6 +9,9 @@ The lines, one fact each (fields separated by spaces; ``-`` when unreadable)::
     forward 0|1
     identity IFNAME
     route PEER IFNAME
+
+(the script itself asks the kernel for every peer's route with ``ip -batch``, whose lines
+``parse_route_get`` reads; the caller names the peers).
 """
 
 from __future__ import annotations
@@ -35,6 +38,23 @@ class FabricView:
     forwarding: bool | None = None
     identity_iface: str | None = None  # None: no interface holds the identity address
     routes: Mapping[str, str | None] = field(default_factory=dict)  # peer -> interface
+
+
+def parse_route_get(text: str) -> dict[str, str]:
+    """``ip -o route get`` lines (several, from ``ip -batch``) -> destination -> the
+    interface it leaves by. A line without ``dev`` (a lookup that failed) or of another
+    shape is passed over, and so is a local or unreachable one: that destination has no
+    route out."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3 or parts[0] in ("local", "broadcast", "unreachable", "prohibit"):
+            continue
+        for index, word in enumerate(parts[:-1]):
+            if word == "dev":
+                found.setdefault(parts[0], parts[index + 1])
+                break
+    return found
 
 
 def _number(text: str) -> int | None:

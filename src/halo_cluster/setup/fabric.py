@@ -17,6 +17,7 @@ from halo_cluster.facts import parsers as p
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.mesh import NodeFabric
+from halo_cluster.setup.grub import changed_lines
 from halo_cluster.setup.step import Action, Step
 
 FORWARD_FILE = "etc/sysctl.d/90-halo-forward.conf"
@@ -74,9 +75,17 @@ def _identity(root: Root, inv: Inventory, fabric: NodeFabric) -> Step:
     local = set(root.parse("proc/net/fib_trie", p.parse_fib_trie_local, quiet=True) or [])
     iface = inv.interface(fabric.identity_iface)
     name = fabric.identity_iface
-    done = fabric.identity in local and iface is not None
+    # held by another interface with a prefix (a switch NIC's old fabric address): moved
+    # (a /32 elsewhere has no prefix route: /proc cannot tell where it is)
+    other = inv.interface_with_address(fabric.identity)
+    elsewhere = other is not None and other.name != name
+    done = fabric.identity in local and iface is not None and not elsewhere
     kind = "dummy" if _has_dummy(root, inv) else "bridge"
     actions: list[Action] = []
+    if other is not None and elsewhere:
+        held = next(c for c in other.ipv4 if c.split("/")[0] == fabric.identity)
+        actions.append(Action(("ip", "addr", "del", held, "dev", other.name)))
+        local.discard(fabric.identity)
     if iface is None:
         actions.append(Action(("ip", "link", "add", name, "type", kind)))
     if iface is None or iface.state == "down":
@@ -88,6 +97,8 @@ def _identity(root: Root, inv: Inventory, fabric: NodeFabric) -> Step:
         if kind == "dummy" or iface is not None
         else "; this kernel has no dummy interfaces: a bridge without ports holds it"
     )
+    if other is not None and elsewhere:
+        why += f"; {fabric.identity} is on {other.name} now: moved to {name}"
     return Step(
         "fabric_identity",
         f"identity {fabric.identity}/32 on {name}",
@@ -127,45 +138,87 @@ def missing_routes(root: Root, fabric: NodeFabric) -> list[str]:
 
 
 def _routes(root: Root, fabric: NodeFabric) -> Step:
+    if fabric.routing == "openfabric":
+        return _openfabric(root, fabric)
     lacking = missing_routes(root, fabric)
-    title = f"routes to {len(fabric.routes)} identities and cables ({fabric.routing})"
+    title = f"routes to {len(fabric.routes)} identities and cables (static)"
     if not lacking:
         return Step("fabric_routes", title, True, check="fabric.reach")
-    if fabric.routing == "openfabric":
-        actions = (
-            Action(path=FRR_FILE, content=frr_config(fabric)),
-            Action(path=FRR_DAEMONS, content=FRR_DAEMONS_TEXT),
-            Action(("systemctl", "restart", "frr")),
-        )
-        note = "FRR's openfabric learns them; needs the frr package"
-    else:
-        actions = tuple(
-            Action(
-                (
-                    "ip",
-                    "route",
-                    "replace",
-                    route.destination,
-                    "via",
-                    route.via,
-                    "dev",
-                    route.dev,
-                    "src",
-                    fabric.identity,
-                )
+    actions = tuple(
+        Action(
+            (
+                "ip",
+                "route",
+                "replace",
+                route.destination,
+                "via",
+                route.via,
+                "dev",
+                route.dev,
+                "src",
+                fabric.identity,
             )
-            for route in fabric.routes
-            if f"{route.destination} via {route.via} dev {route.dev}" in lacking
         )
-        note = NOT_PERSISTENT
+        for route in fabric.routes
+        if f"{route.destination} via {route.via} dev {route.dev}" in lacking
+    )
     return Step(
         "fabric_routes",
         title,
         False,
         actions,
         check="fabric.reach",
-        note=f"{len(lacking)} missing; {note}",
+        note=f"{len(lacking)} missing; {NOT_PERSISTENT}",
     )
+
+
+def _openfabric(root: Root, fabric: NodeFabric) -> Step:
+    """FRR's openfabric learns the routes: the step is done when FRR is configured for it
+    (its routes are the doctor's to check, once FRR has converged: FRR may choose other
+    paths of equal length than halo's plan, which is fine). /etc/frr/daemons is edited,
+    not replaced: other daemons the host runs stay on."""
+    wanted = frr_config(fabric)
+    daemons = root.read(FRR_DAEMONS, quiet=True)
+    edited = enable_fabricd(daemons)
+    done = root.read(FRR_FILE, quiet=True) == wanted and edited == daemons
+    lacking = missing_routes(root, fabric)
+    learned = f"{len(fabric.routes) - len(lacking)} of {len(fabric.routes)} routes learned"
+    if done:
+        return Step(
+            "fabric_routes",
+            f"routes by FRR's openfabric ({learned})",
+            True,
+            check="fabric.reach",
+            note="" if not lacking else "halo doctor checks every path once FRR has converged",
+        )
+    actions = [Action(path=FRR_FILE, content=wanted)]
+    if edited != daemons:
+        shown = changed_lines(daemons, edited) if daemons is not None else ""
+        actions.append(Action(path=FRR_DAEMONS, content=edited, shown=shown))
+    actions.append(Action(("systemctl", "restart", "frr")))
+    return Step(
+        "fabric_routes",
+        f"routes by FRR's openfabric ({learned})",
+        False,
+        tuple(actions),
+        check="fabric.reach",
+        note="needs the frr package; halo doctor checks every path once FRR has converged",
+    )
+
+
+def enable_fabricd(text: str | None) -> str:
+    """/etc/frr/daemons with ``fabricd=yes`` (and zebra, which installs the routes): the
+    lines that say otherwise changed, missing ones added, everything else kept."""
+    if text is None:
+        return FRR_DAEMONS_TEXT
+    lines = text.splitlines()
+    for daemon in ("zebra", "fabricd"):
+        found = [i for i, line in enumerate(lines) if line.strip().startswith(f"{daemon}=")]
+        for i in found:
+            lines[i] = f"{daemon}=yes"
+        if not found:
+            lines.append(f"{daemon}=yes")
+    return "\n".join(lines) + "\n"
 
 
 def _forwarding(root: Root, fabric: NodeFabric) -> Step:

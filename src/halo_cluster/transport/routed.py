@@ -6,6 +6,8 @@ which the routes carry to every other node over the right cable."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from halo_cluster.errors import TransportError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.mesh import NodeFabric
@@ -34,15 +36,19 @@ def routed_plan(inv: Inventory, wanted: str, fabric: NodeFabric) -> TransportPla
         rails, gid_why = _rdma_rails(inv, fabric, ports, kind, warnings)
         transport = kind
     else:
+        present = {name: k for name, k in kinds.items() if k is not None}
         if wanted == "thunderbolt":
-            other = [name for name, k in kinds.items() if k != "thunderbolt"]
+            other = [name for name, k in present.items() if k != "thunderbolt"]
             if other:
                 raise TransportError(
                     f"thunderbolt requested but {', '.join(other)} "
                     "is not a Thunderbolt network interface"
                 )
         rails = tuple(Rail(netdev=link.ifname, address=link.ip) for link in fabric.links)
-        transport = "thunderbolt" if set(kinds.values()) == {"thunderbolt"} else "ethernet"
+        # the cables that are there say what kind of link they are (a missing one is the
+        # doctor's to name, not a reason to call the fabric Ethernet)
+        thunderbolt = wanted == "thunderbolt" or set(present.values()) == {"thunderbolt"}
+        transport = "thunderbolt" if thunderbolt else "ethernet"
         gid_why = ""
     missing = [name for name, k in kinds.items() if k is None]
     if missing:
@@ -110,7 +116,9 @@ def _rdma_rails(
         if kind == "infiniband":
             gid_index, why = 0, "InfiniBand ports address by LID; GID 0 holds the port GUID"
         else:
-            gid_index, _, why = roce_gid(cand, inv.interface(link.ifname), None, warnings)
+            # the GID of the cable's own address: the far end's is on its /31
+            peer = ipaddress.IPv4Address(link.peer_address)
+            gid_index, _, why = roce_gid(cand, inv.interface(link.ifname), peer, warnings)
         whys.append(why)
         rails.append(Rail(cand.device.name, cand.port.port, gid_index, link.ifname, link.ip))
     if len({r.gid_index for r in rails}) > 1:
