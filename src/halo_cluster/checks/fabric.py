@@ -64,15 +64,20 @@ def _links(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
     by_name = {r.node.name: r for r in reached}
     problems: list[Finding] = []
     for cable in fabric.cables:
-        ends = []
+        ends: list[tuple[str, Link, NodeReport, LinkState]] = []
+        unread = False
         for node, ifname in (cable.a, cable.b):
             link = fabric.node(node).link(ifname)
             report = by_name.get(node)
             if link is None or report is None:
                 continue
-            ends.append((node, link, report, _state(report, link)))
-        if any(state is None for *_, state in ends):
-            continue  # unread: said once for the node
+            state = _state(report, link)
+            if state is None:
+                unread = True  # said once for the node
+            else:
+                ends.append((node, link, report, state))
+        if unread:
+            continue
         problems += [_missing(node, link) for node, link, _, state in ends if not state.present]
         present = [(n, link, r, state) for n, link, r, state in ends if state.present]
         if len(present) < len(ends):

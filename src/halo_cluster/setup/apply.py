@@ -13,7 +13,8 @@ from halo_cluster.errors import SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.runner.result import Runner
-from halo_cluster.setup.steps import Action, SetupOptions, Step, setup_steps
+from halo_cluster.setup.step import Action, Step
+from halo_cluster.setup.steps import SetupOptions, setup_steps
 
 APPLY_TIMEOUT_S = 600.0
 

@@ -24,10 +24,8 @@ def routed_plan(inv: Inventory, wanted: str, fabric: NodeFabric) -> TransportPla
         require_name(link.ifname, f"the cable to {link.peer}")
     require_name(fabric.identity_iface, "the identity interface")
     warnings: list[str] = []
-    kinds = {
-        link.ifname: (inv.interface(link.ifname).kind if inv.interface(link.ifname) else None)
-        for link in fabric.links
-    }
+    ifaces = {link.ifname: inv.interface(link.ifname) for link in fabric.links}
+    kinds = {name: iface.kind if iface is not None else None for name, iface in ifaces.items()}
     ports = _ports(inv, wanted, fabric)
     if wanted in RDMA_TRANSPORTS or (
         wanted == "auto" and ports and len(ports) == len(fabric.links)
