@@ -15,7 +15,7 @@ from halo_cluster.errors import ParseError
 from halo_cluster.facts.links import FabricView, parse_fabric_view, parse_route_get
 from halo_cluster.facts.model import inventory_from_dict
 from halo_cluster.jsonin import loads
-from halo_cluster.mesh import NodeFabric
+from halo_cluster.mesh import Fabric, NodeFabric
 from halo_cluster.nodecode import problem
 from halo_cluster.wire.args import inventory_args
 
@@ -33,10 +33,11 @@ def gather(
 ) -> list[NodeReport]:
     """Every chosen node's report, in the order of ``nodes`` (default: the config's)."""
     chosen = nodes if nodes is not None else list(config.nodes)
-    return each(chosen, lambda node: _done(progress, _report(config, clients[node.name])))
+    mesh = config.mesh()  # planned once for every node's host script
+    return each(chosen, lambda node: _done(progress, _report(config, clients[node.name], mesh)))
 
 
-def _report(config: Config, client: NodeClient) -> NodeReport:
+def _report(config: Config, client: NodeClient, mesh: Fabric | None) -> NodeReport:
     """The node's inventory (its node code, inside its exec_prefix) and, at the same time,
     its host's view of the fabric (pings to every peer, ``ethtool -i``: one host script;
     on a routed fabric, jumbo pings to every identity, a ping over every cable and the
@@ -44,7 +45,6 @@ def _report(config: Config, client: NodeClient) -> NodeReport:
     node = client.node
     peers = {p.name: p.fabric_address for p in config.nodes if p.name != node.name}
     targets = {name: address for name, address in peers.items() if address}
-    mesh = config.mesh()
     fabric = mesh.node(node.name) if mesh is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="halo-host") as pool:
         host = pool.submit(host_view, client, targets, node.fabric_address, fabric)
