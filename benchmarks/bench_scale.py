@@ -43,10 +43,16 @@ HALO = str(Path(sys.executable).parent / "halo")
 TARGET_S, TARGET_RATIO = 3.0, 1.5
 
 
+# halo runs as installed: its modules' bytecode cached (pip compiles it at install). An
+# environment that forbids the cache (PYTHONDONTWRITEBYTECODE, as some sandboxes set) would
+# make every halo command compile its ~200 modules again, a cost no installed halo pays.
+HALO_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(argv: list[str], cwd: Path, check: bool = True) -> float:
     """Seconds ``argv`` took; it must succeed (doctor and status: exit 1 is a finding)."""
     start = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=HALO_ENV)
     took = time.perf_counter() - start
     findings = argv[1] in ("doctor", "status") and done.returncode == 1
     if check and done.returncode != 0 and not findings:
@@ -56,7 +62,7 @@ def timed(argv: list[str], cwd: Path, check: bool = True) -> float:
 
 def peak_rss_mb(argv: list[str], cwd: Path) -> float:
     done = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], cwd=cwd, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+                          text=True, check=False, env=HALO_ENV)  # fmt: skip
     return round(int(done.stderr.strip().splitlines()[-1]) / 1024, 1)
 
 

@@ -653,6 +653,36 @@ def test_no_route_at_all() -> None:
     )
 
 
+def test_a_detour_and_a_silent_path_each_with_their_own_fix() -> None:
+    """node1 reaches node3 over wlan0 while node4 has no route to node2: two findings, each
+    with the fix of its own paths only."""
+    reports = healthy(RING)
+    assert reports["node1"].links is not None and reports["node4"].links is not None
+    reports["node1"] = with_view(
+        reports["node1"], routes={**reports["node1"].links.routes, "node3": "wlan0"}
+    )
+    reports["node4"] = replace(
+        with_view(reports["node4"], routes={**reports["node4"].links.routes, "node2": None}),
+        pings={**reports["node4"].pings, "node2": False},
+    )
+    assert run(RING, reports)[4:6] == [
+        Finding(
+            "fabric.reach",
+            "fail",
+            "1 path(s) leave the fabric (a detour over another network)",
+            ("node1 -> node3 (10.0.0.3): over wlan0, not a fabric cable",),
+            ("halo setup --node node1 --apply   # its fabric routes",),
+        ),
+        Finding(
+            "fabric.reach",
+            "fail",
+            "1 of 12 paths between identities fail",
+            ("node4 -> node2 (10.0.0.2): no answer to frames of 9000 bytes",),
+            ("halo setup --node node4 --apply   # no route to node2",),
+        ),
+    ]
+
+
 FORWARDING_OFF = (
     "halo setup --node node1 --apply   # forwarding on node1, on the way to node2",
     "halo setup --node node1 --apply   # forwarding on node1, on the way to node4",

@@ -256,7 +256,8 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
     failed: list[str] = []
     detour: list[str] = []
     other: list[str] = []
-    fixes: list[str] = []
+    detour_fixes: list[str] = []
+    silent_fixes: list[str] = []
     rerouted: set[str] = set()
     views = {r.node.name: r.links for r in reached}
     tried = 0
@@ -273,10 +274,10 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
             target = f"{name} -> {peer} ({fabric.node(peer).identity})"
             if dev is not None and dev not in part.ifnames:
                 detour.append(f"{target}: over {dev}, not a fabric cable")
-                fixes.append(_setup(name) + "   # its fabric routes")
+                detour_fixes.append(_setup(name) + "   # its fabric routes")
             elif not answered:
                 failed.append(f"{target}: no answer to frames of {_mtu_of(part)} bytes")
-                fixes.append(_why_silent(fabric, part, views, peer))
+                silent_fixes.append(_why_silent(fabric, part, views, peer))
             elif dev is not None and dev != route.dev:
                 other.append(f"{target}: over {dev}, halo plans {route.dev}")
                 rerouted.add(name)
@@ -287,7 +288,7 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
                 "fabric.reach",
                 f"{len(detour)} path(s) leave the fabric (a detour over another network)",
                 *detour,
-                fix=sorted(set(fixes)),
+                fix=sorted(set(detour_fixes)),
             )
         )
     if failed:
@@ -296,7 +297,7 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
                 "fabric.reach",
                 f"{len(failed)} of {tried} paths between identities fail",
                 *failed,
-                fix=sorted(set(f for f in fixes if f)),
+                fix=sorted(set(silent_fixes)),
             )
         )
     if other:
