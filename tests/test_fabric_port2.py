@@ -54,6 +54,7 @@ PLAN = {
             "address": "10.40.0.21",
         }
     ],
+    "identity": None,
     "env": {
         "NCCL_SOCKET_IFNAME": "=enp4s0d1",
         "GLOO_SOCKET_IFNAME": "enp4s0d1",

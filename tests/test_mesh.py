@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from halo_cluster.errors import UsageError
 from halo_cluster.mesh import (
     DEFAULT_IDENTITY_IFACE,
     DEFAULT_LINK_NETWORK,
@@ -509,8 +510,9 @@ def test_errors_name_the_cable_or_node(
     assert str(caught.value) == message
 
 
-def test_fabric_error_is_a_value_error() -> None:
-    assert issubclass(FabricError, ValueError)
+def test_fabric_error_is_a_usage_error() -> None:
+    """Bad cabling is the user's to fix (exit 2), in halo's one exception tree."""
+    assert issubclass(FabricError, UsageError) and FabricError.__module__ == "halo_cluster.errors"
 
 
 def test_no_nodes_is_a_fabric_error() -> None:

@@ -5,6 +5,7 @@
     │   └── WireError         a node command's answer that is not what it prints (a ValueError)
     ├── UsageError            the user asked for something impossible
     │   ├── ConfigError       a bad halo.toml: file, field, line
+    │   ├── FabricError       cabling that cannot be a routed fabric (which cable or node)
     │   ├── StateError        a state file (cluster, supervisor spec) not written by this halo
     │   └── ListenError       the exporter cannot listen where it was told
     ├── TransportError        a requested transport the node cannot provide, or not the one used
@@ -84,6 +85,12 @@ class UsageError(HaloError):
 
 class ConfigError(UsageError):
     """A bad halo.toml: names the file, the field and (when it can) the line."""
+
+
+class FabricError(UsageError):
+    """Nodes' cabling that cannot be a routed fabric (a one-sided cable, a node out of
+    reach, two nodes of one identity), or a node's part of one that is not what halo
+    wrote; one line naming the cable or node."""
 
 
 class StateError(UsageError):

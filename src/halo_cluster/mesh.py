@@ -20,16 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.errors import FabricError
 from halo_cluster.netnames import ifname_problem
 
 ROUTINGS = ("static", "openfabric")
 DEFAULT_IDENTITY_IFACE = "halo0"
 DEFAULT_LINK_NETWORK = "10.254.0.0/24"
 MIN_MTU, MAX_MTU = 1280, 65520  # IPv6's minimum (USB4 networking carries both) to the largest
-
-
-class FabricError(ValueError):
-    """Cabling that cannot be a routed fabric: one line saying which cable or node."""
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,12 @@ from halo_cluster.config.model import (
     ServeConfig,
 )
 from halo_cluster.config.section import COMMAND_KEY, Section
-from halo_cluster.errors import ConfigError
+from halo_cluster.errors import ConfigError, FabricError
 from halo_cluster.infile import read_text
 from halo_cluster.mesh import (
     DEFAULT_IDENTITY_IFACE,
     DEFAULT_LINK_NETWORK,
     ROUTINGS,
-    FabricError,
     build_fabric,
 )
 from halo_cluster.netnames import bind_host_problem, ifname_problem, node_address_problem

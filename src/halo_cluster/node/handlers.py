@@ -143,7 +143,8 @@ def setup(args: argparse.Namespace) -> int:
     home = str(Path.home()).lstrip("/")
     fabric = None
     if args.fabric is not None:
-        from halo_cluster.mesh import FabricError, NodeFabric
+        from halo_cluster.errors import FabricError
+        from halo_cluster.mesh import NodeFabric
 
         try:
             fabric = NodeFabric.from_dict(json.loads(args.fabric))
