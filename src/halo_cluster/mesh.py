@@ -90,6 +90,11 @@ class NodeFabric:
     routing: str = "static"
 
     @property
+    def mtu(self) -> int:
+        """The smallest MTU of the node's cables (0 without cables): what every path carries."""
+        return min((link.mtu for link in self.links), default=0)
+
+    @property
     def ifnames(self) -> tuple[str, ...]:
         return tuple(link.ifname for link in self.links)
 

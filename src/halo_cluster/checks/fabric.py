@@ -276,7 +276,7 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
                 detour.append(f"{target}: over {dev}, not a fabric cable")
                 detour_fixes.append(_setup(name) + "   # its fabric routes")
             elif not answered:
-                failed.append(f"{target}: no answer to frames of {_mtu_of(part)} bytes")
+                failed.append(f"{target}: no answer to frames of {part.mtu} bytes")
                 silent_fixes.append(_why_silent(fabric, part, views, peer))
             elif dev is not None and dev != route.dev:
                 other.append(f"{target}: over {dev}, halo plans {route.dev}")
@@ -312,10 +312,6 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
     return found or [
         ok("fabric.reach", f"all {tried} paths between identities carry full-size frames")
     ]
-
-
-def _mtu_of(part: NodeFabric) -> int:
-    return min((link.mtu for link in part.links), default=0)
 
 
 def _why_silent(

@@ -101,7 +101,7 @@ def host_view(
     names = list(targets)
     addresses = [targets[n] for n in names]
     if fabric is not None:
-        mtu = min((link.mtu for link in fabric.links), default=0)
+        mtu = fabric.mtu
         addresses = [f"{a}@{mtu}" if mtu else a for a in addresses]
         addresses += [link.peer_address for link in fabric.links]
     waves = -(-len(addresses) // PING_WAVE)  # each wave ends within ping's own 2 s

@@ -29,6 +29,7 @@ from halo_cluster.config.model import (
     NodeConfig,
     RayConfig,
     ServeConfig,
+    fabric_of,
 )
 from halo_cluster.config.section import COMMAND_KEY, Section
 from halo_cluster.errors import ConfigError, FabricError
@@ -37,7 +38,6 @@ from halo_cluster.mesh import (
     DEFAULT_IDENTITY_IFACE,
     DEFAULT_LINK_NETWORK,
     ROUTINGS,
-    build_fabric,
 )
 from halo_cluster.netnames import bind_host_problem, ifname_problem, node_address_problem
 from halo_cluster.printable import quoted
@@ -186,14 +186,7 @@ def _check_mesh(where: _Locator, nodes: tuple[NodeConfig, ...], fabric: FabricCo
                 index,
             )
     try:
-        build_fabric(
-            {n.name: n.fabric_address or "" for n in nodes},
-            {n.name: n.links for n in nodes},
-            fabric.link_network,
-            fabric.mtu,
-            fabric.identity_iface,
-            fabric.routing,
-        )
+        fabric_of(nodes, fabric)
     except FabricError as err:
         raise where.error("links", f"the nodes' links: {err}") from None
 

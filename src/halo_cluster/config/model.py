@@ -153,6 +153,19 @@ class FabricConfig:
     routing: str = "static"
 
 
+def fabric_of(nodes: tuple[NodeConfig, ...], fabric: FabricConfig) -> Fabric:
+    """The routed fabric of ``nodes``' links under ``[fabric]`` (FabricError when their
+    cabling cannot be one)."""
+    return build_fabric(
+        {n.name: n.fabric_address or "" for n in nodes},
+        {n.name: n.links for n in nodes},
+        fabric.link_network,
+        fabric.mtu,
+        fabric.identity_iface,
+        fabric.routing,
+    )
+
+
 @dataclass(frozen=True)
 class Config:
     path: Path
@@ -180,14 +193,7 @@ class Config:
         has already refused cabling that cannot be one."""
         if not self.routed:
             return None
-        return build_fabric(
-            {n.name: n.fabric_address or "" for n in self.nodes},
-            {n.name: n.links for n in self.nodes},
-            self.fabric.link_network,
-            self.fabric.mtu,
-            self.fabric.identity_iface,
-            self.fabric.routing,
-        )
+        return fabric_of(self.nodes, self.fabric)
 
     @property
     def head(self) -> NodeConfig:

@@ -10,6 +10,7 @@ from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import UsageError
+from halo_cluster.mesh import build_fabric
 
 MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
 FABRIC_NET = "198.19"
@@ -175,19 +176,18 @@ def lab_cabling(topology: str, nodes: int) -> dict[str, tuple[tuple[str, str], .
 
 
 def cables(state: LabState) -> list[tuple[tuple[LabNode, str], tuple[LabNode, str]]]:
-    """The lab's cables, each once: ((node, its interface), (peer, the peer's interface));
-    the k-th cable between two nodes pairs the k-th mention on each side."""
+    """The lab's cables, each once: ((node, its interface), (peer, the peer's interface)),
+    paired as the routed fabric pairs them (``mesh.build_fabric``)."""
+    if not state.routed:
+        return []
     by_name = {node.name: node for node in state.nodes}
-    order = {node.name: i for i, node in enumerate(state.nodes)}
-    found = []
-    for node in state.nodes:
-        for k, (ifname, peer) in enumerate(node.links):
-            if order[peer] < order[node.name]:
-                continue  # made from the peer's side
-            rank = sum(1 for _, p in node.links[:k] if p == peer)
-            theirs = [i for i, p in by_name[peer].links if p == node.name]
-            found.append(((node, ifname), (by_name[peer], theirs[rank])))
-    return found
+    fabric = build_fabric(
+        {n.name: n.fabric_address for n in state.nodes},
+        {n.name: n.links for n in state.nodes},
+        state.link_network,
+        state.fabric_mtu,
+    )
+    return [((by_name[c.a[0]], c.a[1]), (by_name[c.b[0]], c.b[1])) for c in fabric.cables]
 
 
 def state_path(directory: Path) -> Path:
