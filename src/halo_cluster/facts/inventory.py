@@ -48,18 +48,64 @@ def collect_inventory(path: str = "/", versions: bool = False) -> Inventory:
 VERSIONED = ("ray", "vllm", "torch")
 
 
-def software_versions() -> dict[str, str | None]:
-    """Versions of what runs here (not of a root): Python and the engines, from package
-    metadata only, so that nothing heavy is imported."""
-    import importlib.metadata
+def software_versions(path: list[str] | None = None) -> dict[str, str | None]:
+    """Versions of what runs here (not of a root): Python and the engines, from the names of
+    their installed metadata directories on ``path`` (default ``sys.path``), the first one
+    found winning, as Python's import does. Nothing is imported (importlib.metadata alone
+    costs ~20 ms of a node command that takes ~90 ms)."""
     import platform
+    import sys
 
     from halo_cluster import __version__
 
     found: dict[str, str | None] = {"python": platform.python_version(), "halo": __version__}
     for name in VERSIONED:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
+        found[name] = None
+    wanted = {_normalized(name): name for name in VERSIONED}
+    for directory in sys.path if path is None else path:
+        for entry, version in _dists(directory):
+            if entry in wanted:
+                found[wanted.pop(entry)] = version
+        if not wanted:
+            break
     return found
+
+
+def _normalized(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def _dists(directory: str) -> list[tuple[str, str | None]]:
+    """(normalized name, version) of each ``NAME-VERSION.dist-info`` or ``.egg-info`` in
+    ``directory``; a name without its version in it takes METADATA's or PKG-INFO's."""
+    import os
+
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:  # not a directory (a zip on sys.path), gone, unreadable
+        return []
+    found = []
+    for entry in names:
+        for suffix, meta in ((".dist-info", "METADATA"), (".egg-info", "PKG-INFO")):
+            if entry.endswith(suffix):
+                stem = entry[: -len(suffix)]
+                name, _, version = stem.partition("-")
+                if not version:
+                    version = _metadata_version(os.path.join(directory, entry, meta)) or ""
+                found.append((_normalized(name), version.partition("-")[0] or None))
+    return found
+
+
+def _metadata_version(path: str) -> str | None:
+    """The ``Version:`` header of a METADATA/PKG-INFO file (its first 64 KiB), or None."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            head = handle.read(65536)
+    except OSError:
+        return None
+    for line in head.splitlines():
+        if line.startswith("Version:"):
+            return line[len("Version:") :].strip() or None
+        if not line.strip():  # the headers end at the first blank line
+            break
+    return None
