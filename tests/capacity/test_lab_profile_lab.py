@@ -33,11 +33,18 @@ def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Pa
     vllm = document["measurements"]["vllm"]
     assert set(vllm) == {
         "model", "tokens_per_s", "tp2_tokens_per_s", "read_bytes", "bare_allreduce_us",
-        "per_collective_us",
+        "per_collective_us", "shared_core_allreduce_us",
     }  # fmt: skip
-    for key in ("tokens_per_s", "tp2_tokens_per_s", "bare_allreduce_us"):
+    for key in ("tokens_per_s", "tp2_tokens_per_s"):
         assert math.isfinite(vllm[key]) and vllm[key] > 0, key
+    assert set(vllm["bare_allreduce_us"]) == set(vllm["shared_core_allreduce_us"]) == {
+        "2", "4", "8"
+    }  # fmt: skip
+    for ranks, us in vllm["bare_allreduce_us"].items():
+        assert math.isfinite(us) and us >= vllm["shared_core_allreduce_us"][ranks] >= 0
     assert document["engines"]["vllm"]["per_collective_us"] == vllm["per_collective_us"] >= 0
+    waits = document["engines"]["vllm"]["shared_core_allreduce_us"]
+    assert waits == vllm["shared_core_allreduce_us"]
     assert "TP=2 over its multi-node executor" in document["engines"]["vllm"]["source"]
     assert set(document["engines"]) == {"llama.cpp", "vllm"}
     hardware = hardware_from_profile(document, "lab.json")

@@ -331,3 +331,50 @@ def test_the_tp2_run_gives_the_collective_cost_that_predicts_it_back() -> None:
     four = step_seconds(replace(req, hardware=hw, nodes=4), 4, 1, 1)
     per = allreduce_s(model.hidden * 2, 4, link) + 3 * fixed
     assert four[1] == pytest.approx((2 * model.layers + 2) * per)
+
+
+def test_on_shared_cores_the_measured_wait_of_n_ranks_replaces_the_per_rank_scaling() -> None:
+    """Lab nodes share the machine's cores: the two-rank collective cost is split into the
+    bare all-reduce's wait at two ranks and the engine's own work; at n ranks the engine's
+    work is paid once per further rank and the wait is the one measured at n ranks
+    (interpolated between the rank counts measured, along the last two beyond them)."""
+    from halo_cluster.capacity.estimate import allreduce_s, collective_fixed_s, step_seconds
+
+    figures = profile_document()["engines"]["llama.cpp"]
+    waits = {"2": 300.0, "4": 3200.0, "8": 9000.0}
+    vllm = {**figures, "per_collective_us": 1400.0, "shared_core_allreduce_us": waits}
+    hw = hardware_from_profile(profile_document(engines={"vllm": vllm}), "lab.json")
+    model = catalog.find_model("llama-3.1-8b")
+    link = catalog.find_link("alpha=30us,bw=10gbit")
+    req = Request(model, hw, link, nodes=8, engine=find_engine("vllm"), context=256)
+    own = 1400.0 - 300.0
+    expected = {2: 1400.0, 3: 2 * own + 1750.0, 4: 3 * own + 3200.0, 6: 5 * own + 6100.0,
+                8: 7 * own + 9000.0, 16: 15 * own + 20600.0}  # fmt: skip
+    for ranks, us in expected.items():
+        assert collective_fixed_s(req, ranks) == pytest.approx(us * 1e-6), ranks
+    network = step_seconds(replace(req, nodes=4), 4, 1, 1)[1]
+    per = allreduce_s(model.hidden * 2, 4, link) + expected[4] * 1e-6
+    assert network == pytest.approx((2 * model.layers + 2) * per)
+    # without shared cores (a profile of real hosts) the figures are not used
+    separate = replace(req, hardware=replace(hw, shared_cores=0))
+    assert collective_fixed_s(separate, 4) == pytest.approx(3 * 1400e-6)
+
+
+@pytest.mark.parametrize(
+    ("waits", "message"),
+    [
+        ([300.0], "must map a rank count"),
+        ({"1": 300.0}, "'1' is not a rank count"),
+        ({"02": 300.0}, "'02' is not a rank count"),
+        ({"²": 300.0}, "is not a rank count"),
+        ({"two": 300.0}, "'two' is not a rank count"),
+        ({"2": -1.0}, "out of range"),
+        ({"2": "fast"}, "must be a finite number"),
+        ({"2": float("nan")}, "must be a finite number"),
+    ],
+)
+def test_a_profile_with_bad_shared_core_waits_is_refused(waits: object, message: str) -> None:
+    figures = profile_document()["engines"]["llama.cpp"]
+    vllm = {**figures, "per_collective_us": 1400.0, "shared_core_allreduce_us": waits}
+    with pytest.raises(UsageError, match=message):
+        hardware_from_profile(profile_document(engines={"vllm": vllm}), "lab.json")

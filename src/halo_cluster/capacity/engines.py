@@ -53,6 +53,10 @@ class Tuning:
     # a stage whose worker shares the head's core (the lab): it runs as soon as the head
     # waits, on a core that was just busy; None: as any other stage
     per_stage_shared_core_us: float | None = None
+    # nodes that share cores (the lab): a bare all-reduce among n ranks, beyond its wire,
+    # measured at some rank counts ((ranks, µs), ascending): ranks that outnumber the cores
+    # wait for one another on every hop
+    shared_core_allreduce_us: tuple[tuple[int, float], ...] = ()
 
     def stage_us(self, stack: str) -> float:
         table = dict(self.per_stage_us)
@@ -104,6 +108,7 @@ def _tuning(t: dict[str, Any]) -> Tuning:
         tuple(sorted(t.get("per_stage_us", {}).items())),
         t.get("per_collective_us", 0.0),
         t.get("per_stage_shared_core_us"),
+        tuple(sorted((int(n), us) for n, us in t.get("shared_core_allreduce_us", {}).items())),
     )
 
 

@@ -181,10 +181,38 @@ def network_seconds(req: Request, tp: int, pp: int, batch: int) -> float:
         return sum(rpc_stages(req, pp, batch))
     network = 0.0
     if tp > req.gpus_per_node:  # TP group spans nodes
-        fixed = (tp - 1) * req.engine.tuning(req.hardware).per_collective_us * 1e-6
+        fixed = collective_fixed_s(req, tp)
         network += tp_collectives_per_token(m) * (allreduce_s(payload, tp, link) + fixed)
     cross_stage = min(pp - 1, req.nodes - 1) if tp <= req.gpus_per_node else pp - 1
     return network + cross_stage * p2p_s(payload, link)
+
+
+def collective_fixed_s(req: Request, ranks: int) -> float:
+    """The fixed cost of one all-reduce among ``ranks`` beyond its wire: the engine's own
+    work, once per further rank (``per_collective_us`` is the two-rank figure). On nodes
+    that share cores with a measured bare all-reduce (the lab), the two-rank figure is split
+    into the collective library's wait at two ranks and the engine's own work, and the wait
+    at ``ranks`` is the measured one (interpolated between the rank counts measured)."""
+    tuning = req.engine.tuning(req.hardware)
+    measured = tuning.shared_core_allreduce_us
+    if req.hardware.shared_cores <= 0 or not measured:
+        return (ranks - 1) * tuning.per_collective_us * 1e-6
+    wait_two = shared_wait_us(measured, 2)
+    own = max(0.0, tuning.per_collective_us - wait_two)
+    return ((ranks - 1) * own + shared_wait_us(measured, ranks)) * 1e-6
+
+
+def shared_wait_us(measured: tuple[tuple[int, float], ...], ranks: int) -> float:
+    """The measured wait at ``ranks`` from (ranks, µs) points of distinct, ascending rank
+    counts: linear between the two points around it, along the nearest two outside them,
+    never below zero."""
+    if len(measured) == 1:
+        return measured[0][1]
+    i = 1
+    while i < len(measured) - 1 and measured[i][0] < ranks:
+        i += 1
+    (n0, u0), (n1, u1) = measured[i - 1], measured[i]
+    return max(0.0, u0 + (u1 - u0) / (n1 - n0) * (ranks - n0))
 
 
 def rpc_stages(req: Request, pp: int, batch: int) -> list[float]:

@@ -108,6 +108,14 @@ def hardware_from_profile(data: dict[str, Any], origin: str) -> Hardware:
         for key in ("per_collective_us", "per_stage_shared_core_us"):
             if key in figures:
                 _number(figures, key, f"{origin}: engines.{name}")
+        waits = figures.get("shared_core_allreduce_us", {})
+        where = f"{origin}: engines.{name}.shared_core_allreduce_us"
+        if not isinstance(waits, dict):
+            raise UsageError(f"{where} must map a rank count to µs")
+        for ranks in waits:
+            if not (ranks.isascii() and ranks.isdigit() and ranks == str(int(ranks)) and 2 <= int(ranks) <= 4096):
+                raise UsageError(f"{where}: {ranks!r} is not a rank count from 2 to 4096")
+            _number(waits, ranks, where)
         stages = figures.get("per_stage_us", {})
         if not isinstance(stages, dict):
             raise UsageError(f"{origin}: engines.{name}.per_stage_us must map a stack to µs")

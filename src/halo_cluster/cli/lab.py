@@ -432,6 +432,13 @@ def profile(
                 else ""
             )
         )
+        waits = figures.get("shared_core_allreduce_us", {})
+        if waits:
+            click.echo(
+                f"  {name}: a bare all-reduce waits "
+                + ", ".join(f"{us:g} µs at {ranks} ranks" for ranks, us in waits.items())
+                + " on the shared cores"
+            )
     click.echo("  halo plan --gguf MODEL --engine llama.cpp --hardware lab --link lab --nodes 4")
     return 0
 

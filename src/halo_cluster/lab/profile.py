@@ -12,8 +12,9 @@ head on core 0 and the next node on core 1 (``taskset``), over loopback:
 - vLLM (when the engine environment is there): ``vllm serve`` of the same model on one node
   (TP=1, one thread), its time per output token over streamed requests; then TP=2 through
   vLLM's own multi-node executor with two node ranks on this machine (Gloo over loopback,
-  as between hosts): what a collective costs beyond its compute and its wire; and, for the
-  record, one bare Gloo all-reduce of a token's hidden state between two processes.
+  as between hosts): what a collective costs beyond its compute and its wire; and bare Gloo
+  all-reduces of a token's hidden state among 2, 4 and 8 processes, rank r on core r % 2 as
+  lab nodes are: what ranks that outnumber the cores wait for one another on every hop.
 
 Nothing in the profile runs on two lab nodes: those runs are what it predicts.
 """
@@ -155,9 +156,11 @@ class Profiler:
                 document["engines"]["llama.cpp"] = engine_figures(run, bandwidth)
                 document["measurements"]["llama.cpp"] = raw
             if self.engine:
-                run, raw = self._vllm(checkpoint, bandwidth, alpha_us)
+                run, raw = self._vllm(checkpoint, bandwidth, alpha_us, beta_gbps)
                 document["engines"]["vllm"] = engine_figures(run, bandwidth)
-                document["engines"]["vllm"]["per_collective_us"] = raw["per_collective_us"]
+                figures = document["engines"]["vllm"]
+                figures["per_collective_us"] = raw["per_collective_us"]
+                figures["shared_core_allreduce_us"] = raw["shared_core_allreduce_us"]
                 document["measurements"]["vllm"] = raw
         return document
 
@@ -247,9 +250,14 @@ class Profiler:
         return run, raw
 
     def _vllm(
-        self, checkpoint: str, bandwidth: float, alpha_us: float
+        self, checkpoint: str, bandwidth: float, alpha_us: float, beta_gbps: float
     ) -> tuple[EngineRun, dict[str, Any]]:
-        from halo_cluster.capacity.estimate import one_node_parts, tp2_collective_s
+        from halo_cluster.capacity.estimate import (
+            ACTIVATION_BYTES,
+            allreduce_s,
+            one_node_parts,
+            tp2_collective_s,
+        )
         from halo_cluster.capacity.hf_config import model_from_hf_config
 
         assert self.engine is not None
@@ -265,18 +273,10 @@ class Profiler:
             "over loopback (about a minute to start)"
         )
         tp2_s = self._vllm_decode(vllm, checkpoint, 2)
-        self.progress("vLLM: one bare Gloo all-reduce between two processes over loopback")
-        done = self.runner.run(
-            [python, "-c", _GLOO.format(port=_free_port(), hidden=spec.hidden, rounds=400)],
-            timeout=300,
-        )
-        try:
-            if not done.ok:
-                raise ValueError(done.error_text())
-            collective_us = float(done.stdout.split()[-1])
-        except (ValueError, IndexError) as err:
-            raise HaloError(f"measuring a Gloo all-reduce failed: {err}") from None
-        request = _request(spec, None, "vllm", bandwidth, alpha_us, 1.0)
+        bare = {
+            ranks: self._bare_allreduce_us(python, spec.hidden, ranks) for ranks in SHARED_RANKS
+        }
+        request = _request(spec, None, "vllm", bandwidth, alpha_us, beta_gbps)
         read_bytes, _ = one_node_parts(request)
         run = EngineRun(
             "vllm",
@@ -290,16 +290,38 @@ class Profiler:
             f"TP=2 over its multi-node executor and Gloo on loopback {1 / tp2_s:.1f} tok/s",
         )
         per_collective_s = tp2_collective_s(token_s, tp2_s, read_bytes, request)
+        payload = spec.hidden * ACTIVATION_BYTES
         raw = {
             "model": {"name": spec.name, "layers": spec.layers, "hidden": spec.hidden},
             "tokens_per_s": round(1 / token_s, 2),
             "tp2_tokens_per_s": round(1 / tp2_s, 2),
             "read_bytes": round(read_bytes),
-            "bare_allreduce_us": round(collective_us, 2),
+            "bare_allreduce_us": {str(n): round(us, 2) for n, us in bare.items()},
             # what each collective of vLLM's TP=2 cost beyond its compute and its wire
             "per_collective_us": round(per_collective_s * 1e6, 2),
+            # a bare all-reduce at n ranks on the shared cores beyond its wire on loopback
+            "shared_core_allreduce_us": {
+                str(n): round(max(0.0, us - allreduce_s(payload, n, request.link) * 1e6), 2)
+                for n, us in bare.items()
+            },
         }
         return run, raw
+
+    def _bare_allreduce_us(self, python: str, hidden: int, ranks: int) -> float:
+        """The median time of a bare Gloo all-reduce of ``hidden`` bf16 values among
+        ``ranks`` processes over loopback, rank r on core r % 2 (median of three runs)."""
+        self.progress(f"vLLM: bare Gloo all-reduces among {ranks} processes over loopback")
+        runs = []
+        for _ in range(3):
+            code = _GLOO.format(port=_free_port(), hidden=hidden, ranks=ranks, rounds=300)
+            done = self.runner.run([python, "-c", code], timeout=300)
+            try:
+                if not done.ok:
+                    raise ValueError(done.error_text())
+                runs.append(float(done.stdout.split()[-1]))
+            except (ValueError, IndexError) as err:
+                raise HaloError(f"measuring a Gloo all-reduce failed: {err}") from None
+        return statistics.median(runs)
 
     def _vllm_decode(self, vllm: str, checkpoint: str, tp: int) -> float:
         """Seconds per output token of one stream of ``vllm serve`` at TP=``tp``: TP=1 one
@@ -347,12 +369,20 @@ VLLM_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": str(HEAD_CORE),
 }
 
+# ranks all-reduce among themselves as vLLM's TP ranks do, each in its own process
+SHARED_RANKS = (2, 4, 8)
+
 _GLOO = """
 import os, statistics, time
-rank = 1 if os.fork() == 0 else 0
-os.sched_setaffinity(0, {{rank}})
+rank = 0
+for r in range(1, {ranks}):
+    if os.fork() == 0:
+        rank = r
+        break
+os.sched_setaffinity(0, {{rank % 2}})
 import torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank,
+                        world_size={ranks})
 x = torch.ones({hidden}, dtype=torch.bfloat16)
 took = []
 for _ in range({rounds}):
@@ -362,7 +392,8 @@ for _ in range({rounds}):
 dist.destroy_process_group()
 if rank:
     os._exit(0)
-os.wait()
+for _ in range({ranks} - 1):
+    os.wait()
 print(statistics.median(took[{rounds} // 10:]) * 1e6)
 """
 
