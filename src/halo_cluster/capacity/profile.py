@@ -113,7 +113,8 @@ def hardware_from_profile(data: dict[str, Any], origin: str) -> Hardware:
         if not isinstance(waits, dict):
             raise UsageError(f"{where} must map a rank count to µs")
         for ranks in waits:
-            if not (ranks.isascii() and ranks.isdigit() and ranks == str(int(ranks)) and 2 <= int(ranks) <= 4096):
+            canonical = ranks.isascii() and ranks.isdigit() and ranks == str(int(ranks))
+            if not (canonical and 2 <= int(ranks) <= 4096):
                 raise UsageError(f"{where}: {ranks!r} is not a rank count from 2 to 4096")
             _number(waits, ranks, where)
         stages = figures.get("per_stage_us", {})
