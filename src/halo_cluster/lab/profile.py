@@ -113,14 +113,18 @@ class Profiler:
         self.runner = runner or LocalRunner()
         self.progress = progress or (lambda _msg: None)
 
-    def _python(self, code: str, what: str) -> list[float]:
+    def _python(self, code: str, what: str, python: str | None = None) -> list[float]:
+        """The numbers ``code`` prints, run by ``python`` (default: halo's own)."""
         import sys
 
-        done = self.runner.run([sys.executable, "-c", code], timeout=300)
+        done = self.runner.run([python or sys.executable, "-c", code], timeout=300)
         try:
             if not done.ok:
                 raise ValueError(done.error_text())
-            return [float(v) for v in done.stdout.split()]
+            values = [float(v) for v in done.stdout.split()]
+            if not values:
+                raise ValueError("it printed no number")
+            return values
         except ValueError as err:
             raise HaloError(f"measuring {what} failed: {err}") from None
 
@@ -311,16 +315,14 @@ class Profiler:
         """The median time of a bare Gloo all-reduce of ``hidden`` bf16 values among
         ``ranks`` processes over loopback, rank r on core r % 2 (median of three runs)."""
         self.progress(f"vLLM: bare Gloo all-reduces among {ranks} processes over loopback")
-        runs = []
-        for _ in range(3):
-            code = _GLOO.format(port=_free_port(), hidden=hidden, ranks=ranks, rounds=300)
-            done = self.runner.run([python, "-c", code], timeout=300)
-            try:
-                if not done.ok:
-                    raise ValueError(done.error_text())
-                runs.append(float(done.stdout.split()[-1]))
-            except (ValueError, IndexError) as err:
-                raise HaloError(f"measuring a Gloo all-reduce failed: {err}") from None
+        runs = [
+            self._python(
+                _GLOO.format(port=_free_port(), hidden=hidden, ranks=ranks, rounds=300),
+                f"a Gloo all-reduce among {ranks} processes",
+                python,
+            )[-1]
+            for _ in range(3)
+        ]
         return statistics.median(runs)
 
     def _vllm_decode(self, vllm: str, checkpoint: str, tp: int) -> float:
