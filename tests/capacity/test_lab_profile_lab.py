@@ -1,8 +1,8 @@
 """halo lab profile on this machine, for real, with both engines: llama.cpp's llama-bench
-alone and with one ggml-rpc-server over loopback; vLLM TP=1, and TP=2 through its own
-multi-node executor with two node ranks on this machine (Gloo, shared memory off). The
-profile it writes is one the planner reads (--hardware lab), and nothing it started is
-left running."""
+alone and with one ggml-rpc-server over loopback; vLLM TP=1, and TP=2 with two node ranks
+on this machine (Gloo, shared memory off), both through its own multi-node executor, their
+requests taking turns. The profile it writes is one the planner reads (--hardware lab), and
+nothing it started is left running."""
 
 from __future__ import annotations
 
@@ -33,10 +33,14 @@ def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Pa
     vllm = document["measurements"]["vllm"]
     assert set(vllm) == {
         "model", "tokens_per_s", "tp2_tokens_per_s", "read_bytes", "bare_allreduce_us",
-        "per_collective_us", "shared_core_allreduce_us",
+        "per_collective_us", "shared_core_allreduce_us", "requests_tokens_per_s",
     }  # fmt: skip
     for key in ("tokens_per_s", "tp2_tokens_per_s"):
         assert math.isfinite(vllm[key]) and vllm[key] > 0, key
+    # both layouts' requests, taken in turns, each one's own rate
+    assert set(vllm["requests_tokens_per_s"]) == {"1", "2"}
+    for found in vllm["requests_tokens_per_s"].values():
+        assert len(found) == 8 and all(math.isfinite(v) and v > 0 for v in found)
     assert set(vllm["bare_allreduce_us"]) == set(vllm["shared_core_allreduce_us"]) == {
         "2", "4", "8"
     }  # fmt: skip

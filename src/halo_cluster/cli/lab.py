@@ -394,8 +394,9 @@ def profile(
     memory bandwidth of one thread, the loopback link (latency, one TCP stream), and per
     engine runs of the lab's tiny model on this machine (llama.cpp: llama-bench alone, and
     with one ggml-rpc-server over loopback; vLLM: TP=1, and TP=2 through its multi-node
-    executor over loopback). Pinned as lab nodes run (head on core 0, the next node on core
-    1); a minute, three with vLLM. Kept in $XDG_DATA_HOME/halo/hardware/lab.json."""
+    executor over loopback, their requests taking turns). Pinned as lab nodes run (head on
+    core 0, the next node on core 1); a minute, four with vLLM. Kept in
+    $XDG_DATA_HOME/halo/hardware/lab.json."""
     from halo_cluster.config import default_engine, default_llama_cpp, profiles_dir
     from halo_cluster.errors import UsageError
     from halo_cluster.lab.profile import Profiler, write_profile

@@ -10,9 +10,10 @@ head on core 0 and the next node on core 1 (``taskset``), over loopback:
 - llama.cpp: ``llama-bench`` decode (tg) of the model on one node, then again with the
   model's layers split with one ``ggml-rpc-server`` over loopback;
 - vLLM (when the engine environment is there): ``vllm serve`` of the same model on one node
-  (TP=1, one thread), its time per output token over streamed requests; then TP=2 through
-  vLLM's own multi-node executor with two node ranks on this machine (Gloo over loopback,
-  as between hosts): what a collective costs beyond its compute and its wire; and bare Gloo
+  (TP=1, one thread) and TP=2 with two node ranks on this machine (Gloo over loopback, as
+  between hosts), both through vLLM's own multi-node executor as ``halo serve --executor
+  mp`` runs them, both up at once and their streamed requests taking turns: the time per
+  output token, and what a collective costs beyond its compute and its wire; and bare Gloo
   all-reduces of a token's hidden state among 2, 4 and 8 processes, rank r on core r % 2 as
   lab nodes are: what ranks that outnumber the cores wait for one another on every hop.
 
@@ -270,13 +271,12 @@ class Profiler:
         if not os.access(vllm, os.X_OK):
             raise HaloError(f"{vllm}: not found; build the engine with 'make engine'")
         spec = model_from_hf_config(Path(checkpoint) / "config.json")
-        self.progress("vLLM: one node, TP=1 (vllm serve; about a minute to start)")
-        token_s = self._vllm_decode(vllm, checkpoint, 1)
         self.progress(
-            "vLLM: TP=2 through its own multi-node executor, two node ranks on this machine "
-            "over loopback (about a minute to start)"
+            "vLLM: TP=1 on one node and TP=2 through its own multi-node executor, two node "
+            "ranks on this machine over loopback (vllm serve; a minute or two to start)"
         )
-        tp2_s = self._vllm_decode(vllm, checkpoint, 2)
+        measured = self._vllm_decode(vllm, checkpoint, (1, 2))
+        token_s, tp2_s = (statistics.median(measured[tp]) for tp in (1, 2))
         bare = {
             ranks: self._bare_allreduce_us(python, spec.hidden, ranks) for ranks in SHARED_RANKS
         }
@@ -299,6 +299,10 @@ class Profiler:
             "model": {"name": spec.name, "layers": spec.layers, "hidden": spec.hidden},
             "tokens_per_s": round(1 / token_s, 2),
             "tp2_tokens_per_s": round(1 / tp2_s, 2),
+            # each request's tokens/s, the two layouts' requests taken in turns
+            "requests_tokens_per_s": {
+                str(tp): [round(1 / s, 2) for s in found] for tp, found in measured.items()
+            },
             "read_bytes": round(read_bytes),
             "bare_allreduce_us": {str(n): round(us, 2) for n, us in bare.items()},
             # what each collective of vLLM's TP=2 cost beyond its compute and its wire
@@ -325,37 +329,47 @@ class Profiler:
         ]
         return statistics.median(runs)
 
-    def _vllm_decode(self, vllm: str, checkpoint: str, tp: int) -> float:
-        """Seconds per output token of one stream of ``vllm serve`` at TP=``tp``: TP=1 one
-        process; more ranks through vLLM's own multi-node executor, one node rank per
-        process, as on lab nodes (rank r's thread on core r % 2, shared memory off so the
-        ranks all-reduce over Gloo, as ranks on separate hosts do)."""
-        port, master = _free_port(), _free_port()
-        common = [vllm, "serve", checkpoint, "--host", "127.0.0.1", "--port", str(port),
-                  "--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "8"]  # fmt: skip
+    def _vllm_decode(
+        self, vllm: str, checkpoint: str, layouts: tuple[int, ...]
+    ) -> dict[int, list[float]]:
+        """Seconds per output token of each request of one stream of ``vllm serve``, for
+        each TP size in ``layouts``, run as ``halo serve --executor mp`` runs it on lab nodes
+        (vLLM's own executor, one node rank per process, rank r's thread on core r % 2,
+        shared memory off so ranks all-reduce over Gloo as on separate hosts). Every layout
+        is up at once (an idle server sleeps) and their requests take turns, so the machine's
+        drift over minutes weighs on each alike."""
+        servers: dict[int, int] = {}
         processes = []
         try:
-            for rank in range(tp):
-                env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
-                argv = list(common)
-                if tp > 1:
-                    env["HALO_VLLM_NO_SHM"] = "1"
-                    argv += ["--tensor-parallel-size", str(tp),
-                             "--distributed-executor-backend", "mp", "--nnodes", str(tp),
-                             "--node-rank", str(rank), "--master-addr", "127.0.0.1",
-                             "--master-port", str(master)]  # fmt: skip
-                    argv += ["--headless"] if rank else []
-                processes.append(
-                    self.runner.start(
-                        ["env", *(f"{k}={v}" for k, v in env.items()), *argv], new_session=True
-                    )
-                )
-            what = f"vllm serve (TP={tp})"
-            _wait_all(processes, lambda: _healthy(port), what, 900.0)
-            return decode_seconds(port, what, requests=6)
+            for tp in layouts:
+                port, started = self._vllm_start(vllm, checkpoint, tp)
+                processes += started
+                _wait_all(started, partial(_healthy, port), f"vllm serve (TP={tp})", 900.0)
+                servers[tp] = port
+            return interleaved_decode(servers, VLLM_REQUESTS, self.progress)
         finally:
             for process in processes:
                 _stop(process)
+
+    def _vllm_start(self, vllm: str, checkpoint: str, tp: int) -> tuple[int, list[Any]]:
+        port, master = _free_port(), _free_port()
+        processes = []
+        for rank in range(tp):
+            env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
+            if tp > 1:
+                env["HALO_VLLM_NO_SHM"] = "1"
+            argv = [vllm, "serve", checkpoint, "--tensor-parallel-size", str(tp),
+                    "--distributed-executor-backend", "mp", "--nnodes", str(tp),
+                    "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                    "--master-port", str(master), "--enforce-eager",
+                    "--max-model-len", "1024", "--max-num-seqs", "8"]  # fmt: skip
+            argv += ["--headless"] if rank else ["--host", "127.0.0.1", "--port", str(port)]
+            processes.append(
+                self.runner.start(
+                    ["env", *(f"{k}={v}" for k, v in env.items()), *argv], new_session=True
+                )
+            )
+        return port, processes
 
     def _bench(self, argv: list[str]) -> float:
         done = self.runner.run(["taskset", "-c", str(HEAD_CORE), *argv], timeout=600)
@@ -370,6 +384,9 @@ VLLM_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "VLLM_CPU_OMP_THREADS_BIND": str(HEAD_CORE),
 }
+
+VLLM_REQUESTS = 8  # measured completions per layout (after one warm-up each)
+SETTLE_S = 1.5  # between two requests: vLLM's engine core spins 1 s after its last step
 
 # ranks all-reduce among themselves as vLLM's TP ranks do, each in its own process
 SHARED_RANKS = (2, 4, 8)
@@ -400,38 +417,55 @@ print(statistics.median(took[{rounds} // 10:]) * 1e6)
 """
 
 
-def decode_seconds(port: int, what: str, requests: int = 6, tokens: int = 64) -> float:
-    """Median time per output token of ``requests`` streamed completions (the first is a
-    warm-up), each ``tokens`` long: (last token - first token) / (tokens - 1)."""
+def interleaved_decode(
+    servers: dict[int, int],
+    requests: int,
+    progress: Callable[[str], None] | None = None,
+    tokens: int = 64,
+) -> dict[int, list[float]]:
+    """Seconds per output token of ``requests`` streamed completions on each server
+    (key: a label, value: its port), the servers taking turns (the order reversed every
+    round); each server's first completion is a warm-up. Between two requests the machine
+    rests ``SETTLE_S``: vLLM's engine core spins for a second after its last step."""
+    found: dict[int, list[float]] = {key: [] for key in servers}
+    order = list(servers)
+    for round_ in range(requests + 1):
+        for key in order if round_ % 2 == 0 else order[::-1]:
+            seconds = _token_seconds(servers[key], f"vllm serve ({key})", tokens)
+            if round_:
+                found[key].append(seconds)
+            time.sleep(SETTLE_S)
+        if progress and round_:
+            progress(f"vLLM: {round_} of {requests} rounds of requests")
+    return found
+
+
+def _token_seconds(port: int, what: str, tokens: int) -> float:
+    """One streamed completion of ``tokens`` tokens: (last token - first) / (tokens - 1)."""
     import http.client
     import json
-    import statistics
 
-    per_token = []
-    for index in range(requests):
-        body = json.dumps({
-            "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True, "model": _model_id(port),
-        })  # fmt: skip
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-        try:
-            conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            if response.status != 200:
-                raise HaloError(f"{what}: HTTP {response.status} for a completion")
-            stamps = []
-            for line in response:
-                if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
-                    stamps.append(time.perf_counter())
-        except OSError as err:
-            raise HaloError(f"{what}: the completion failed: {err}") from None
-        finally:
-            conn.close()
-        if len(stamps) < tokens // 2:
-            raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
-        if index:
-            per_token.append((stamps[-1] - stamps[0]) / (len(stamps) - 1))
-    return statistics.median(per_token)
+    body = json.dumps({
+        "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
+        "stream": True, "ignore_eos": True, "model": _model_id(port),
+    })  # fmt: skip
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    try:
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            raise HaloError(f"{what}: HTTP {response.status} for a completion")
+        stamps = []
+        for line in response:
+            if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
+                stamps.append(time.perf_counter())
+    except OSError as err:
+        raise HaloError(f"{what}: the completion failed: {err}") from None
+    finally:
+        conn.close()
+    if len(stamps) < tokens // 2:
+        raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
+    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
 def _model_id(port: int) -> str:
