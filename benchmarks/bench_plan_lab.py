@@ -14,10 +14,10 @@ model's load does not count). Predicted: `halo plan --gguf MODEL --engine llama.
 profile's loopback latency and RATE the lab's tbf rate (the profile's loopback bandwidth
 when unlimited).
 
-vLLM TP=1/2/4 on the first 1, 2, 4 nodes: `halo serve --executor mp`, then per rate and
-round `halo bench serve` at concurrency 1 (its p50 time per output token); predicted from
-the profile's TP=1 and TP=2 runs on one machine (docs/plan.md). `--engines llama.cpp` or
-`vllm` runs one grid and keeps the other's committed cells.
+vLLM TP=1/2/4 on the first 1, 2, 4 nodes: per round and layout `halo serve --executor mp
+--no-supervise`, then per rate `halo bench serve` at concurrency 1 (its p50 time per output
+token); predicted from the profile's TP=1 and TP=2 runs on one machine (docs/plan.md).
+`--engines llama.cpp` or `vllm` runs one grid and keeps the other's committed cells.
 
 Targets (issue 27): median absolute error <= 15 % over the grid, and the N-node/1-node
 ratio within 15 % (median over the multi-node cells). Writes
@@ -184,20 +184,23 @@ def predict(engine: str, model: str, checkpoint: str, nodes: int, link: str) -> 
 def vllm_cells(
     work: Path, engine: str, checkpoint: str, rates: list[str], rounds: int, prompts: int
 ) -> dict[tuple[str, int], dict[str, Any]]:
-    """halo serve --executor mp --tp N (N = 1, 2, 4: the first N lab nodes, one rank and
-    one core each), then per rate and round a halo bench serve at concurrency 1."""
+    """Per round, for N = 1, 2, 4: halo serve --executor mp --tp N (the first N lab nodes,
+    one rank and one core each; no supervisor, whose probes would be requests of their
+    own), then per rate a halo bench serve at concurrency 1. The rounds go through the
+    layouts in turn, so the machine's drift over minutes weighs on each alike."""
     lab = work / "vlab"
     config = str(lab / "halo.toml")
     cells: dict[tuple[str, int], dict[str, Any]] = {}
     try:
         sh([HALO, "lab", "up", "--name", "pvlab", "--dir", str(lab), "--nodes", "4",
             "--engine", engine, "--no-llama-cpp"])  # fmt: skip
-        for tp in (1, 2, 4):
-            print(f"vLLM TP={tp}: halo serve", file=sys.stderr)
-            sh([HALO, "serve", checkpoint, "--config", config, "--executor", "mp",
-                "--tp", str(tp), "--wait", "900", "--json"], timeout=1200)  # fmt: skip
-            try:
-                for round_ in range(rounds):
+        for round_ in range(rounds):
+            for tp in (1, 2, 4):
+                print(f"round {round_ + 1}: vLLM TP={tp}: halo serve", file=sys.stderr)
+                sh([HALO, "serve", checkpoint, "--config", config, "--executor", "mp",
+                    "--tp", str(tp), "--no-supervise", "--wait", "900", "--json"],
+                   timeout=1200)  # fmt: skip
+                try:
                     for rate in rates:
                         sh([HALO, "lab", "rate", "--dir", str(lab), rate])
                         print(f"round {round_ + 1}: vLLM TP={tp}, rate {rate}", file=sys.stderr)
@@ -208,8 +211,9 @@ def vllm_cells(
                         level = json.loads(out.read_text())["levels"][0]
                         cell = cells.setdefault((rate, tp), {"rounds": []})
                         cell["rounds"].append(round(1000 / level["tpot_ms"]["p50"], 2))
-            finally:
-                subprocess.run([HALO, "stop", "--config", config], capture_output=True, check=False)
+                finally:
+                    subprocess.run([HALO, "stop", "--config", config], capture_output=True,
+                                   check=False)  # fmt: skip
     finally:
         subprocess.run([HALO, "lab", "down", "--dir", str(lab)], capture_output=True, check=False)
     return cells
