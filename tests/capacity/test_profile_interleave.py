@@ -82,7 +82,7 @@ def test_a_server_that_streams_too_few_tokens_is_one_line(
     short = _server(0.001, tokens=3)
     threading.Thread(target=short.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(HaloError, match=r"vllm serve \(1\): only 3 of 12 tokens streamed"):
+        with pytest.raises(HaloError, match=r"vllm serve \(TP=1\): only 3 of 12 tokens streamed"):
             profile.interleaved_decode({1: short.server_address[1]}, 2, tokens=12)
     finally:
         short.shutdown()

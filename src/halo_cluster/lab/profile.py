@@ -424,14 +424,14 @@ def interleaved_decode(
     tokens: int = 64,
 ) -> dict[int, list[float]]:
     """Seconds per output token of ``requests`` streamed completions on each server
-    (key: a label, value: its port), the servers taking turns (the order reversed every
+    (key: its TP size, value: its port), the servers taking turns (the order reversed every
     round); each server's first completion is a warm-up. Between two requests the machine
     rests ``SETTLE_S``: vLLM's engine core spins for a second after its last step."""
     found: dict[int, list[float]] = {key: [] for key in servers}
     order = list(servers)
     for round_ in range(requests + 1):
         for key in order if round_ % 2 == 0 else order[::-1]:
-            seconds = _token_seconds(servers[key], f"vllm serve ({key})", tokens)
+            seconds = _token_seconds(servers[key], f"vllm serve (TP={key})", tokens)
             if round_:
                 found[key].append(seconds)
             time.sleep(SETTLE_S)
@@ -463,7 +463,7 @@ def _token_seconds(port: int, what: str, tokens: int) -> float:
         raise HaloError(f"{what}: the completion failed: {err}") from None
     finally:
         conn.close()
-    if len(stamps) < tokens // 2:
+    if len(stamps) < max(2, tokens // 2):
         raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
