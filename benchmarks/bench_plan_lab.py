@@ -197,10 +197,10 @@ def vllm_cells(
         for round_ in range(rounds):
             for tp in (1, 2, 4):
                 print(f"round {round_ + 1}: vLLM TP={tp}: halo serve", file=sys.stderr)
-                sh([HALO, "serve", checkpoint, "--config", config, "--executor", "mp",
-                    "--tp", str(tp), "--no-supervise", "--wait", "900", "--json"],
-                   timeout=1200)  # fmt: skip
                 try:
+                    sh([HALO, "serve", checkpoint, "--config", config, "--executor", "mp",
+                        "--tp", str(tp), "--no-supervise", "--wait", "900", "--json"],
+                       timeout=1200)  # fmt: skip
                     for rate in rates:
                         sh([HALO, "lab", "rate", "--dir", str(lab), rate])
                         print(f"round {round_ + 1}: vLLM TP={tp}, rate {rate}", file=sys.stderr)

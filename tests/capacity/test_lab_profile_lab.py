@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.capacity.profile import hardware_from_profile
+from halo_cluster.lab.profile import VLLM_REQUESTS
 from tests.cluster.test_serve_lab import _engine
 from tests.conftest import halo
 
@@ -40,7 +41,7 @@ def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Pa
     # both layouts' requests, taken in turns, each one's own rate
     assert set(vllm["requests_tokens_per_s"]) == {"1", "2"}
     for found in vllm["requests_tokens_per_s"].values():
-        assert len(found) == 8 and all(math.isfinite(v) and v > 0 for v in found)
+        assert len(found) == VLLM_REQUESTS and all(math.isfinite(v) and v > 0 for v in found)
     assert set(vllm["bare_allreduce_us"]) == set(vllm["shared_core_allreduce_us"]) == {
         "2", "4", "8"
     }  # fmt: skip

@@ -70,9 +70,9 @@ def test_layouts_take_turns_and_the_warm_up_is_dropped(
     assert arrivals == [one, two, two, one, one, two, two, one]
     assert said == [f"vLLM: {n} of 3 rounds of requests" for n in (1, 2, 3)]
     assert set(found) == {1, 2} and all(len(v) == 3 for v in found.values())
-    # each figure is its own server's pace (at least the 0.1 s it sleeps between tokens;
-    # the other streams its tokens at once, which takes far less however loaded the machine)
-    assert all(s >= 0.1 for s in found[2]) and all(s < 0.05 for s in found[1])
+    # each figure is its own server's pace: one sleeps 0.1 s between tokens (less a little
+    # when the client reads the first token late), the other streams them at once
+    assert min(found[2]) > 0.08 and min(found[2]) > 2 * max(found[1])
 
 
 def test_a_server_that_streams_too_few_tokens_is_one_line(

@@ -22,6 +22,7 @@ Nothing in the profile runs on two lab nodes: those runs are what it predicts.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -339,21 +340,21 @@ class Profiler:
         is up at once (an idle server sleeps) and their requests take turns, so the machine's
         drift over minutes weighs on each alike."""
         servers: dict[int, int] = {}
-        processes = []
+        processes: list[Any] = []
         try:
             for tp in layouts:
-                port, started = self._vllm_start(vllm, checkpoint, tp)
-                processes += started
-                _wait_all(started, partial(_healthy, port), f"vllm serve (TP={tp})", 900.0)
+                port = self._vllm_start(vllm, checkpoint, tp, processes)
+                # every layout started so far: one that dies meanwhile is named at once
+                _wait_all(processes, partial(_healthy, port), f"vllm serve (TP={tp})", 900.0)
                 servers[tp] = port
             return interleaved_decode(servers, VLLM_REQUESTS, self.progress)
         finally:
-            for process in processes:
-                _stop(process)
+            _stop_all(processes)
 
-    def _vllm_start(self, vllm: str, checkpoint: str, tp: int) -> tuple[int, list[Any]]:
+    def _vllm_start(self, vllm: str, checkpoint: str, tp: int, processes: list[Any]) -> int:
+        """Start TP=``tp``'s ranks, each added to ``processes`` as it starts (so that what
+        started is stopped whatever happens next); its API port."""
         port, master = _free_port(), _free_port()
-        processes = []
         for rank in range(tp):
             env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
             if tp > 1:
@@ -369,7 +370,7 @@ class Profiler:
                     ["env", *(f"{k}={v}" for k, v in env.items()), *argv], new_session=True
                 )
             )
-        return port, processes
+        return port
 
     def _bench(self, argv: list[str]) -> float:
         done = self.runner.run(["taskset", "-c", str(HEAD_CORE), *argv], timeout=600)
@@ -385,7 +386,11 @@ VLLM_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": str(HEAD_CORE),
 }
 
-VLLM_REQUESTS = 8  # measured completions per layout (after one warm-up each)
+# measured completions per layout (after one warm-up each); even, so that each layout goes
+# first as often as second. A layout's figure is 1 / the median of its seconds per token
+# (with 8, the mean of the middle two), so it may differ a little from the median of the
+# requests' own tokens/s kept beside it
+VLLM_REQUESTS = 8
 SETTLE_S = 1.5  # between two requests: vLLM's engine core spins 1 s after its last step
 
 # ranks all-reduce among themselves as vLLM's TP ranks do, each in its own process
@@ -441,13 +446,14 @@ def interleaved_decode(
 
 
 def _token_seconds(port: int, what: str, tokens: int) -> float:
-    """One streamed completion of ``tokens`` tokens: (last token - first) / (tokens - 1)."""
+    """Seconds per token of one streamed completion of ``tokens`` tokens: (last token's
+    arrival - first's) / (tokens streamed - 1); fewer than half of them streamed is an error."""
     import http.client
     import json
 
     body = json.dumps({
         "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
-        "stream": True, "ignore_eos": True, "model": _model_id(port),
+        "stream": True, "ignore_eos": True, "model": _model_id(port, what),
     })  # fmt: skip
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
@@ -468,7 +474,7 @@ def _token_seconds(port: int, what: str, tokens: int) -> float:
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
-def _model_id(port: int) -> str:
+def _model_id(port: int, what: str) -> str:
     import http.client
     import json
 
@@ -478,7 +484,7 @@ def _model_id(port: int) -> str:
         found: str = json.loads(conn.getresponse().read(1 << 20))["data"][0]["id"]
         return found
     except (OSError, ValueError, KeyError, IndexError) as err:
-        raise HaloError(f"no model listed on port {port}: {err}") from None
+        raise HaloError(f"{what}: no model listed on port {port}: {err}") from None
     finally:
         conn.close()
 
@@ -517,18 +523,31 @@ def _wait_all(processes: list[Any], ready: Callable[[], bool], what: str, second
     raise HaloError(f"{what} was not ready within {seconds:g} s")
 
 
-def _stop(process: Any) -> None:
-    """End a server started in its own session, and everything it started."""
+def _stop_all(processes: list[Any]) -> None:
+    """End servers started in their own sessions and everything they started: all asked at
+    once, then each given 30 s; what is left then (or at a Ctrl-C meanwhile) is killed."""
     import signal
+    import subprocess
 
+    def kill() -> None:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in processes:
+            process.wait()
+
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30.0
     try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except Exception:  # it did not end in time: no more asking
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        for process in processes:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # not ended in time: no more asking
+        kill()
+    except KeyboardInterrupt:
+        kill()
+        raise
 
 
 def _request(
