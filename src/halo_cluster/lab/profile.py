@@ -433,10 +433,12 @@ def interleaved_decode(
     round); each server's first completion is a warm-up. Between two requests the machine
     rests ``SETTLE_S``: vLLM's engine core spins for a second after its last step."""
     found: dict[int, list[float]] = {key: [] for key in servers}
+    what = {key: f"vllm serve (TP={key})" for key in servers}
+    models = {key: _model_id(port, what[key]) for key, port in servers.items()}  # asked once
     order = list(servers)
     for round_ in range(requests + 1):
         for key in order if round_ % 2 == 0 else order[::-1]:
-            seconds = _token_seconds(servers[key], f"vllm serve (TP={key})", tokens)
+            seconds = _token_seconds(servers[key], models[key], what[key], tokens)
             if round_:
                 found[key].append(seconds)
             time.sleep(SETTLE_S)
@@ -445,7 +447,7 @@ def interleaved_decode(
     return found
 
 
-def _token_seconds(port: int, what: str, tokens: int) -> float:
+def _token_seconds(port: int, model: str, what: str, tokens: int) -> float:
     """Seconds per token of one streamed completion of ``tokens`` tokens: (last token's
     arrival - first's) / (tokens streamed - 1); fewer than half of them streamed is an error."""
     import http.client
@@ -453,7 +455,7 @@ def _token_seconds(port: int, what: str, tokens: int) -> float:
 
     body = json.dumps({
         "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
-        "stream": True, "ignore_eos": True, "model": _model_id(port, what),
+        "stream": True, "ignore_eos": True, "model": model,
     })  # fmt: skip
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
