@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from halo_cluster.errors import HaloError
-from halo_cluster.lab import profile
+from halo_cluster.lab import served
 
 arrivals: list[int] = []  # the ports completions reached, in order
 
@@ -61,10 +61,10 @@ def servers() -> Iterator[dict[int, ThreadingHTTPServer]]:
 def test_layouts_take_turns_and_the_warm_up_is_dropped(
     servers: dict[int, ThreadingHTTPServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(profile, "SETTLE_S", 0.0)
+    monkeypatch.setattr(served, "SETTLE_S", 0.0)
     ports = {tp: server.server_address[1] for tp, server in servers.items()}
     said: list[str] = []
-    found = profile.interleaved_decode(ports, 3, said.append, tokens=6)
+    found = served.interleaved_decode(ports, 3, said.append, tokens=6)
     one, two = ports[1], ports[2]
     # a warm-up round, then three measured rounds, the order reversed every round
     assert arrivals == [one, two, two, one, one, two, two, one]
@@ -78,12 +78,12 @@ def test_layouts_take_turns_and_the_warm_up_is_dropped(
 def test_a_server_that_streams_too_few_tokens_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(profile, "SETTLE_S", 0.0)
+    monkeypatch.setattr(served, "SETTLE_S", 0.0)
     short = _server(0.001, tokens=3)
     threading.Thread(target=short.serve_forever, daemon=True).start()
     try:
         with pytest.raises(HaloError, match=r"vllm serve \(TP=1\): only 3 of 12 tokens streamed"):
-            profile.interleaved_decode({1: short.server_address[1]}, 2, tokens=12)
+            served.interleaved_decode({1: short.server_address[1]}, 2, tokens=12)
     finally:
         short.shutdown()
         short.server_close()

@@ -22,13 +22,10 @@ Nothing in the profile runs on two lab nodes: those runs are what it predicts.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import os
-import socket
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -42,6 +39,14 @@ from halo_cluster.capacity.profile import (
     parse_llama_bench,
 )
 from halo_cluster.errors import HaloError
+from halo_cluster.lab.served import (
+    free_port,
+    healthy,
+    interleaved_decode,
+    listening,
+    stop_all,
+    wait_all,
+)
 from halo_cluster.runner.local import LocalRunner
 
 TG_TOKENS = 128  # llama-bench -n: tokens decoded per repetition
@@ -202,13 +207,13 @@ class Profiler:
         servers = {}  # one rpc-server on the other core, one on the head's own
         try:
             for core in (WORKER_CORE, HEAD_CORE):
-                port = _free_port()
+                port = free_port()
                 servers[core] = (port, self.runner.start(
                     ["taskset", "-c", str(core), server, "-H", "127.0.0.1", "-p", str(port),
                      "-t", "1"]
                 ))  # fmt: skip
             for port, process in servers.values():
-                _wait_all([process], partial(_listening, port), "ggml-rpc-server", 60.0)
+                wait_all([process], partial(listening, port), "ggml-rpc-server", 60.0)
             runs: dict[str, list[float]] = {"alone": [], "other": [], "same": []}
             for index in range(ROUNDS):  # interleaved: a slow minute touches all three
                 self.progress(f"llama.cpp: round {index + 1} of {ROUNDS} (llama-bench tg)")
@@ -322,7 +327,7 @@ class Profiler:
         self.progress(f"vLLM: bare Gloo all-reduces among {ranks} processes over loopback")
         runs = [
             self._python(
-                _GLOO.format(port=_free_port(), hidden=hidden, ranks=ranks, rounds=300),
+                _GLOO.format(port=free_port(), hidden=hidden, ranks=ranks, rounds=300),
                 f"a Gloo all-reduce among {ranks} processes",
                 python,
             )[-1]
@@ -345,16 +350,16 @@ class Profiler:
             for tp in layouts:
                 port = self._vllm_start(vllm, checkpoint, tp, processes)
                 # every layout started so far: one that dies meanwhile is named at once
-                _wait_all(processes, partial(_healthy, port), f"vllm serve (TP={tp})", 900.0)
+                wait_all(processes, partial(healthy, port), f"vllm serve (TP={tp})", 900.0)
                 servers[tp] = port
             return interleaved_decode(servers, VLLM_REQUESTS, self.progress)
         finally:
-            _stop_all(processes)
+            stop_all(processes)
 
     def _vllm_start(self, vllm: str, checkpoint: str, tp: int, processes: list[Any]) -> int:
         """Start TP=``tp``'s ranks, each added to ``processes`` as it starts (so that what
         started is stopped whatever happens next); its API port."""
-        port, master = _free_port(), _free_port()
+        port, master = free_port(), free_port()
         for rank in range(tp):
             env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
             if tp > 1:
@@ -391,7 +396,6 @@ VLLM_ENV = {
 # (with 8, the mean of the middle two), so it may differ a little from the median of the
 # requests' own tokens/s kept beside it
 VLLM_REQUESTS = 8
-SETTLE_S = 1.5  # between two requests: vLLM's engine core spins 1 s after its last step
 
 # ranks all-reduce among themselves as vLLM's TP ranks do, each in its own process
 SHARED_RANKS = (2, 4, 8)
@@ -420,136 +424,6 @@ for _ in range({ranks} - 1):
     os.wait()
 print(statistics.median(took[{rounds} // 10:]) * 1e6)
 """
-
-
-def interleaved_decode(
-    servers: dict[int, int],
-    requests: int,
-    progress: Callable[[str], None] | None = None,
-    tokens: int = 64,
-) -> dict[int, list[float]]:
-    """Seconds per output token of ``requests`` streamed completions on each server
-    (key: its TP size, value: its port), the servers taking turns (the order reversed every
-    round); each server's first completion is a warm-up. Between two requests the machine
-    rests ``SETTLE_S``: vLLM's engine core spins for a second after its last step."""
-    found: dict[int, list[float]] = {key: [] for key in servers}
-    what = {key: f"vllm serve (TP={key})" for key in servers}
-    models = {key: _model_id(port, what[key]) for key, port in servers.items()}  # asked once
-    order = list(servers)
-    for round_ in range(requests + 1):
-        for key in order if round_ % 2 == 0 else order[::-1]:
-            seconds = _token_seconds(servers[key], models[key], what[key], tokens)
-            if round_:
-                found[key].append(seconds)
-            time.sleep(SETTLE_S)
-        if progress and round_:
-            progress(f"vLLM: {round_} of {requests} rounds of requests")
-    return found
-
-
-def _token_seconds(port: int, model: str, what: str, tokens: int) -> float:
-    """Seconds per token of one streamed completion of ``tokens`` tokens: (last token's
-    arrival - first's) / (tokens streamed - 1); fewer than half of them streamed is an error."""
-    import http.client
-    import json
-
-    body = json.dumps({
-        "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
-        "stream": True, "ignore_eos": True, "model": model,
-    })  # fmt: skip
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
-    try:
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        if response.status != 200:
-            raise HaloError(f"{what}: HTTP {response.status} for a completion")
-        stamps = []
-        for line in response:
-            if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
-                stamps.append(time.perf_counter())
-    except OSError as err:
-        raise HaloError(f"{what}: the completion failed: {err}") from None
-    finally:
-        conn.close()
-    if len(stamps) < max(2, tokens // 2):
-        raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
-    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
-
-
-def _model_id(port: int, what: str) -> str:
-    import http.client
-    import json
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", "/v1/models")
-        found: str = json.loads(conn.getresponse().read(1 << 20))["data"][0]["id"]
-        return found
-    except (OSError, ValueError, KeyError, IndexError) as err:
-        raise HaloError(f"{what}: no model listed on port {port}: {err}") from None
-    finally:
-        conn.close()
-
-
-def _healthy(port: int) -> bool:
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", "/health")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        conn.close()
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _wait_all(processes: list[Any], ready: Callable[[], bool], what: str, seconds: float) -> None:
-    """Poll ``ready`` until it holds; one line when a process exits first or time runs out."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for process in processes:
-            if process.poll() is not None:
-                raise HaloError(f"{what} exited ({process.returncode}) before it was ready")
-        if ready():
-            return
-        time.sleep(0.2)
-    raise HaloError(f"{what} was not ready within {seconds:g} s")
-
-
-def _stop_all(processes: list[Any]) -> None:
-    """End servers started in their own sessions and everything they started: all asked at
-    once, then each given 30 s; what is left then (or at a Ctrl-C meanwhile) is killed."""
-    import signal
-    import subprocess
-
-    def kill() -> None:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-        for process in processes:
-            process.wait()
-
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30.0
-    try:
-        for process in processes:
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:  # not ended in time: no more asking
-        kill()
-    except KeyboardInterrupt:
-        kill()
-        raise
 
 
 def _request(
@@ -589,13 +463,6 @@ def write_profile(document: dict[str, Any], directory: Path) -> Path:
     path = directory / f"{PROFILE_ID}.json"
     atomic_write(path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     return path
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _memory_gib() -> float:
