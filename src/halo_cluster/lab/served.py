@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from halo_cluster.errors import HaloError
+from halo_cluster.httpget import http_get
 
 SETTLE_S = 1.5  # between two requests: vLLM's engine core spins 1 s after its last step
 
@@ -71,31 +72,22 @@ def _token_seconds(port: int, model: str, what: str, tokens: int) -> float:
 
 
 def _model_id(port: int, what: str) -> str:
-    import http.client
     import json
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("GET", "/v1/models")
-        found: str = json.loads(conn.getresponse().read(1 << 20))["data"][0]["id"]
+        listed = json.loads(http_get(f"http://127.0.0.1:{port}/v1/models", timeout_s=30))
+        found: str = listed["data"][0]["id"]
         return found
-    except (OSError, ValueError, KeyError, IndexError) as err:
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
         raise HaloError(f"{what}: no model listed on port {port}: {err}") from None
-    finally:
-        conn.close()
 
 
 def healthy(port: int) -> bool:
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        conn.request("GET", "/health")
-        return conn.getresponse().status == 200
+        http_get(f"http://127.0.0.1:{port}/health")
+        return True
     except OSError:
         return False
-    finally:
-        conn.close()
 
 
 def listening(port: int) -> bool:
