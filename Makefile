@@ -9,12 +9,43 @@ DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethto
 # build of several GB); installed first so that the extras' "torch>=2.4" is already met.
 TORCH := torch==2.13.0
 
-.PHONY: demo test lint typecheck unit deb-packages engine llama-cpp python39 bench clean
+.PHONY: demo test suite lint typecheck unit test-durations test-coverage deb-packages engine \
+	llama-cpp python39 bench clean
 
 demo: deb-packages $(VENV)/.installed-all engine llama-cpp
 	$(BIN)/halo demo
 
-test: deb-packages $(VENV)/.installed-test engine llama-cpp python39 lint typecheck unit
+test: deb-packages $(VENV)/.installed-test engine llama-cpp python39 lint typecheck suite
+
+# The suite's three tiers (docs/testing.md): unit, lab, engine. Two workers: every test of a
+# *_lab.py file on one, after one another; the unit tier's files on both (tests/parallel.py).
+PARALLEL := -n 2 --dist loadgroup
+TIMING := build/suite-timing.json
+
+# every tier: what make test and CI run
+suite: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(PARALLEL)
+
+# the unit tier alone: the fast loop (no root, no lab, no engine server)
+unit: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m unit $(PARALLEL)
+
+# every tier, timed: benchmarks/results/test_suite.json (where the minutes go, per tier,
+# file, fixture and halo command; the run kept beside the last ones)
+test-durations: deb-packages $(VENV)/.installed-test engine llama-cpp python39
+	mkdir -p build
+	$(BIN)/python -m pytest $(PARALLEL) --suite-timing $(TIMING); status=$$?; \
+	  $(BIN)/python tools/test_suite.py record $(TIMING) && exit $$status
+
+# every tier under coverage.py, halo's own subprocesses too ([run] patch = subprocess):
+# the line coverage of src/halo_cluster, as coverage.after in test_suite.json
+test-coverage: deb-packages $(VENV)/.installed-test engine llama-cpp python39
+	rm -rf build/coverage && mkdir -p build/coverage
+	export HALO_COVERAGE_DIR=$(CURDIR)/build/coverage; \
+	$(BIN)/python -m coverage run --rcfile=tools/coverage.ini -m pytest $(PARALLEL); \
+	  status=$$?; $(BIN)/python -m coverage combine --rcfile=tools/coverage.ini -q && \
+	  pct=$$($(BIN)/python -m coverage report --rcfile=tools/coverage.ini --format=total \
+	    --precision=2) && $(BIN)/python tools/test_suite.py coverage after $$pct && exit $$status
 
 # The engine environment (.venv-engine): vLLM's CPU build, torch (CPU), Ray and halo's
 # adapter (engine/vllm_cpu_ray), every package pinned. Built once into a cache outside the
@@ -32,9 +63,6 @@ llama-cpp: deb-packages | $(VENV)/bin/python
 # the oldest Python halo's node side supports, which the tests run it on.
 python39:
 	bash engine/python39/fetch.sh >/dev/null
-
-unit: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
 
 # ruff lints the node side's modules as Python 3.9 (pyproject.toml's per-file-target-version);
 # node_py39.py checks that table against what node/main.py imports, and what ruff cannot see.

@@ -20,11 +20,21 @@ EXPECTED = FIXTURES / "expected"
 OUTPUTS = FIXTURES / "outputs"
 SCENARIOS = sorted(p.name for p in ROOTS.iterdir())
 IN_CI = os.environ.get("CI") == "true"
+# the tiers (markers and their check) and the fixtures that give the lab and engine tiers
+# their prerequisites, and the record of where the minutes go (--suite-timing)
+pytest_plugins = [
+    "tests.parallel",
+    "tests.tiers",
+    "tests.needs",
+    "tests.models_once",
+    "tests.suite_timing",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     hear_ctrl_c()
-    sweep_stale_labs()
+    if not hasattr(config, "workerinput"):  # once per run: not again in each parallel worker
+        sweep_stale_labs()
 
 
 def sweep_stale_labs() -> None:

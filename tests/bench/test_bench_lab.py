@@ -39,8 +39,7 @@ def leftovers(cwd: Path, name: str, node: str) -> str:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
-    require(os.geteuid() == 0, "halo lab needs root")
+def lab(tmp_path: Path, lab_host: None) -> Iterator[tuple[Path, str, str]]:
     name = f"b{os.getpid() % 10000}"
     up = halo("lab", "up", "--name", name, "--nodes", "2", cwd=tmp_path)
     assert up.returncode == 0, up.stderr

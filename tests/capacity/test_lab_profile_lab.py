@@ -8,23 +8,40 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
+import os
+import re
 from pathlib import Path
 
 import pytest
 
 from halo_cluster.capacity.profile import hardware_from_profile
 from halo_cluster.lab.profile import VLLM_REQUESTS
-from tests.cluster.test_serve_lab import _engine
 from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 
-LEFTOVER = ["pgrep", "-af", "vllm serve|VLLM::|ggml-rpc-server|llama-bench"]
+LEFTOVER = re.compile(rb"vllm serve|VLLM::|ggml-rpc-server|llama-bench")
 
 
-def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Path) -> None:
-    _engine()
+def leftovers() -> list[str]:
+    """The engines' processes on this host's own network: the profile runs here, while a lab
+    test beside it (a parallel run) serves from its nodes' namespaces."""
+    own = os.readlink("/proc/self/ns/net")
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if os.readlink(f"/proc/{entry}/ns/net") == own and LEFTOVER.search(argv):
+                found.append(argv.replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # gone, or not a process
+            continue
+    return found
+
+
+def test_the_profile_measures_both_engines_and_the_planner_reads_it(
+    tmp_path: Path, vllm_engine: str, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     env = {"XDG_DATA_HOME": str(tmp_path / "data")}
     done = halo("lab", "profile", "--json", cwd=tmp_path, env=env, timeout=1500)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -55,12 +72,11 @@ def test_the_profile_measures_both_engines_and_the_planner_reads_it(tmp_path: Pa
     hardware = hardware_from_profile(document, "lab.json")
     assert hardware.shared_cores >= 2 and hardware.cpu_only
     model = tmp_path / "model"
-    assert halo("lab", "model", str(model), "--format", "both", cwd=tmp_path).returncode == 0
+    tiny_models.copy(model, "both")
     plan = halo("plan", "--hf-config", str(model / "config.json"), "--engine", "vllm",
                 "--hardware", "lab", "--link", "lab", "--nodes", "2", "--json",
                 cwd=tmp_path, env=env)  # fmt: skip
     assert plan.returncode == 0, plan.stderr
     rows = {row["layout"]: row for row in json.loads(plan.stdout)["rows"]}
     assert rows["TP2"]["decode_ms_network"] > 0 and rows["TP2"]["tokens_per_s"] > 0
-    left = subprocess.run(LEFTOVER, capture_output=True, text=True, check=False)
-    assert left.stdout == ""
+    assert leftovers() == []

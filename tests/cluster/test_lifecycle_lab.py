@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -20,8 +19,7 @@ def ray_processes(cwd: Path, name: str, node: str) -> str:
     ).stdout
 
 
-def test_up_status_kill_heal_down(tmp_path: Path) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
+def test_up_status_kill_heal_down(tmp_path: Path, lab_host: None) -> None:
     require(
         shutil.which("ray", path=str(Path(HALO).parent)) is not None,
         "ray is not installed in this venv",

@@ -8,24 +8,17 @@ counters (summed over each node's cables) passing; down leaves nothing."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from halo_cluster.config import default_engine, default_llama_cpp
-from tests.conftest import halo, require
+from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 FABRIC_STEPS = ("fabric_links", "fabric_identity", "fabric_routes", "fabric_forwarding")
-
-
-def _prerequisites() -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
-    require(default_llama_cpp() is not None, "no llama.cpp build (make llama-cpp)")
-    require(default_engine() is not None, "no engine environment (make engine): Ray, vLLM")
 
 
 def _ok(done: subprocess.CompletedProcess[str]) -> str:
@@ -123,8 +116,8 @@ def _witnessed(served: dict[str, Any], nodes: int) -> None:
         assert paths["fabric"]["bytes_per_token"] > paths["mgmt"]["bytes_per_token"], name
 
 
-def _serve_llama(lab: Path, config: Path, tmp: Path, nodes: int) -> None:
-    _ok(halo("lab", "model", str(lab / "gguf"), "--format", "gguf"))
+def _serve_llama(lab: Path, config: Path, tmp: Path, nodes: int, models: TinyModels) -> None:
+    models.copy(lab / "gguf", "gguf")
     done = halo(
         "serve", str(lab / "gguf" / "model.gguf"), "--engine", "llama.cpp", "--config",
         str(config), "--json", cwd=tmp, timeout=600,
@@ -149,8 +142,9 @@ def _down(lab: Path, tmp: Path, name: str) -> None:
     assert f"halo-{name}-" not in left.stdout
 
 
-def test_a_three_node_mesh(tmp_path: Path) -> None:
-    _prerequisites()
+def test_a_three_node_mesh(
+    tmp_path: Path, lab_host: None, vllm_engine: str, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab = tmp_path / "M"
     config = lab / "halo.toml"
     _ok(halo("lab", "up", "--nodes", "3", "--topology", "mesh", "--name", "mesh",
@@ -167,13 +161,14 @@ def test_a_three_node_mesh(tmp_path: Path) -> None:
         _healthy(config)
         _faults(lab, config, ("node1", "thunderbolt1"), ("node2", "thunderbolt1"))
         _collective(config, tmp_path, 3)
-        _serve_llama(lab, config, tmp_path, 3)
+        _serve_llama(lab, config, tmp_path, 3, tiny_models)
     finally:
         _down(lab, tmp_path, "mesh")
 
 
-def test_a_four_node_ring(tmp_path: Path) -> None:
-    _prerequisites()
+def test_a_four_node_ring(
+    tmp_path: Path, lab_host: None, vllm_engine: str, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab = tmp_path / "R"
     config = lab / "halo.toml"
     _ok(halo("lab", "up", "--nodes", "4", "--topology", "ring", "--name", "ring",
@@ -201,9 +196,9 @@ def test_a_four_node_ring(tmp_path: Path) -> None:
         hops = {(p["node"], p["peer"]): p["hops"] for p in legs if p["path"] == "fabric"}
         assert hops[("node1", "node3")] == 2 and hops[("node1", "node2")] == 1
         _collective(config, tmp_path, 4)
-        _serve_llama(lab, config, tmp_path, 4)
+        _serve_llama(lab, config, tmp_path, 4, tiny_models)
         # vLLM TP=4 over its own executor, Gloo between the identities
-        _ok(halo("lab", "model", str(lab / "model")))
+        tiny_models.copy(lab / "model")
         _ok(halo("model", "sync", str(lab / "model"), "--name", "tiny", "--config", str(config),
                  timeout=300))  # fmt: skip
         done = halo("serve", "tiny", "--config", str(config), "--executor", "mp", "--tp", "4",

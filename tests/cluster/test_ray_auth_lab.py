@@ -3,13 +3,12 @@ another node without it is refused, with it admitted; the token is in no process
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import halo, require
+from tests.conftest import halo
 
 pytestmark = pytest.mark.lab
 CLIENT = (
@@ -22,8 +21,7 @@ CLIENT = (
 )
 
 
-def test_a_client_without_the_token_is_refused(tmp_path: Path) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
+def test_a_client_without_the_token_is_refused(tmp_path: Path, lab_host: None) -> None:
     lab = tmp_path / "A"
     config = lab / "halo.toml"
     # no engine: Ray from the halo installed on the nodes

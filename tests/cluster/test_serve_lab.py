@@ -7,7 +7,6 @@ path uses the forged stand-in engine (a recorded-style RCCL log), never the demo
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -16,20 +15,12 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.config import default_engine
 from halo_cluster.examples import EXAMPLES
-from tests.conftest import HALO, halo, require
+from tests.conftest import HALO, halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
 SECRET = "s3cr3t-key-never-in-argv"
 LEFTOVER = "pgrep -af 'vllm serve|VLLM::|RayWorker|ray::IDLE' | grep -v pgrep; ls -A /dev/shm"
-
-
-def _engine() -> str:
-    engine = default_engine()
-    require(engine is not None, "no engine environment (make engine builds .venv-engine)")
-    assert engine is not None
-    return engine
 
 
 def _node(tmp: Path, lab: str, node: str, script: str) -> str:
@@ -42,15 +33,16 @@ def _with_key(config: Path) -> None:
     config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
 
 
-def test_real_engine_tp2_across_lab_nodes(tmp_path: Path) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
-    _engine()
+@pytest.mark.engine
+def test_real_engine_tp2_across_lab_nodes(
+    tmp_path: Path, lab_host: None, vllm_engine: str, tiny_models: TinyModels
+) -> None:
     lab = tmp_path / "D"
     config = lab / "halo.toml"
     env = {"HALO_TEST_KEY": SECRET}
     assert halo("lab", "up", "--nodes", "2", "--name", "eng", "--dir", str(lab)).returncode == 0
     try:
-        assert halo("lab", "model", str(lab / "model")).returncode == 0
+        tiny_models.copy(lab / "model")
         _with_key(config)
         # the model into each node's own store; every rank then opens its node's copy
         synced = halo(
@@ -149,9 +141,10 @@ def _lab_nodes(tmp: Path, lab: Path) -> list[dict[str, str]]:
     return nodes
 
 
-def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
-    _engine()
+@pytest.mark.engine
+def test_bad_input_names_the_node_and_starts_nothing(
+    tmp_path: Path, lab_host: None, vllm_engine: str, tiny_models: TinyModels
+) -> None:
     lab = tmp_path / "B"
     config = lab / "halo.toml"
     assert halo("lab", "up", "--name", "b", "--dir", str(lab)).returncode == 0
@@ -163,7 +156,7 @@ def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
             f"halo: error: node1: the model {lab / 'nothing'} is not there (no config.json): "
             "put it at the same path on every node, or serve a shared path"
         )
-        assert halo("lab", "model", str(lab / "model")).returncode == 0
+        tiny_models.copy(lab / "model")
         too_many = halo("serve", str(lab / "model"), "--tp", "3", "--config", str(config))
         assert too_many.returncode == 2 and "--tp 3: the cluster offers 2 engine rank(s)" in (
             too_many.stderr
@@ -198,10 +191,10 @@ def test_bad_input_names_the_node_and_starts_nothing(tmp_path: Path) -> None:
         halo("lab", "down", "--name", "b", "--dir", str(lab))
 
 
-def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path) -> None:
+@pytest.mark.lab
+def test_forged_rccl_log_is_refused_and_stopped(tmp_path: Path, lab_host: None) -> None:
     """The refusal path: the stand-in engine forges an RCCL RoCE log while the lab plans
     sockets (and its requests move nothing on the fabric): halo stops it and exits 1."""
-    require(os.geteuid() == 0, "halo lab needs root")
     lab = tmp_path / "R"
     config = lab / "halo.toml"
     # no engine: Ray from the halo installed on the nodes

@@ -13,20 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.config import default_llama_cpp
-from tests.conftest import halo, require
+from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 SECRET = "llama-key-never-in-argv"
 # prints "clean" only when nothing is left (a failed exec prints nothing and fails the test)
 LEFTOVER = "pgrep -af 'llama-server|ggml-rpc-server' | grep -v pgrep; echo clean"
-
-
-def _build() -> str:
-    build = default_llama_cpp()
-    require(build is not None, "no llama.cpp build (make llama-cpp builds .llama-cpp)")
-    assert build is not None
-    return build
 
 
 def _node(tmp: Path, lab: Path, node: str, script: str) -> str:
@@ -35,8 +28,6 @@ def _node(tmp: Path, lab: Path, node: str, script: str) -> str:
 
 
 def _lab(tmp: Path, name: str) -> tuple[Path, Path]:
-    require(os.geteuid() == 0, "halo lab needs root")
-    _build()
     lab = tmp / name
     assert halo("lab", "up", "--name", name.lower(), "--dir", str(lab)).returncode == 0
     return lab, lab / "halo.toml"
@@ -49,13 +40,15 @@ def _serve(tmp: Path, config: Path, model: Path, *extra: str, env: dict[str, str
     )  # fmt: skip
 
 
-def test_layers_over_rpc_across_lab_nodes(tmp_path: Path) -> None:
+def test_layers_over_rpc_across_lab_nodes(
+    tmp_path: Path, lab_host: None, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab, config = _lab(tmp_path, "L")
     env = {"HALO_TEST_KEY": SECRET}
     try:
         text = config.read_text()
         config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
-        assert halo("lab", "model", str(lab / "model"), "--format", "gguf").returncode == 0
+        tiny_models.copy(lab / "model", "gguf")
         # no 'halo up': llama.cpp uses no Ray, its plans come from the nodes' facts
         served = _serve(tmp_path, config, lab / "model" / "model.gguf", "--json", env=env)
         assert served.returncode == 0, served.stderr
@@ -114,10 +107,12 @@ def test_layers_over_rpc_across_lab_nodes(tmp_path: Path) -> None:
         halo("lab", "down", "--name", "l", "--dir", str(lab))
 
 
-def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
+def test_bad_input_is_one_line_naming_the_node(
+    tmp_path: Path, lab_host: None, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab, config = _lab(tmp_path, "M")
     try:
-        assert halo("lab", "model", str(lab / "model"), "--format", "both").returncode == 0
+        tiny_models.copy(lab / "model", "both")
         gguf = lab / "model" / "model.gguf"
         short = lab / "model" / "short.gguf"
         short.write_bytes(gguf.read_bytes()[:12])
@@ -146,7 +141,7 @@ def test_bad_input_is_one_line_naming_the_node(tmp_path: Path) -> None:
         assert busy.returncode == 2 and "node2: port 50052 is already in use there" in busy.stderr
         _node(tmp_path, lab, "node2", "pkill -f 'http.server 50052'")
         # the build only on node1 (in its private /tmp), then a different build on node2
-        build = os.path.realpath(_build())  # the lab's halo.toml names the real directory
+        build = os.path.realpath(llama_cpp)  # the lab's halo.toml names the real directory
         _node(tmp_path, lab, "node1", f"cp -r {build} /tmp/llama")
         config.write_text(config.read_text().replace(f'build = "{build}"', 'build = "/tmp/llama"'))
         missing = _serve(tmp_path, config, gguf)

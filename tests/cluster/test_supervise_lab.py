@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.config import default_engine, default_llama_cpp
-from tests.conftest import halo, require
+from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 BOUND_S = 240.0
 LEFT = "pgrep -a -f '[l]lama-server|[g]gml-rpc-server|[s]upervise --spec' || true"
 LEFT_VLLM = "pgrep -a -f '[v]llm serve' || true"
@@ -62,13 +62,9 @@ class Lab:
 
 
 @pytest.fixture(scope="module")
-def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(os.geteuid() == 0, "halo lab needs root")
-    require(default_llama_cpp() is not None, "llama.cpp is not built (make llama-cpp)")
-    out = tmp_path_factory.mktemp("model")
-    made = halo("lab", "model", str(out), "--format", "gguf")
-    assert made.returncode == 0, made.stderr
-    return out / "model.gguf"
+def gguf(lab_host: None, llama_cpp: str, tiny_models: TinyModels) -> Path:
+    """The tiny GGUF (each test copies it into its own lab: one moves it away)."""
+    return tiny_models.source("gguf") / "model.gguf"
 
 
 @pytest.fixture
@@ -182,16 +178,16 @@ def test_halo_stop_during_a_restart_leaves_nothing_running(served: Lab) -> None:
 
 # -- vLLM's CPU build: its own mp executor, and Ray -------------------------------------------
 @pytest.fixture
-def vllm_lab(tmp_path: Path) -> Iterator[Lab]:
-    require(os.geteuid() == 0, "halo lab needs root")
-    require(default_engine() is not None, "no engine environment (make engine)")
+def vllm_lab(
+    tmp_path: Path, lab_host: None, vllm_engine: str, tiny_models: TinyModels
+) -> Iterator[Lab]:
     lab = Lab(tmp_path, f"sv{os.getpid() % 10000}v")
     up = halo("lab", "up", "--name", lab.name, "--dir", str(lab.dir))
     assert up.returncode == 0, up.stderr
     with open(lab.config, "a") as config:
         config.write("\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\n")
     try:
-        assert halo("lab", "model", str(lab.dir / "model")).returncode == 0
+        tiny_models.copy(lab.dir / "model")
         yield lab
     finally:
         halo("stop", "--config", lab.config)

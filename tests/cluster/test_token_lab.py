@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.test_serve_lab import LEFTOVER, _engine, _node
-from tests.conftest import halo, require
+from tests.cluster.test_serve_lab import LEFTOVER, _node
+from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 STORE_PATH = "/var/lib/halo/models/tiny"
 
 
@@ -28,17 +29,16 @@ def _serve(config: Path, cwd: Path, *more: str) -> tuple[int, dict]:  # type: ig
     return done.returncode, json.loads(done.stdout)
 
 
-def test_other_weights_on_one_node_fail_the_token_witness_alone(tmp_path: Path) -> None:
-    import os
+def test_other_weights_on_one_node_fail_the_token_witness_alone(
+    tmp_path: Path, lab_host: None, vllm_engine: str, tiny_models: TinyModels
+) -> None:
 
-    require(os.geteuid() == 0, "halo lab needs root")
-    _engine()
     lab = tmp_path / "D"
     config = lab / "halo.toml"
     assert halo("lab", "up", "--nodes", "2", "--name", "tok", "--dir", str(lab)).returncode == 0
     try:
-        assert halo("lab", "model", str(lab / "model")).returncode == 0
-        assert halo("lab", "model", str(lab / "other"), "--seed", "7").returncode == 0
+        tiny_models.copy(lab / "model")
+        tiny_models.copy(lab / "other", seed=7)
         synced = halo(
             "model", "sync", str(lab / "model"), "--name", "tiny", "--config", str(config)
         )

@@ -7,7 +7,6 @@ management), shows it in status, names a worker that dies, and stops it everywhe
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import load_config
 from halo_cluster.engines.request import serve_request
-from tests.conftest import halo, require
+from tests.conftest import halo
 
 pytestmark = pytest.mark.lab
 HERE = Path(__file__).parent
@@ -40,8 +39,9 @@ def _node(lab: Path, node: str, script: str) -> str:
     return done.stdout
 
 
-def test_a_third_engine_is_served_and_proven_without_ray(tmp_path: Path, relay: None) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
+def test_a_third_engine_is_served_and_proven_without_ray(
+    tmp_path: Path, relay: None, lab_host: None
+) -> None:
     lab = tmp_path / "R"
     up = halo("lab", "up", "--name", "relay", "--dir", str(lab), "--no-engine", "--no-llama-cpp")
     assert up.returncode == 0, up.stderr

@@ -18,16 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.config import default_llama_cpp
-from tests.conftest import HALO, halo, require
+from tests.conftest import HALO, halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
 MIB = 1 << 20
 LEFT = "pgrep -fc 'model-[p]ipe' || true"  # the bracket keeps this shell out of the match
 
 
 def _lab(tmp: Path, name: str, *extra: str) -> tuple[Path, str]:
-    require(os.geteuid() == 0, "halo lab needs root")
     lab = tmp / name
     up = halo("lab", "up", "--name", name, "--dir", str(lab), "--nodes", "3", "--no-engine", *extra)
     assert up.returncode == 0, up.stderr
@@ -92,7 +90,10 @@ def _nothing_left(lab: Path) -> None:
         time.sleep(0.5)
 
 
-def test_sync_resume_repair_and_faults_over_a_100mbit_fabric(tmp_path: Path) -> None:
+@pytest.mark.lab
+def test_sync_resume_repair_and_faults_over_a_100mbit_fabric(
+    tmp_path: Path, lab_host: None
+) -> None:
     lab, config = _lab(tmp_path, "msync", "--fabric-rate", "100mbit")
     try:
         src = tmp_path / "src"
@@ -194,7 +195,10 @@ def test_sync_resume_repair_and_faults_over_a_100mbit_fabric(tmp_path: Path) -> 
         _down(tmp_path, lab)
 
 
-def test_a_full_store_fails_that_node_alone_and_the_sync_resumes_there(tmp_path: Path) -> None:
+@pytest.mark.lab
+def test_a_full_store_fails_that_node_alone_and_the_sync_resumes_there(
+    tmp_path: Path, lab_host: None
+) -> None:
     lab, config = _lab(tmp_path, "mfull", "--store-size", "16m")
     try:
         src = tmp_path / "src"
@@ -213,12 +217,14 @@ def test_a_full_store_fails_that_node_alone_and_the_sync_resumes_there(tmp_path:
         _down(tmp_path, lab)
 
 
-def test_serve_by_name_reads_the_store_and_refuses_a_node_without_it(tmp_path: Path) -> None:
-    require(default_llama_cpp() is not None, "no llama.cpp build (make llama-cpp)")
+@pytest.mark.engine
+def test_serve_by_name_reads_the_store_and_refuses_a_node_without_it(
+    tmp_path: Path, lab_host: None, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab, config = _lab(tmp_path, "mserve")
     try:
         model = tmp_path / "tiny"
-        assert halo("lab", "model", str(model), "--format", "gguf").returncode == 0
+        tiny_models.copy(model, "gguf")
         synced = _sync(config, str(model / "model.gguf"), "--name", "tiny")
         assert synced["exit"] == 0, synced
         served = halo(

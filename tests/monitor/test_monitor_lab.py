@@ -4,7 +4,6 @@ paths, a cut link raising its alert, and a real Prometheus server scraping an ex
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -47,8 +46,7 @@ def eventually(condition: Callable[[], bool], what: str, timeout_s: float = 20) 
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[Path, dict]]:  # type: ignore[type-arg]
-    require(os.geteuid() == 0, "halo lab needs root")
+def lab(tmp_path: Path, lab_host: None) -> Iterator[tuple[Path, dict]]:  # type: ignore[type-arg]
     require(shutil.which("iperf3") is not None, "iperf3 missing (Debian package iperf3)")
     up = halo("lab", "up", "--name", "mon", cwd=tmp_path)
     assert up.returncode == 0, up.stderr
@@ -159,7 +157,7 @@ def test_throughput_probes_and_link_down(lab: tuple[Path, dict]) -> None:  # typ
     assert "ALERT link_down: interface=enp194s0np0" in frame.stdout
 
 
-def test_prometheus_scrapes_and_rate_query(tmp_path: Path) -> None:
+def test_prometheus_scrapes_and_rate_query(tmp_path: Path, lab_host: None) -> None:
     prometheus = shutil.which("prometheus")
     require(prometheus is not None, "prometheus missing (Debian package prometheus)")
     root = tmp_path / "root"

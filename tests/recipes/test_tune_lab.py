@@ -7,26 +7,26 @@ and down leaving nothing behind."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.cluster.test_serve_lab import LEFTOVER, _engine, _node
-from tests.conftest import halo, require
+from tests.cluster.test_serve_lab import LEFTOVER, _node
+from tests.conftest import halo
+from tests.models_once import TinyModels
 
-pytestmark = pytest.mark.lab
+pytestmark = pytest.mark.engine
 
 
-def test_tune_then_run_the_winner(tmp_path: Path) -> None:
-    require(os.geteuid() == 0, "halo lab needs root")
-    _engine()
+def test_tune_then_run_the_winner(
+    tmp_path: Path, lab_host: None, vllm_engine: str, llama_cpp: str, tiny_models: TinyModels
+) -> None:
     lab = tmp_path / "D"
     config = lab / "halo.toml"
     assert halo("lab", "up", "--nodes", "2", "--name", "tun", "--dir", str(lab)).returncode == 0
     env = {"XDG_DATA_HOME": str(tmp_path / "data")}  # its own results (and no lab profile)
     try:
-        assert halo("lab", "model", str(lab / "model"), "--format", "both").returncode == 0
+        tiny_models.copy(lab / "model", "both")
         tuned = halo(
             "tune", str(lab / "model"), "--config", str(config), "--layouts",
             "llama.cpp RPC2,vllm TP2", "--concurrency", "1", "--prompts", "4", "--json",

@@ -4,7 +4,10 @@ ssh config wins, the control directory is private, close_connections ends only h
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +39,16 @@ Host plain
 
 
 @pytest.fixture
-def shared_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """halo's control directory in a temporary place, and no generated config remembered."""
-    directory = tmp_path / "ctl"
-    directory.mkdir(mode=0o700)
+def shared_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """halo's control directory in a temporary place, and no generated config remembered.
+    A short path of its own: a socket's path must fit in 108 bytes, and a parallel run's
+    tmp_path (under its worker's directory) is longer than that with a 40-character name."""
+    directory = Path(tempfile.mkdtemp(prefix="halo-ctl-"))
+    directory.chmod(0o700)
     monkeypatch.setattr(runner_module, "control_dir", lambda: directory)
     monkeypatch.setattr(runner_module, "_CONFIGS", {})
-    return directory
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def effective(config: Path, host: str, *options: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, require
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.lab
 
@@ -22,9 +22,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
 @pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    require(os.geteuid() == 0, "needs root to run sshd")
-    require(os.path.exists(SSHD) and shutil.which("ssh-keygen") is not None, "needs openssh-server")
+def sshd(tmp_path: Path, lab_host: None) -> Iterator[tuple[Path, int]]:
     for name in ("host_key", "user_key"):
         subprocess.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True

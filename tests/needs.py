@@ -1,0 +1,44 @@
+"""What the lab and engine tiers need from the machine, one session fixture each: the only way
+a test gets root, the lab's tools, an engine environment or the llama.cpp build, so that the
+tier check (tests/tiers.py) sees from a test's fixtures what it starts. Outside CI a missing
+prerequisite skips with its reason; under CI=true it is a failure (conftest.require)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from halo_cluster.config import default_engine, default_llama_cpp
+from tests.conftest import require
+
+LAB_TOOLS = ("ip", "unshare", "nsenter", "ssh-keygen", "ssh", "ping")
+SSHD = "/usr/sbin/sshd"
+
+
+@pytest.fixture(scope="session")
+def lab_host() -> None:
+    """Root and the tools 'halo lab' and the lab tests use (iproute2, util-linux, OpenSSH)."""
+    require(os.geteuid() == 0, "halo lab needs root")
+    for tool in LAB_TOOLS:
+        require(shutil.which(tool) is not None, f"{tool} missing")
+    require(os.path.exists(SSHD), "openssh-server missing")
+
+
+@pytest.fixture(scope="session")
+def vllm_engine() -> str:
+    """The engine environment (vLLM's CPU build, Ray): its directory."""
+    engine = default_engine()
+    require(engine is not None, "no engine environment (make engine builds .venv-engine)")
+    assert engine is not None
+    return engine
+
+
+@pytest.fixture(scope="session")
+def llama_cpp() -> str:
+    """The llama.cpp build (ggml-rpc-server, llama-server, llama-bench): its directory."""
+    build = default_llama_cpp()
+    require(build is not None, "no llama.cpp build (make llama-cpp builds .llama-cpp)")
+    assert build is not None
+    return build
