@@ -2,6 +2,7 @@
 
   python tools/test_suite.py record RAW.json [--out FILE]    a run of pytest --suite-timing
   python tools/test_suite.py coverage before|after PCT [--out FILE]
+  python tools/test_suite.py unit PARALLEL_S SERIAL_S [--out FILE]   make unit, -n 2 and alone
   python tools/test_suite.py table [--out FILE]              the Markdown tables of docs/testing.md
 
 ``record`` replaces the timing figures (pytest seconds, tests, tiers, the 20 slowest tests,
@@ -181,6 +182,25 @@ def set_coverage(which: str, pct: str, out: Path) -> dict[str, Any]:
     return data
 
 
+def set_unit(parallel_s: str, serial_s: str, out: Path) -> dict[str, Any]:
+    """The unit tier's wall time on two workers (make unit) and on one, same clone."""
+    try:
+        parallel, serial = float(parallel_s), float(serial_s)
+    except ValueError:
+        raise Refused(f"{parallel_s!r} and {serial_s!r} must be seconds") from None
+    if not (parallel > 0 and serial > 0):
+        raise Refused("the seconds must be above 0")
+    data = read_out(out)
+    data["unit_tier"] = {
+        "workers_2_seconds": round(parallel, 1),
+        "workers_1_seconds": round(serial, 1),
+        "speedup": round(serial / parallel, 2),
+        "commit": commit(),
+    }
+    write_out(out, data)
+    return data
+
+
 def table(out: Path) -> str:
     data = read_out(out)
     lines = ["| file | tier | tests | seconds |", "|---|---|---:|---:|"]
@@ -204,6 +224,9 @@ def main(argv: list[str]) -> int:
     cov = sub.add_parser("coverage", help="line coverage of src/halo_cluster, before or after")
     cov.add_argument("which", choices=("before", "after"))
     cov.add_argument("pct")
+    unit = sub.add_parser("unit", help="make unit's wall seconds on two workers and on one")
+    unit.add_argument("parallel_s")
+    unit.add_argument("serial_s")
     sub.add_parser("table", help="print the Markdown tables of docs/testing.md")
     args = parser.parse_args(argv)
     try:
@@ -217,6 +240,9 @@ def main(argv: list[str]) -> int:
         elif args.command == "coverage":
             data = set_coverage(args.which, args.pct, args.out)
             print(f"coverage {args.which}: {data['coverage'][args.which]} %: {args.out}")
+        elif args.command == "unit":
+            data = set_unit(args.parallel_s, args.serial_s, args.out)
+            print(f"make unit: {data['unit_tier']['speedup']}x on two workers: {args.out}")
         else:
             print(table(args.out), flush=True)
     except Refused as exc:
