@@ -95,7 +95,9 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
         entry = files[test["file"]]
         entry["tests"] += 1
         entry["seconds"] += seconds_of(test)
-        entry["tier"] = test.get("tier", "unit")
+        tier_name = test.get("tier", "unit")  # a file's tier: the highest of its tests'
+        if TIERS.index(tier_name) >= TIERS.index(entry.get("tier", "unit")):
+            entry["tier"] = tier_name
     fixtures: dict[str, dict[str, Any]] = defaultdict(lambda: {"setups": 0, "seconds": 0.0})
     for fixture in raw["fixtures"]:
         entry = fixtures[fixture["fixture"]]
