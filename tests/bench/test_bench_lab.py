@@ -38,16 +38,38 @@ def leftovers(cwd: Path, name: str, node: str) -> str:
     ).stdout
 
 
-@pytest.fixture
-def lab(tmp_path: Path, lab_host: None) -> Iterator[tuple[Path, str, str]]:
+@pytest.fixture(scope="module")
+def shared_lab(
+    tmp_path_factory: pytest.TempPathFactory, lab_host: None
+) -> Iterator[tuple[str, str]]:
+    """One 2-node lab for the file: each test leaves it as it found it (healed, Ray down,
+    nothing of its tools left), which ``lab`` proves after every test."""
+    home = tmp_path_factory.mktemp("bench-lab")
     name = f"b{os.getpid() % 10000}"
-    up = halo("lab", "up", "--name", name, "--nodes", "2", cwd=tmp_path)
+    up = halo("lab", "up", "--name", name, "--nodes", "2", cwd=home)
     assert up.returncode == 0, up.stderr
     try:
-        yield tmp_path, name, str(tmp_path / ".halo-lab" / name / "halo.toml")
+        yield name, str(home / ".halo-lab" / name / "halo.toml")
     finally:
-        halo("down", "--config", str(tmp_path / ".halo-lab" / name / "halo.toml"), cwd=tmp_path)
-        halo("lab", "down", "--name", name, cwd=tmp_path)
+        halo("down", "--config", str(home / ".halo-lab" / name / "halo.toml"), cwd=home)
+        down = halo("lab", "down", "--name", name, cwd=home)
+        assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture
+def lab(tmp_path: Path, shared_lab: tuple[str, str]) -> Iterator[tuple[Path, str, str]]:
+    """The shared lab with this test's own directory (its results, its report), restored
+    after it: Ray stopped, node2 healed, and shown to be the lab it was."""
+    name, config = shared_lab
+    yield tmp_path, name, config
+    halo("down", "--config", config, cwd=tmp_path)
+    halo("lab", "heal", "--name", name, "node2", cwd=tmp_path)
+    status = json.loads(halo("lab", "status", "--name", name, "--json", cwd=tmp_path).stdout)
+    assert [n["sshd"] for n in status["nodes"]] == [True, True], status
+    fabric2 = status["nodes"][1]["fabric_address"]
+    ping = halo("lab", "exec", "--name", name, "node1", "--", "ping", "-c", "1", "-W", "5", fabric2)
+    assert ping.returncode == 0, "the shared lab's fabric is not back: " + ping.stderr
+    assert not any(leftovers(tmp_path, name, node) for node in ("node1", "node2"))
 
 
 def test_bench_net_with_the_peer_tools_and_the_builtin_probe(lab: tuple[Path, str, str]) -> None:
