@@ -110,4 +110,4 @@ deb-packages:
 	fi
 
 clean:
-	rm -rf $(VENV) .venv-engine .llama-cpp .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-engine .llama-cpp .pytest_cache .mypy_cache .ruff_cache .hypothesis build
