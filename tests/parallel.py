@@ -8,10 +8,10 @@
   addresses and processes are its own; what a test checks on the host is limited to what
   it started) and no more than two vLLM or llama.cpp servers starting at once.
 - Each other file is a group of its own: its module fixtures are made once.
-- The chains go first (they are the longest), and the worker that runs a lab test keeps its
-  priority; a unit test runs at a lower one (as root), so that the unit tier fills the
-  cores the lab and engine tests leave idle (they wait on SSH, on a supervisor's round, on
-  a server's start) instead of slowing them down.
+- The chains go first (they are the longest); unit files go to whichever worker is free.
+  A lab test keeps its priority and a unit test runs at a lower one (as root), so that a
+  unit test beside a chain takes the cores its lab and engine tests leave idle (they wait
+  on SSH, on a supervisor's round, on a server's start) instead of slowing them down.
 
 pytest-xdist's own ``loadgroup`` reads ``xdist_group`` markers by rewriting node ids, which
 pytest 9.2 no longer allows; this scheduler groups by file name instead."""
