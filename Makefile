@@ -17,8 +17,9 @@ demo: deb-packages $(VENV)/.installed-all engine llama-cpp
 
 test: deb-packages $(VENV)/.installed-test engine llama-cpp python39 lint typecheck suite
 
-# The suite's three tiers (docs/testing.md): unit, lab, engine. Two workers: every test of a
-# *_lab.py file on one, after one another; the unit tier's files on both (tests/parallel.py).
+# The suite's three tiers (docs/testing.md): unit, lab, engine. Two workers: the *_lab.py files
+# in two chains, each on one worker, one test after another; the unit files wherever a worker
+# is free (tests/parallel.py).
 PARALLEL := -n 2 --dist loadgroup
 TIMING := build/suite-timing.json
 

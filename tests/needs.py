@@ -26,19 +26,19 @@ def lab_host() -> None:
     require(os.path.exists(SSHD), "openssh-server missing")
 
 
+def _built(found: str | None, reason: str) -> str:
+    require(found is not None, reason)
+    assert found is not None
+    return found
+
+
 @pytest.fixture(scope="session")
 def vllm_engine() -> str:
     """The engine environment (vLLM's CPU build, Ray): its directory."""
-    engine = default_engine()
-    require(engine is not None, "no engine environment (make engine builds .venv-engine)")
-    assert engine is not None
-    return engine
+    return _built(default_engine(), "no engine environment (make engine builds .venv-engine)")
 
 
 @pytest.fixture(scope="session")
 def llama_cpp() -> str:
     """The llama.cpp build (ggml-rpc-server, llama-server, llama-bench): its directory."""
-    build = default_llama_cpp()
-    require(build is not None, "no llama.cpp build (make llama-cpp builds .llama-cpp)")
-    assert build is not None
-    return build
+    return _built(default_llama_cpp(), "no llama.cpp build (make llama-cpp builds .llama-cpp)")
