@@ -8,6 +8,7 @@ Killing a node's PID-namespace init ends every process of that node, which is ho
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -50,6 +51,7 @@ from halo_cluster.lab.state import (
     registered_names,
     write_state,
 )
+from halo_cluster.lab.subnet import free_subnet, subnet_claim
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.result import Runner
 from halo_cluster.runner.sharing import close_connections
@@ -61,7 +63,7 @@ TOOLS = {
     "sshd": "openssh-server (Debian and Fedora)",
     "ssh-keygen": "openssh-client (Debian) / openssh (Fedora)",
 }
-SSHD_WAIT_S = 10.0
+SSHD_WAIT_S = 30.0
 # what 'halo lab exec' passes from the caller's environment into a node
 EXEC_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "USER", "LOGNAME", "TZ")
 
@@ -94,13 +96,6 @@ class Lab:
         if check and not result.ok:
             raise LabError(f"{shlex.join(argv)} failed: {result.error_text()}")
         return result.stdout
-
-    def _free_subnet(self) -> int:
-        used = self.sh("ip", "-o", "-4", "addr", "show")
-        for subnet in range(1, 255):
-            if f" 198.18.{subnet}.1/" not in used:
-                return subnet
-        raise LabError("no free 198.18.X.0/24 subnet left: remove old labs with 'halo lab down'")
 
     # -- up -----------------------------------------------------------------------------
     def up(
@@ -153,37 +148,40 @@ class Lab:
                     f"--llama-cpp {llama_cpp}: not a llama.cpp build (no bin/llama-server); "
                     "build it with 'make llama-cpp'"
                 )
-        state = new_lab_state(
-            name,
-            directory.resolve(),
-            nodes,
-            fabric_mtu,
-            self._free_subnet(),
-            engine,
-            llama_cpp,
-            halo,
-            fabric_rate,
-            store_size,
-            topology,
-        )
-        write_state(state)  # first, so that a failed 'up' can always be taken down
-        try:
-            self._neighbour_room(len(state.nodes))
-            write_lab_files(state, tools["ssh-keygen"])
-            self._bridges(state)
-            started = []
-            for node in state.nodes:
-                self.progress(f"starting {node.name}")
-                self._links(state, node)
-                self._store(state, node)
-                started.append(self._start(state, node, tools))
-                state = _with_nodes(state, started + list(state.nodes[len(started) :]))
-                write_state(state)
-            self._cables(state)
-            self._wait_sshd(state)
-        except BaseException:
-            self.down(state)
-            raise
+        with contextlib.ExitStack() as claim:
+            claim.enter_context(subnet_claim())
+            state = new_lab_state(
+                name,
+                directory.resolve(),
+                nodes,
+                fabric_mtu,
+                free_subnet(self.sh("ip", "-o", "-4", "addr", "show")),
+                engine,
+                llama_cpp,
+                halo,
+                fabric_rate,
+                store_size,
+                topology,
+            )
+            write_state(state)  # first, so that a failed 'up' can always be taken down
+            try:
+                self._neighbour_room(len(state.nodes))
+                write_lab_files(state, tools["ssh-keygen"])
+                self._bridges(state)
+                claim.close()  # the subnet's address is on this lab's bridge now
+                started = []
+                for node in state.nodes:
+                    self.progress(f"starting {node.name}")
+                    self._links(state, node)
+                    self._store(state, node)
+                    started.append(self._start(state, node, tools))
+                    state = _with_nodes(state, started + list(state.nodes[len(started) :]))
+                    write_state(state)
+                self._cables(state)
+                self._wait_sshd(state)
+            except BaseException:
+                self.down(state)
+                raise
         return state
 
     def _bridges(self, state: LabState) -> None:
