@@ -165,7 +165,7 @@ class Bare:
     def status(self) -> float:
         """What halo status asks: every node whether its raylet runs (at once), then the
         head's Ray node table in Ray's environment."""
-        from halo_cluster.cluster.auth import ray_env
+        from halo_cluster.ray.auth import ray_env
         from halo_cluster.runner.quote import node_script
         from halo_cluster.wire.args import ray_nodes_args
 
@@ -195,7 +195,7 @@ def start_scripts(lab: Path, nodes: list[str]) -> dict[str, str]:
 def bare_up(bare: Bare, scripts: dict[str, str]) -> float:
     """Head first, then each worker (as halo up does: simultaneous joins race in Ray), then
     the head's node table until every node is alive."""
-    from halo_cluster.cluster.auth import ray_env
+    from halo_cluster.ray.auth import ray_env
     from halo_cluster.runner.quote import node_script
     from halo_cluster.wire.args import ray_nodes_args
 

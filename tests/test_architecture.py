@@ -74,6 +74,25 @@ def test_lint_imports_fails_when_an_engine_reaches_into_another(copy: Path) -> N
     assert "No engine reaches into another BROKEN" in broken.stdout
 
 
+def test_lint_imports_fails_when_a_room_crosses_its_walls(copy: Path) -> None:
+    """The rooms' own rules: the node side reaches none of the controller's rooms, the
+    supervisor's installer and model sync stand apart, a witness does no I/O."""
+    pkg = copy / "src" / "halo_cluster"
+    plants = {
+        pkg / "node" / "models.py": "from halo_cluster.models import sync  # noqa\n",
+        pkg / "supervise" / "service.py": "from halo_cluster.models import sync  # noqa\n",
+        pkg / "witness" / "tokens.py": "import subprocess  # noqa\n",
+    }
+    for path, line in plants.items():
+        path.write_text(path.read_text() + "\n" + line)
+    broken = _lint(copy)
+    assert broken.returncode != 0
+    assert "Node side: standard library only" in broken.stdout
+    assert "halo_cluster.node.models -> halo_cluster.models.sync" in broken.stdout
+    assert "halo_cluster.supervise.service -> halo_cluster.models.sync" in broken.stdout
+    assert "halo_cluster.witness.tokens -> subprocess" in broken.stdout
+
+
 def _cycles(graph: object, modules: set[str]) -> list[list[str]]:
     """Strongly connected groups of more than one module (Tarjan's algorithm)."""
     index: dict[str, int] = {}
@@ -119,7 +138,7 @@ def test_no_import_cycle_in_src() -> None:
 
 
 def test_every_file_the_architecture_names_exists() -> None:
-    """docs/architecture.md names modules by path (`cluster/bringup.py`, `wire/`): each
+    """docs/architecture.md names modules by path (`serving/bringup.py`, `wire/`): each
     one exists, in the package, the tests or the tools, so a rename cannot leave it behind."""
     text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     package = REPO / "src" / "halo_cluster"

@@ -1,5 +1,5 @@
-"""The two helpers every outside input goes through: infile.py (a file someone named: a
-regular file only, never more than its limit) and jsonin.py (JSON of finite numbers within
+"""The two helpers every outside input goes through: bounded/infile.py (a file someone named: a
+regular file only, never more than its limit) and bounded/jsonin.py (JSON of finite numbers within
 64 bits, nested at most 100 deep). Each refusal is one line naming the file."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from halo_cluster.bounded.infile import open_regular, read_bytes, read_text, size_text
+from halo_cluster.bounded.jsonin import MAX_DEPTH, load_file, loads
 from halo_cluster.errors import ConfigError, UsageError
-from halo_cluster.infile import open_regular, read_bytes, read_text, size_text
-from halo_cluster.jsonin import MAX_DEPTH, load_file, loads
 
 
 def test_a_regular_file_within_its_limit_is_read(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-from halo_cluster.cluster.ray_start import ENGINE_RESOURCE
+from halo_cluster.ray.start import ENGINE_RESOURCE
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine" / "vllm_cpu_ray"
 

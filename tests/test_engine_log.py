@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from halo_cluster.engine_log import (
+from halo_cluster.witness.engine_log import (
     EngineVerdict,
     check_ranks,
     clean,

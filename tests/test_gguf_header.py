@@ -1,4 +1,4 @@
-"""The standard-library GGUF header reader (gguf_header.py) against the gguf package's own
+"""The standard-library GGUF header reader (modelstore/gguf_header.py) against the gguf package's own
 GGUFReader, on files its GGUFWriter wrote (both byte orders); and on anything else, nothing
 but a one-line UsageError."""
 
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from halo_cluster import gguf_header
 from halo_cluster.errors import UsageError
-from halo_cluster.gguf_header import KEEP_ARRAY, Skipped, block_count, read_metadata
+from halo_cluster.modelstore import gguf_header
+from halo_cluster.modelstore.gguf_header import KEEP_ARRAY, Skipped, block_count, read_metadata
 
 T = gguf.GGUFValueType
 LITTLE, BIG = gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG
@@ -407,7 +407,7 @@ def hostile(tmp_path: Path) -> dict[str, Path]:
 READ_ALL = """
 import json, re, sys
 from halo_cluster.errors import UsageError
-from halo_cluster.gguf_header import block_count
+from halo_cluster.modelstore.gguf_header import block_count
 got = {}
 for name, path in json.loads(sys.argv[1]).items():
     try:

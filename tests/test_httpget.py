@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from halo_cluster.httpget import FakeHttp, http_get
+from halo_cluster.bounded.httpget import FakeHttp, http_get
 from halo_cluster.monitor.scrape import scrape
 from halo_cluster.node import serve_api as api
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from halo_cluster.nccl_log import parse_log, parse_logs
+from halo_cluster.witness.nccl_log import parse_log, parse_logs
 from tests.conftest import OUTPUTS
 
 LOGS = OUTPUTS / "nccl"

@@ -1,4 +1,4 @@
-"""The token witness (halo_cluster.token_witness): a layout's greedy answers against the
+"""The token witness (halo_cluster.witness.tokens): a layout's greedy answers against the
 one-node reference, on steps shaped as the engines give them (the recorded llama-server
 answer's near ties: the lab's random model picks between tokens 0.02 nats apart), compared
 against complete expected verdicts; any answers are compared without a crash (hypothesis)."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.token_witness import PromptVerdict, compare, compare_prompt
 from halo_cluster.wire.answers import TokenAnswer, TokenStep
+from halo_cluster.witness.tokens import PromptVerdict, compare, compare_prompt
 
 A, B, C = "#2335", "#1919", "#1267"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from halo_cluster.facts.counters import read_paths
 from halo_cluster.facts.model import PathCounters
 from halo_cluster.facts.root import Root
-from halo_cluster.traffic import check_paths, per_token
+from halo_cluster.witness.traffic import check_paths, per_token
 from tests.conftest import ROOTS
 
 

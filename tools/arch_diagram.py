@@ -41,8 +41,10 @@ def diagram(by_id: dict[str, dict[str, Any]]) -> str:
     """Mermaid flowchart: one box per layer (top imports bottom), pure modules in green,
     the independent siblings named in their layer's title."""
     # a layer line lists its modules separated by ":" (may import each other) or "|" (may not)
-    layers = [[m.strip() for m in re.split(r"[:|]", line)] for line in by_id["layers"]["layers"]]
+    lines_ = by_id["layers"]["layers"]
+    layers = [[m.strip() for m in re.split(r"[:|]", line)] for line in lines_]
     independent = [_short(m) for m in by_id["siblings"]["modules"]]
+    independent += [m.strip() for line in lines_ if "|" in line for m in line.split("|")]
     pure = [_short(m) for m in by_id["pure"]["source_modules"]]
     pure_packages = {p for p in pure if "." not in p}
     pure_parts: dict[str, list[str]] = {}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import ParseError
-from halo_cluster.jsonin import loads
 
 
 @dataclass(frozen=True)

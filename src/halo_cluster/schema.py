@@ -378,7 +378,7 @@ def _is(value: Any, hint: Any) -> bool:
         return value is None
     if isinstance(value, bool) or hint is bool:
         return isinstance(value, bool) and hint is bool
-    if hint is float:  # JSON writes 2.0 as 2 as often as not; finite (jsonin.py)
+    if hint is float:  # JSON writes 2.0 as 2 as often as not; finite (bounded/jsonin.py)
         if isinstance(value, int):
             return value.bit_length() <= 64
         return isinstance(value, float) and math.isfinite(value)

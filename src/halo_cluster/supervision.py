@@ -1,7 +1,7 @@
 """What the supervisor on the head decides, as pure functions: the settings
 (``[serve.supervise]``), the states a supervised server is in, and the policy that turns one
 round of probes into the next action. The loop that probes and acts is ``node/supervisor.py``;
-the controller's side (install, stop, status) is ``cluster/supervise.py``.
+the controller's side (install, stop, status) is ``supervise/control.py``.
 
 States::
 

@@ -16,7 +16,7 @@ from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
-from halo_cluster.gguf_header import read_header
+from halo_cluster.modelstore.gguf_header import read_header
 
 Q8_0, Q4_K = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_K
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from halo_cluster.client.node import clients_from
-from halo_cluster.cluster import auth, lifecycle
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import Config, NodeConfig, RayConfig
 from halo_cluster.monitor.exposition import _escape, _unescape
+from halo_cluster.ray import auth, lifecycle
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 

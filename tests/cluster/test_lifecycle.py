@@ -16,15 +16,15 @@ from hypothesis import strategies as st
 
 from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.handle import Cluster as Handle
-from halo_cluster.cluster.lifecycle import Lifecycle, LifecycleError
 from halo_cluster.cluster.state import read_state
-from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
+from halo_cluster.ray.lifecycle import Lifecycle, LifecycleError
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.quote import node_script, private_dir
 from halo_cluster.runner.result import Result
+from halo_cluster.serving.status import cluster_status
 from tests.conftest import ROOTS, ping_answer, strix_peer
 
 VERSIONS = {

@@ -25,7 +25,7 @@ from halo_cluster.engines.llama_cpp_argv import (
     rpc_server_argv,
     rpc_transport,
 )
-from halo_cluster.llama_log import (
+from halo_cluster.witness.llama_log import (
     LlamaVerdict,
     RpcWorkerLog,
     check_rpc,

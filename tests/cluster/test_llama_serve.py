@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.cluster.bringup import Serving
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
 from halo_cluster.runner.result import Result
+from halo_cluster.serving.bringup import Serving
 from tests.cluster.test_serve import NODES, Node, cluster, serve
 from tests.conftest import OUTPUTS
 

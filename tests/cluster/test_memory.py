@@ -1,16 +1,16 @@
-"""The preflight's memory check (cluster/memory.py) as data: each member's need against its
+"""The preflight's memory check (serving/memory.py) as data: each member's need against its
 available memory, the one line that refuses, and llama.cpp's KV cache from a real GGUF."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from halo_cluster.cluster.memory import GIB, NodeMemory, per_node, refusal
 from halo_cluster.config import ServeConfig
 from halo_cluster.engines.llama_cpp import FIT_MIN_CTX, kv_tokens, local_model
 from halo_cluster.engines.protocol import ModelMemory
 from halo_cluster.lab.tiny_model import write_model
 from halo_cluster.lab.tiny_spec import TinyModelSpec
+from halo_cluster.serving.memory import GIB, NodeMemory, per_node, refusal
 
 MEMORY = ModelMemory({"n1": 0.6, "n2": 0.4}, {"n1": 0.6 * GIB, "n2": 0.4 * GIB}, "KV for 4096")
 

@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 
 from halo_cluster.client.node import clients_from
-from halo_cluster.cluster.bringup import Serving
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.serve_result import ServeResult
 from halo_cluster.cluster.state import NodeState, new_state, write_state
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
@@ -30,6 +28,8 @@ from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.model import Inventory
 from halo_cluster.runner.result import Result
+from halo_cluster.serving.bringup import Serving
+from halo_cluster.serving.result import ServeResult
 from halo_cluster.transport import Rail, TransportPlan, plan_transport
 from tests.conftest import OUTPUTS, ROOTS, ping_answer
 

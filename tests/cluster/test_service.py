@@ -1,4 +1,4 @@
-"""How the supervisor runs on the head (cluster/service.py), run for real by bash in a
+"""How the supervisor runs on the head (supervise/service.py), run for real by bash in a
 private mount namespace: without systemd it is a detached process of its own group (its pid
 file, its log, stopped by 'halo stop'); where /run/systemd/system exists it is written as a
 unit and started through systemctl. This machine has no systemd running, so systemctl and
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.cluster import service
+from halo_cluster.supervise import service
 from tests.conftest import require
 
 STANDIN = """#!/bin/bash

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from halo_cluster.cluster.status import HISTORY_SHOWN, supervisor_summary
+from halo_cluster.serving.status import HISTORY_SHOWN, supervisor_summary
 
 
 def record(**changes: Any) -> dict[str, Any]:

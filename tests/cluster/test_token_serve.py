@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.cluster.reference import PROMPTS, reference_path
 from halo_cluster.config import ServeConfig
 from halo_cluster.errors import StateError, UsageError
+from halo_cluster.serving.reference import PROMPTS, reference_path
 from tests.cluster.test_serve import ANSWER, VLLM, Node, cluster, serve, vllm_table
 
 SERVE = ServeConfig(model="/m", api_key_env="HALO_TEST_KEY", sections=vllm_table(executor="mp"))

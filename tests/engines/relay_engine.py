@@ -22,7 +22,7 @@ from halo_cluster.config.section import Section
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError
-from halo_cluster.nccl_log import parse_logs
+from halo_cluster.witness.nccl_log import parse_logs
 
 SCRIPT = str(Path(__file__).with_name("relay_server.py"))
 CONNECTED = re.compile(r"^relay head: connected to (\S+)$", re.M)

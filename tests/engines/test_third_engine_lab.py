@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from halo_cluster import engine_registry
-from halo_cluster.cluster.bringup import Serving
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.status import cluster_status
 from halo_cluster.config import load_config
 from halo_cluster.engines.request import serve_request
+from halo_cluster.serving.bringup import Serving
+from halo_cluster.serving.status import cluster_status
 from tests.conftest import halo
 
 pytestmark = pytest.mark.lab

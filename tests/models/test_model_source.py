@@ -38,7 +38,7 @@ def _hub_cache(top: Path, repo: str, files: dict[str, bytes]) -> Path:
 def _resolve(cache: Path, text: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     code = (
         "import json, sys\n"
-        "from halo_cluster.cluster.model_source import _hugging_face\n"
+        "from halo_cluster.models.source import _hugging_face\n"
         "from halo_cluster.errors import HaloError\n"
         "try:\n"
         f"    s = _hugging_face({text!r}, None, None)\n"

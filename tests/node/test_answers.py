@@ -331,7 +331,7 @@ GARBAGE = [
     (
         parse_serve_probe,
         '{"model": "m", "completion_tokens": 1, "seconds": 1' + "0" * 400 + "}",
-        # a number JSON cannot hold in 64 bits is refused as the answer is parsed (jsonin.py)
+        # a number JSON cannot hold in 64 bits is refused as the answer is parsed (bounded/jsonin.py)
         'serve-probe: not JSON (got \'{"model": "m", "completion_tokens": 1, "seconds": 100000000)',
     ),
     (

@@ -310,14 +310,14 @@ TODAY: list[tuple[str, list[str], Callable[[], list[str]]]] = [
         ["gguf-layers", "/models/m.gguf"],
         lambda: wire.gguf_layers_args("/models/m.gguf"),
     ),
-    ("cluster/lifecycle.py nodes_table", ["ray-nodes"], lambda: wire.ray_nodes_args()),
+    ("ray/lifecycle.py nodes_table", ["ray-nodes"], lambda: wire.ray_nodes_args()),
     (
-        "cluster/lifecycle.py register",
+        "ray/lifecycle.py register",
         ["ray-nodes", "--wait", "10.0.0.1,10.0.0.2", "--timeout", f"{REGISTER_TIMEOUT_S:g}"],
         lambda: wire.ray_nodes_args(["10.0.0.1", "10.0.0.2"], REGISTER_TIMEOUT_S),
     ),
     (
-        "cluster/lifecycle.py health, cluster/serve.py _wait_healthy",
+        "ray/lifecycle.py health, cluster/serve.py _wait_healthy",
         ["serve-health", "--host", "127.0.0.1", "--port", "8000"],
         lambda: wire.serve_health_args("127.0.0.1", 8000),
     ),
@@ -327,7 +327,7 @@ TODAY: list[tuple[str, list[str], Callable[[], list[str]]]] = [
         lambda: wire.serve_probe_args("127.0.0.1", 8000, 32),
     ),
     (
-        "cluster/reference.py ask",
+        "serving/reference.py ask",
         [
             *("serve-tokens", "--host", "127.0.0.1", "--port", "8000", "--tokens", "32"),
             *("--top", "5", "--prompt=The capital of France is"),

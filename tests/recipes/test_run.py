@@ -111,7 +111,7 @@ def test_a_model_of_the_stores_is_served_by_its_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A name 'halo model ls' shows: nothing to copy, nothing here for the planner to read."""
-    from halo_cluster.cluster import models
+    from halo_cluster.models import stores as models
     from halo_cluster.recipes import tune
 
     srv = cluster(tmp_path, nodes(), SERVE)
@@ -140,7 +140,8 @@ def test_a_hugging_face_id_comes_from_the_local_cache(
     store under the manifest's name, as 'halo model sync org/name' would."""
     from types import SimpleNamespace
 
-    from halo_cluster.cluster import model_source, model_sync
+    from halo_cluster.models import source as model_source
+    from halo_cluster.models import sync as model_sync
     from halo_cluster.recipes import tune
 
     srv = cluster(tmp_path, nodes(), SERVE)

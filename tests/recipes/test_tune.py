@@ -15,10 +15,10 @@ import pytest
 
 from halo_cluster.capacity.catalog import find_hardware
 from halo_cluster.config import ServeConfig
-from halo_cluster.engine_log import raised
 from halo_cluster.recipes import tune
 from halo_cluster.recipes.layouts import Layout
 from halo_cluster.recipes.predict import ModelFiles, Predictions, predict
+from halo_cluster.witness.engine_log import raised
 from tests.cluster.test_serve import VLLM, Node, cluster, vllm_table
 
 SERVE = ServeConfig(model="/m", sections=vllm_table())

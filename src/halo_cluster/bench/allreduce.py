@@ -135,7 +135,7 @@ def transport_verdict(
                 for r, i in enumerate(interfaces)
             ],
         }
-    from halo_cluster.nccl_log import parse_logs
+    from halo_cluster.witness.nccl_log import parse_logs
 
     verdict = parse_logs([(f"rank{r}", text.splitlines()) for r, text in enumerate(logs)])
     return {"backend": "nccl", **verdict.to_dict()}

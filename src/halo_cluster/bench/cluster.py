@@ -11,14 +11,14 @@ from typing import Any
 from halo_cluster.bench.events import read_events
 from halo_cluster.bench.net_legs import interface_for
 from halo_cluster.bench.remote import RemoteJobs
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.node import NodeClient, ssh_clients
-from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, NodeLost, UsageError
 from halo_cluster.facts.model import Inventory
-from halo_cluster.jsonin import loads
+from halo_cluster.ray.auth import ray_env
 from halo_cluster.transport import TransportPlan
 from halo_cluster.wire.args import bench_driver_args
 from halo_cluster.wire.commands import BENCH_SPEC_ENV

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from halo_cluster.jsonin import loads
+from halo_cluster.bounded.jsonin import loads
 
 Emit = Callable[[dict[str, Any]], None]
 

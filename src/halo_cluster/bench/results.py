@@ -11,8 +11,8 @@ from typing import Any
 
 from halo_cluster import __version__
 from halo_cluster.atomic import write_output
+from halo_cluster.bounded.jsonin import load_file
 from halo_cluster.errors import UsageError
-from halo_cluster.jsonin import load_file
 from halo_cluster.schema import VERSIONS, check_result, result_kind
 
 

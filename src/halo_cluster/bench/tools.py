@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import ParseError
-from halo_cluster.jsonin import loads
 from halo_cluster.perftest import (
     Bandwidth,
     Latency,

@@ -1,7 +1,7 @@
 """A model from a GGUF file: the header's metadata (architecture, layers, heads, experts…)
 and the tensor table, whose exact byte sizes split the weights into the token embedding,
 output head, dense and routed-expert groups. Only the header and tensor table are read, with
-the bounds of gguf_header.py (no weights are loaded, no long array is kept); the gguf
+the bounds of modelstore/gguf_header.py (no weights are loaded, no long array is kept); the gguf
 package gives each tensor type's block size and bytes.
 
 A split model (``…-00001-of-00003.gguf``) is read from every shard found next to the first;
@@ -20,7 +20,14 @@ from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
-from halo_cluster.gguf_header import MAX_BLOCKS, STRING, Header, Skipped, read_header, shown
+from halo_cluster.modelstore.gguf_header import (
+    MAX_BLOCKS,
+    STRING,
+    Header,
+    Skipped,
+    read_header,
+    shown,
+)
 
 SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 EXPERT_TENSOR = re.compile(r"\.ffn_(gate|up|down|gate_up)_exps\.")

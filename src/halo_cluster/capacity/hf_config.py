@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from halo_cluster.bounded.jsonin import load_file
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.errors import UsageError
-from halo_cluster.jsonin import load_file
 
 # Hugging Face config keys -> ours (first key present wins)
 HF_KEYS: dict[str, tuple[str, ...]] = {
@@ -64,7 +64,7 @@ MODEL_TYPES_WITH_GATED_ATTENTION = ("qwen3_next",)
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """A JSON object from the regular file ``path`` (at most 16 MiB); an unreadable file, bad
     JSON, a number JSON does not allow (NaN, Infinity) or out of range (1e400, a 400-digit
-    integer), or nesting too deep, is one UsageError line naming the file (jsonin.py)."""
+    integer), or nesting too deep, is one UsageError line naming the file (bounded/jsonin.py)."""
     raw = load_file(path, MAX_JSON_BYTES, what)
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: expected a JSON object ({what})")

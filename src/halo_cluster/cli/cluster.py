@@ -22,7 +22,7 @@ def cluster_handle(config_path: str | None, quiet: bool):  # type: ignore[no-unt
 
 
 def _lifecycle(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
-    from halo_cluster.cluster.lifecycle import Lifecycle
+    from halo_cluster.ray.lifecycle import Lifecycle
 
     return Lifecycle(cluster_handle(config_path, quiet))
 
@@ -69,7 +69,7 @@ def status(config_path: str | None, as_json: bool) -> int:
     """Nodes alive per Ray, each node's transport, how long the cluster has been up, and
     the served model's health. Exit 1 when a configured node is not in the Ray cluster (on
     a cluster served without Ray: when the server is not healthy)."""
-    from halo_cluster.cluster.status import cluster_status
+    from halo_cluster.serving.status import cluster_status
 
     data = cluster_status(cluster_handle(config_path, True))
     if as_json:

@@ -55,10 +55,10 @@ def gather() -> dict[str, Any]:
     from halo_cluster.cluster.doctor import doctor_local
     from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
-    from halo_cluster.nccl_log import parse_log
     from halo_cluster.setup.apply import current_steps
     from halo_cluster.setup.steps import SetupOptions
     from halo_cluster.transport import plan_transport
+    from halo_cluster.witness.nccl_log import parse_log
 
     local = collect_inventory("/")
     examples = {

@@ -151,14 +151,14 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     real engine (vLLM's CPU build, TP=2 across the two nodes), its evidence, halo bench
     serve, the two engines side by side, then the fabric benchmarks, stop, down."""
     from halo_cluster.bench.serve_load import run as load
-    from halo_cluster.cluster.bringup import Serving
     from halo_cluster.cluster.handle import Cluster
-    from halo_cluster.cluster.lifecycle import Lifecycle
     from halo_cluster.config import load_config
     from halo_cluster.engines.request import serve_request
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.tiny_model import FORMATS, write_model
     from halo_cluster.lab.tiny_spec import TinyModelSpec
+    from halo_cluster.ray.lifecycle import Lifecycle
+    from halo_cluster.serving.bringup import Serving
 
     say = out.print if out is not None else (lambda *_a, **_k: None)
     if state.engine is None:
@@ -224,9 +224,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
 def _sync_models(cluster: Any, model: Path, gguf: bool, say: Callable[..., None]) -> dict[str, str]:
     """halo model sync: the tiny model into every node's own store (vLLM's directory, and
     llama.cpp's GGUF file), then once more, which sends nothing. Returns the names."""
-    from halo_cluster.cluster.model_source import resolve_source
-    from halo_cluster.cluster.model_sync import Sync
     from halo_cluster.errors import ModelError
+    from halo_cluster.models.source import resolve_source
+    from halo_cluster.models.sync import Sync
 
     names = {"dir": "tiny"}
     sources = [(str(model), "tiny")]
@@ -298,7 +298,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     from halo_cluster.recipes.layouts import Layout
     from halo_cluster.recipes.predict import predict
     from halo_cluster.recipes.run import run
-    from halo_cluster.token_witness import tokens_word
+    from halo_cluster.witness.tokens import tokens_word
 
     def quiet(message: str) -> None:
         say(f"  {message}", style="dim")
@@ -339,7 +339,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
 
 
 def cluster_stop(cluster: Any) -> bool:
-    from halo_cluster.cluster.bringup import Serving
+    from halo_cluster.serving.bringup import Serving
 
     return Serving(cluster).stop()
 
@@ -351,19 +351,19 @@ def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
     """The supervisor at work: llama-server on the head killed, 'halo status' watched from
     'restarting' back to 'serving' (the engine restarted and proven by the supervisor on the
     head, not by this process)."""
-    from halo_cluster.cluster import supervise
     from halo_cluster.engines import process
+    from halo_cluster.supervise import control
 
     cluster = server.cluster
     _log, pid = process.log_paths(cluster.config.name)
-    before = (supervise.status(cluster) or {}).get("restarts") or 0
+    before = (control.status(cluster) or {}).get("restarts") or 0
     cluster.client(cluster.head).script(f'kill -KILL "$(cat {pid})"\n')
     say(f"killed llama-server on {cluster.head.name} (SIGKILL); halo status says:")
     started, found = time.monotonic(), {}
     seen: list[str] = []
     last = "serving"
     while time.monotonic() - started < RECOVERY_BOUND_S:
-        found = supervise.status(cluster) or {}
+        found = control.status(cluster) or {}
         state = str(found.get("state"))
         back = state == "serving" and (found.get("restarts") or 0) > before
         if state != last or (back and not seen):

@@ -105,8 +105,8 @@ def sync(
     (each node writes and forwards at once); a node holding the same model costs one round
     trip. Files land as partials, verified, then renamed; an interrupted sync resumes.
     Exit 1 when a node could not be synced."""
-    from halo_cluster.cluster.model_source import resolve_source
-    from halo_cluster.cluster.model_sync import Sync
+    from halo_cluster.models.source import resolve_source
+    from halo_cluster.models.sync import Sync
     from halo_cluster.modelstore.manifest import check_name
 
     if name is not None:
@@ -160,7 +160,7 @@ def _print_sync(data: dict[str, Any]) -> None:
 def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int:
     """Every model in the nodes' stores: on each node same (as the others), different,
     incomplete, missing, or unreachable. Reads no file's content (see 'verify')."""
-    from halo_cluster.cluster.models import model_table, store_listing
+    from halo_cluster.models.stores import model_table, store_listing
 
     cluster = _cluster(config_path, True)
     chosen = _nodes(cluster, nodes)
@@ -202,7 +202,7 @@ def verify(name: str, nodes: str | None, config_path: str | None, as_json: bool)
     """Re-read every file of NAME on every node (in parallel) against its manifest, and
     name each file that differs. Exit 1 when one differs or a node cannot tell."""
     from halo_cluster.cli.output import plain
-    from halo_cluster.cluster.models import verify as verify_all
+    from halo_cluster.models.stores import verify as verify_all
     from halo_cluster.modelstore.manifest import check_name
 
     check_name(name)
@@ -236,7 +236,7 @@ def verify(name: str, nodes: str | None, config_path: str | None, as_json: bool)
 def rm(name: str, nodes: str | None, config_path: str | None, as_json: bool) -> int:
     """Remove NAME from the nodes' stores (partials too). Exit 1 when a node could not."""
     from halo_cluster.cli.output import plain
-    from halo_cluster.cluster.models import remove
+    from halo_cluster.models.stores import remove
     from halo_cluster.modelstore.manifest import check_name
 
     check_name(name)

@@ -169,7 +169,7 @@ def _cell(value: float | None) -> str:
 
 def _render(doc: dict[str, Any]) -> None:
     from halo_cluster.cli.output import console, safe, table
-    from halo_cluster.token_witness import tokens_word
+    from halo_cluster.witness.tokens import tokens_word
 
     levels = [str(c) for c in doc["concurrency"]]
     heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}")]

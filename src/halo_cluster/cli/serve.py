@@ -17,7 +17,7 @@ from halo_cluster.jsonout import emit_json
 
 def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
     from halo_cluster.cli.cluster import cluster_handle
-    from halo_cluster.cluster.bringup import Serving
+    from halo_cluster.serving.bringup import Serving
 
     return Serving(cluster_handle(config_path, quiet))
 
@@ -270,9 +270,9 @@ def logs(
     """Show the server's log on the head (or on --node), or the supervisor's."""
     server = _serving(config_path, True)
     if supervisor:
-        from halo_cluster.cluster import supervise
+        from halo_cluster.supervise import control
 
-        sys.stdout.write(plain(supervise.tail(server.cluster, lines)) + "\n")
+        sys.stdout.write(plain(control.tail(server.cluster, lines)) + "\n")
         return 0
     member = server.config.node(node) if node else server.head
     text = server.tail(lines, member)

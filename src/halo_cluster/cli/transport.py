@@ -17,8 +17,8 @@ from halo_cluster.printable import printable
 
 if TYPE_CHECKING:
     from halo_cluster.mesh import Fabric
-    from halo_cluster.nccl_log import LogVerdict
     from halo_cluster.transport import TransportPlan
+    from halo_cluster.witness.nccl_log import LogVerdict
 
 TRANSPORT_CHOICES = ["auto", "infiniband", "roce", "ethernet", "thunderbolt"]
 
@@ -159,7 +159,7 @@ def verify_log(files: tuple[str, ...], expect: str | None, as_json: bool) -> int
 
     Exit codes: 0 expectation met (or, without --expect, one transport found), 1 another
     transport or a mix, 3 no transport in the log at all."""
-    from halo_cluster.nccl_log import parse_logs
+    from halo_cluster.witness.nccl_log import parse_logs
 
     verdict = parse_logs(_read_sources(files))
     code = verdict_exit_code(verdict, expect)
@@ -207,8 +207,8 @@ def _read_sources(files: tuple[str, ...]) -> list[tuple[str, Iterator[str]]]:
 
 
 def _lines(handle: BinaryIO, name: str) -> Iterator[str]:
+    from halo_cluster.bounded.infile import size_text
     from halo_cluster.errors import UsageError
-    from halo_cluster.infile import size_text
 
     read = 0
     try:

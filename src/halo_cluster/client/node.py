@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.config import Config, NodeConfig, halo_node_code
 from halo_cluster.errors import NodeCallError
-from halo_cluster.jsonin import loads
 from halo_cluster.nodecode import NodeCode
 from halo_cluster.printable import printable, quoted
 from halo_cluster.runner.node_code import NodeRunner

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
@@ -14,7 +15,6 @@ from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import ParseError
 from halo_cluster.facts.links import FabricView, parse_fabric_view, parse_route_get
 from halo_cluster.facts.model import inventory_from_dict
-from halo_cluster.jsonin import loads
 from halo_cluster.mesh import Fabric, NodeFabric
 from halo_cluster.nodecode import problem
 from halo_cluster.wire.args import inventory_args

@@ -15,7 +15,6 @@ from halo_cluster.checks.context import NodeContext, NodeReport
 from halo_cluster.checks.platform import node_checks
 from halo_cluster.cluster.gather import gather
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.ray_start import expected_resources
 from halo_cluster.config import Config
 from halo_cluster.errors import LifecycleError
 from halo_cluster.transport import TransportPlan, plan_transport
@@ -57,7 +56,7 @@ def make_plans(cluster: Cluster, force: bool = False) -> ClusterPlans:
         )
     plans = plan_nodes(config, reports)
     capacity = {
-        r.node.name: int(expected_resources(r.node, len(r.inventory.gpus))[1])
+        r.node.name: r.node.gpus_used(len(r.inventory.gpus)) or 1  # a CPU node: one rank
         for r in reports
         if r.inventory is not None
     }

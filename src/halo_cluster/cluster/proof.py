@@ -1,6 +1,6 @@
 """The counters witness of where a running server's traffic went, the same for every
 engine: each node's fabric and management interfaces (and RDMA port) read before and after
-one probe request, as bytes per generated token (``traffic``). The other witness, the
+one probe request, as bytes per generated token (``witness.traffic``). The other witness, the
 engine's own words, is each engine's (``Engine.witness``)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import WireError
 from halo_cluster.facts.model import PathCounters
-from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import counters_args
 from halo_cluster.wire.answers import parse_counters
+from halo_cluster.witness.traffic import check_paths, per_token
 
 
 def mgmt_address(node: NodeConfig) -> str | None:

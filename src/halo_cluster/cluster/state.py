@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster.atomic import atomic_write
+from halo_cluster.bounded.infile import read_text
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.config import Config
 from halo_cluster.errors import ParseError, StateError
-from halo_cluster.infile import read_text
-from halo_cluster.jsonin import loads
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.state/1"

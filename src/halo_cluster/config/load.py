@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster import engine_registry
+from halo_cluster.bounded.infile import read_text
 from halo_cluster.config.model import (
     _CLUSTER_NAME,
     _ENV_NAME,
@@ -33,7 +34,6 @@ from halo_cluster.config.model import (
 )
 from halo_cluster.config.section import COMMAND_KEY, Section
 from halo_cluster.errors import ConfigError, FabricError
-from halo_cluster.infile import read_text
 from halo_cluster.mesh import (
     DEFAULT_IDENTITY_IFACE,
     DEFAULT_LINK_NETWORK,

@@ -95,6 +95,11 @@ class NodeConfig:
         """Where the node is reached for cluster traffic: its fabric address, else its host."""
         return self.fabric_address or self.host
 
+    def gpus_used(self, found: int) -> int:
+        """The GPUs an engine uses here: as configured, else as many as the node has
+        (``found``); 0 on a CPU-only node."""
+        return self.gpus if self.gpus is not None else found
+
     def tool(self, name: str) -> str:
         """A command installed next to this node's halo (same environment), else on PATH."""
         if self.halo and "/" in self.halo:

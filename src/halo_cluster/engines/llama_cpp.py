@@ -31,10 +31,10 @@ from halo_cluster.engines.protocol import (
     Witness,
 )
 from halo_cluster.errors import LifecycleError, UsageError, WireError
-from halo_cluster.log_witness import llama_problems, llama_recheck
-from halo_cluster.nccl_log import parse_logs
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
+from halo_cluster.witness.logs import llama_problems, llama_recheck
+from halo_cluster.witness.nccl_log import parse_logs
 
 if TYPE_CHECKING:
     from halo_cluster.capacity.gguf_file import GgufModel

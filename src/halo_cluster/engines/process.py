@@ -191,7 +191,7 @@ def stop(client: NodeClient, cluster: str) -> bool:
 
 def fatal_line(client: NodeClient, cluster: str) -> str:
     """The line of the log that says why the engine stopped (else its last lines)."""
-    from halo_cluster.engine_log import clean
+    from halo_cluster.witness.engine_log import clean
 
     lines = [clean(line).strip() for line in log_text(client, cluster).splitlines()]
     lines = [line for line in lines if line]

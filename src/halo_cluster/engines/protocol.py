@@ -1,7 +1,7 @@
 """The seam between halo's bring-up and an engine.
 
 An engine is an object with the methods of ``Engine``; its module exposes it as ``ENGINE``
-and ``engine_registry`` names the module. ``cluster.bringup`` drives every engine the same
+and ``engine_registry`` names the module. ``serving.bringup`` drives every engine the same
 way: ``options`` (config table + flags -> one typed value), ``check`` (refusals that need
 no node), ``prepare`` (checks on every node,
 nothing started), ``launch`` (start its processes), then /health, a warm-up request,
@@ -96,7 +96,7 @@ class Witness:
     problems: list[str]
     transport: str  # what the engine's log shows when there are no problems
     summary: dict[str, Any] = field(default_factory=dict)  # kept in the state file
-    # what the logs must show again after a restart (log_witness), judged by the supervisor
+    # what the logs must show again after a restart (witness.logs), judged by the supervisor
     recheck: dict[str, Any] | None = None
 
 

@@ -21,7 +21,6 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
-from halo_cluster.engine_log import rank_nodes
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import (
     ModelMemory,
@@ -41,7 +40,8 @@ from halo_cluster.engines.vllm_argv import (
     serve_argv,
 )
 from halo_cluster.errors import LifecycleError, UsageError
-from halo_cluster.log_witness import vllm_problems, vllm_recheck
+from halo_cluster.witness.engine_log import rank_nodes
+from halo_cluster.witness.logs import vllm_problems, vllm_recheck
 
 KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"  # the CPU build's KV cache per rank, whole GiB
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from halo_cluster.bounded.httpget import http_get
 from halo_cluster.errors import HaloError
-from halo_cluster.httpget import http_get
 
 SETTLE_S = 1.5  # between two requests: vLLM's engine core spins 1 s after its last step
 

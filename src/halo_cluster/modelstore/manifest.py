@@ -4,7 +4,7 @@ look at 100 GB that did not change reads nothing.
 
 Pure where it can be (``Manifest`` from and to dicts, ``relative_ok``); the rest reads files
 it is given. Standard library only, Python 3.9: nodes run it (``node/handlers.py``) and so
-does the controller (``cluster/model_sync.py``)."""
+does the controller (``models/sync.py``)."""
 
 from __future__ import annotations
 

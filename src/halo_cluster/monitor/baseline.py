@@ -15,8 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from halo_cluster.bounded.jsonin import load_file
 from halo_cluster.errors import UsageError
-from halo_cluster.jsonin import load_file
 from halo_cluster.schema import SCHEMAS
 
 SCHEMA = SCHEMAS["net"]

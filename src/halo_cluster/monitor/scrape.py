@@ -8,9 +8,9 @@ from __future__ import annotations
 import urllib.error
 from typing import Any
 
+from halo_cluster.bounded.httpget import HttpGet, http_get
 from halo_cluster.client.fanout import each
 from halo_cluster.errors import ParseError
-from halo_cluster.httpget import HttpGet, http_get
 
 
 def scrape(target: str, timeout_s: float = 3.0, get: HttpGet = http_get) -> dict[Any, float] | str:

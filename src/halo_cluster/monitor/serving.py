@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from halo_cluster.bounded.infile import read_text
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import HaloError
-from halo_cluster.infile import read_text
-from halo_cluster.jsonin import loads
 from halo_cluster.supervision import STATES
 
 MAX_STATE = 1 << 20

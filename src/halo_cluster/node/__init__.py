@@ -5,7 +5,7 @@ exporter), with the standard library only and on Python >= 3.9.
 ``main`` dispatches, ``handlers`` holds each command's short body, ``serve_api``,
 ``ray_nodes`` and ``net_probe`` do the work only node commands need, and ``wire`` defines
 the commands, their argv and their answers once, for both sides (the GGUF header reader,
-``gguf_header``, is the controller's too and sits in the bottom layer).
+``modelstore.gguf_header``, is the controller's too and sits in the bottom layer).
 
 halo sends this code to a node as a zipapp (``halo_cluster.nodecode``) when the node has no
 ``halo`` configured; a node with halo installed runs the same commands through ``halo``.

@@ -87,7 +87,7 @@ def serve_tokens(args: argparse.Namespace) -> int:
 def gguf_layers(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from halo_cluster.gguf_header import block_count
+    from halo_cluster.modelstore.gguf_header import block_count
 
     print(block_count(Path(args.path)))
     return 0

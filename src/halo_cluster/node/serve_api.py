@@ -9,7 +9,7 @@ import time
 import urllib.request
 from typing import Any
 
-from halo_cluster.httpget import http_get
+from halo_cluster.bounded.httpget import http_get
 from halo_cluster.wire.answers import (
     ServeHealth,
     ServeProbe,

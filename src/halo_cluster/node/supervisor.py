@@ -10,7 +10,7 @@ controller authorized on each of them for this server (removed by ``halo stop``)
 A restart stops every member, waits its backoff, replays the start scripts in their first
 order (so llama.cpp's rpc-servers come up before llama-server, vLLM's ranks in rank order),
 waits for /health, then proves again: one generation, and every counted member's counters
-around one probe request (``traffic``), with the paths the plans asked for.
+around one probe request (``witness.traffic``), with the paths the plans asked for.
 
 Its state (``supervise-NAME.json`` beside the spec) is rewritten atomically at every change and
 every round; its log is its stdout. SIGTERM ends it between two steps (``halo stop`` stops it
@@ -30,17 +30,17 @@ from typing import Any, Callable
 
 from halo_cluster import supervision as sv
 from halo_cluster.atomic import atomic_write
+from halo_cluster.bounded.infile import read_text
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import HaloError, StateError
-from halo_cluster.infile import read_text
-from halo_cluster.jsonin import loads
-from halo_cluster.log_witness import log_nodes, recheck_problems
 from halo_cluster.node.serve_api import complete, health
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.result import Runner
 from halo_cluster.runner.ssh import SSHRunner
-from halo_cluster.traffic import check_paths, per_token
 from halo_cluster.wire.answers import parse_counters
+from halo_cluster.witness.logs import log_nodes, recheck_problems
+from halo_cluster.witness.traffic import check_paths, per_token
 
 SPEC_VERSION = 1
 MAX_SPEC = 4 << 20
@@ -86,7 +86,7 @@ class Spec:
     stop_script: str  # per member: stop what 'halo serve' started there
     log_tail_script: str  # per member: the last lines of its log
     log_script: str = ""  # per member: its whole log (the engine's own words)
-    recheck: dict[str, Any] | None = None  # what those words must show (log_witness)
+    recheck: dict[str, Any] | None = None  # what those words must show (witness.logs)
     ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
     ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
     ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)

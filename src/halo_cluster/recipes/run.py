@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.cluster.bringup import Serving, layout_label
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.reference import find_reference
 from halo_cluster.cluster.state import read_state
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.recipes.layouts import Layout, candidates, parse_layout
 from halo_cluster.recipes.predict import ModelFiles, predict
 from halo_cluster.recipes.tune import Workload, model_files, short_bench
+from halo_cluster.serving.bringup import Serving, layout_label
+from halo_cluster.serving.reference import find_reference
 
 RUN_WORKLOAD = Workload(levels=(1,), prompts=4, input_len=64, output_len=32)
 
@@ -116,7 +116,7 @@ def served_name(cluster: Cluster, layout: Layout) -> str:
 
 def running(cluster: Cluster, files: ModelFiles, layout: Layout) -> dict[str, Any] | None:
     """The server already up for this model and layout, healthy (else None)."""
-    from halo_cluster.cluster.status import serve_health
+    from halo_cluster.serving.status import serve_health
 
     state = read_state(cluster.config)
     served = state.serve if state else None

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.cluster.bringup import Serving
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.serve_result import ServeResult
 from halo_cluster.config import secret
 from halo_cluster.errors import HaloError
 from halo_cluster.recipes.layouts import Layout
 from halo_cluster.recipes.predict import ModelFiles, Predictions
 from halo_cluster.schema import SCHEMAS
+from halo_cluster.serving.bringup import Serving
+from halo_cluster.serving.result import ServeResult
 
 SCHEMA = SCHEMAS["tune"]  # halo.tune/1
 OBJECTIVES = ("latency", "throughput")
@@ -114,8 +114,8 @@ class Tuner:
     def _engine_error(self, layout: Layout) -> str | None:
         """What the engine itself raised on the layout's nodes, where it did (its logs stay
         after a stop): "node2: AssertionError: …"."""
-        from halo_cluster.engine_log import raised
         from halo_cluster.engines import process
+        from halo_cluster.witness.engine_log import raised
 
         said = []
         for node in self.cluster.config.nodes[: layout.nodes]:
@@ -237,10 +237,10 @@ def model_files(
     the local Hugging Face cache (downloaded where the hub answers), then copied the same
     way; a name of the stores (``halo model``) is served as it is, once every node holds it
     complete and the same."""
-    from halo_cluster.cluster.model_source import REPO_ID, resolve_source
-    from halo_cluster.cluster.model_sync import Sync
-    from halo_cluster.cluster.models import is_store_name
     from halo_cluster.errors import UsageError
+    from halo_cluster.models.source import REPO_ID, resolve_source
+    from halo_cluster.models.stores import is_store_name
+    from halo_cluster.models.sync import Sync
     from halo_cluster.modelstore.manifest import check_name
 
     path = Path(source).expanduser()
@@ -286,8 +286,8 @@ def model_files(
 def stored_files(cluster: Cluster, name: str) -> ModelFiles:
     """A model already in every node's store: vLLM serves a directory by its name, llama.cpp
     a GGUF entry; the planner has no file here to read (its predictions say so)."""
-    from halo_cluster.cluster.models import resolve
     from halo_cluster.errors import UsageError
+    from halo_cluster.models.stores import resolve
 
     found = resolve(cluster, name, [n.name for n in cluster.config.nodes])
     if found is None:

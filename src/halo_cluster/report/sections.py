@@ -8,7 +8,7 @@ from typing import Any
 
 from halo_cluster.report.svg import bar_chart, esc, line_chart, table
 from halo_cluster.schema import stamp_hca
-from halo_cluster.token_witness import tokens_word
+from halo_cluster.witness.tokens import tokens_word
 
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
 

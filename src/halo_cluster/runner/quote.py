@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 SCRIPT_ARGV = ("bash", "-s")  # a script on stdin
-RAY_TOKEN_ENV = "HALO_RAY_TOKEN"  # a Ray auth token in a script's env (see cluster/auth.py)
+RAY_TOKEN_ENV = "HALO_RAY_TOKEN"  # a Ray auth token in a script's env (see ray/auth.py)
 
 
 def exports(env: Mapping[str, str]) -> str:

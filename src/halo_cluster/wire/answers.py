@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import WireError
 from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
-from halo_cluster.gguf_header import MAX_BLOCKS
-from halo_cluster.jsonin import loads
+from halo_cluster.modelstore.gguf_header import MAX_BLOCKS
 
 
 def _shown(value: Any) -> str:
@@ -283,7 +283,7 @@ def parse_gguf_layers(text: str) -> int:
     if not (stripped.isascii() and stripped.isdigit()):
         raise _fail("gguf-layers", "", "not a layer count", text)
     if len(stripped) > len(str(MAX_BLOCKS)) or not 0 < int(stripped) <= MAX_BLOCKS:
-        # never llama.cpp's --n-gpu-layers: no model has as many (gguf_header.py)
+        # never llama.cpp's --n-gpu-layers: no model has as many (modelstore/gguf_header.py)
         raise _fail("gguf-layers", "", f"not a model's layer count (1 to {MAX_BLOCKS})", stripped)
     return int(stripped)
 

@@ -22,20 +22,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped
-from halo_cluster.cluster import service
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle import ray_start_path
 from halo_cluster.cluster.proof import counters_call, mgmt_address
 from halo_cluster.config import NodeConfig
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
 from halo_cluster.errors import LifecycleError
-from halo_cluster.jsonin import loads
+from halo_cluster.ray.lifecycle import ray_start_path
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
 from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.supervise import service
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
 
 ROLE = service.ROLE

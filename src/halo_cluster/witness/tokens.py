@@ -1,7 +1,7 @@
 """The third witness: a layout computes the same tokens as one node (pure).
 
 The same engine and model answer fixed prompts greedily (temperature 0), once on one node
-(the reference, ``cluster/reference.py``) and once in the layout under test. Per prompt the
+(the reference, ``serving/reference.py``) and once in the layout under test. Per prompt the
 two answers are walked token by token:
 
 - ``agreed``: the tokens before the first that differs (all of them when none does);

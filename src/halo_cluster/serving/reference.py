@@ -5,7 +5,7 @@ prompts (``PROMPTS``), with each step's likeliest tokens. It is kept beside the 
 (``<config dir>/.halo/<cluster>.tokens.json``, schema ``halo.tokens/1``), one per engine and
 model, written atomically; it holds no secrets. ``halo serve --reference record`` (on one
 node), ``halo tune`` and ``halo run`` record it; every later start of a layout of the same
-engine and model is compared with it (``token_witness``).
+engine and model is compared with it (``witness.tokens``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster.atomic import atomic_write
+from halo_cluster.bounded.infile import read_text
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, ServeConfig, secret
 from halo_cluster.engines import process
 from halo_cluster.errors import LifecycleError, ParseError, StateError, WireError
-from halo_cluster.infile import read_text
-from halo_cluster.jsonin import loads
 from halo_cluster.wire.answers import TokenAnswer, parse_serve_tokens, token_answer_from_dict
 from halo_cluster.wire.args import serve_tokens_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV

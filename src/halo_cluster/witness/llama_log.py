@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from halo_cluster.engine_log import clean
+from halo_cluster.witness.engine_log import clean
 
 _DEVICE = re.compile(r"using device (?P<name>RPC\d+) \((?P<endpoint>[^)\s]+)\)")
 _OFFLOADED = re.compile(r"offloaded (?P<done>\d+)/(?P<total>\d+) layers")

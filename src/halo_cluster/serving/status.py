@@ -10,14 +10,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.cluster import supervise
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.lifecycle import Lifecycle
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
 from halo_cluster.config import secret
 from halo_cluster.engines import process
 from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import UsageError
+from halo_cluster.ray.lifecycle import Lifecycle
+from halo_cluster.supervise import control
 from halo_cluster.wire.args import serve_health_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
 
@@ -96,7 +96,7 @@ def serve_health(
         "ranks": served.ranks,
         "proven": served.proven,
         "lost": lost,
-        "supervisor": supervisor_summary(supervise.status(cluster)),
+        "supervisor": supervisor_summary(control.status(cluster)),
     }
 
 

@@ -9,7 +9,7 @@
 4. the witnesses: the engine's own words (``Engine.witness``), every node's counters
    around one probe request (bytes per generated token on each path), and the tokens: the
    layout's greedy answers against the one-node reference of the same engine and model
-   (``cluster.reference``, ``token_witness``), or recorded as that reference.
+   (``serving.reference``, ``witness.tokens``), or recorded as that reference.
 
 A request may name a layout: the first N nodes of the cluster (``nodes``), the engine's
 parallel sizes in its options.
@@ -28,12 +28,9 @@ import time
 from typing import Any
 
 from halo_cluster.client.fanout import each
-from halo_cluster.cluster import memory, proof, reference, supervise
-from halo_cluster.cluster.auth import ray_env
+from halo_cluster.cluster import proof
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.models import is_store_name, resolve
 from halo_cluster.cluster.plans import make_plans
-from halo_cluster.cluster.serve_result import ServeResult
 from halo_cluster.cluster.state import (
     ClusterState,
     NodeState,
@@ -53,10 +50,15 @@ from halo_cluster.engines.protocol import (
     find_engine,
 )
 from halo_cluster.errors import LifecycleError, UsageError, WireError
-from halo_cluster.token_witness import compare
+from halo_cluster.models.stores import is_store_name, resolve
+from halo_cluster.ray.auth import ray_env
+from halo_cluster.serving import memory, reference
+from halo_cluster.serving.result import ServeResult
+from halo_cluster.supervise import control
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
+from halo_cluster.witness.tokens import compare
 
 HEALTH_TIMEOUT_S = 900.0
 WARMUP_TOKENS = 4
@@ -125,7 +127,7 @@ class Serving:
         started = time.monotonic()
         try:
             self._record_launch(ctx, prepared)
-            launching, steps = supervise.recording(ctx)  # what a restart will run again
+            launching, steps = control.recording(ctx)  # what a restart will run again
             self.launched = True
             engine.launch(launching, prepared)
             self._wait_healthy(request, prepared.members)
@@ -199,10 +201,10 @@ class Serving:
         self,
         ctx: ServeContext,
         prepared: Prepared,
-        steps: list[supervise.Step],
+        steps: list[control.Step],
         witness: Witness,
     ) -> dict[str, Any]:
-        first = supervise.install(self.cluster, ctx, prepared, steps, witness.recheck)
+        first = control.install(self.cluster, ctx, prepared, steps, witness.recheck)
         return {
             "state": first.get("state"),
             "pid": first.get("pid"),
@@ -414,13 +416,13 @@ class Serving:
         node's server, twice if a start the supervisor had under way still landed; then the
         supervisor's key and spec are taken away."""
         name = self.config.name
-        supervised = supervise.stop(self.cluster)
+        supervised = control.stop(self.cluster)
         nodes = list(self.config.nodes)
         stopped = each(nodes, lambda n: process.stop(self.cluster.client(n), name))
         if supervised:
             again = each(nodes, lambda n: process.stop(self.cluster.client(n), name))
             stopped = [a or b for a, b in zip(stopped, again, strict=True)]
-        supervise.forget(self.cluster)
+        control.forget(self.cluster)
         state = self._state
         if state is not None and state.serve is not None:  # no server: status shows none
             state.serve = None

@@ -26,8 +26,8 @@ from typing import Any
 
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.model_source import Source
 from halo_cluster.errors import ModelError
+from halo_cluster.models.source import Source
 from halo_cluster.modelstore.manifest import Manifest
 from halo_cluster.modelstore.pipe import new_secret, relay
 from halo_cluster.wire.commands import MODEL_PIPE, MODEL_SPEC_ENV, MODEL_STATE, MODEL_STOP

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from halo_cluster.bounded.infile import open_regular
 from halo_cluster.errors import UsageError
-from halo_cluster.infile import open_regular
 
 _SCALARS = {
     0: "B",

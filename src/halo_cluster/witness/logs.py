@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from halo_cluster.engine_log import check_ranks, parse_engine_logs
-from halo_cluster.llama_log import check_rpc, parse_llama_logs
-from halo_cluster.nccl_log import parse_logs
+from halo_cluster.witness.engine_log import check_ranks, parse_engine_logs
+from halo_cluster.witness.llama_log import check_rpc, parse_llama_logs
+from halo_cluster.witness.nccl_log import parse_logs
 
 LLAMA_RPC, VLLM = "llama.cpp-rpc", "vllm"
 

@@ -15,19 +15,8 @@ from dataclasses import dataclass, field
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
-from halo_cluster.cluster.auth import ray_env
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.plans import make_plans
-from halo_cluster.cluster.ray_start import (
-    REGISTER_TIMEOUT_S,
-    START_TIMEOUT_S,
-    expected_resources,
-    node_env,
-    ray_command,
-    ray_table,
-    registered,
-    start_argv,
-)
 from halo_cluster.cluster.state import (
     ClusterState,
     NodeState,
@@ -38,6 +27,17 @@ from halo_cluster.cluster.state import (
 from halo_cluster.config import NodeConfig
 from halo_cluster.engines import process
 from halo_cluster.errors import LifecycleError, StateError
+from halo_cluster.ray.auth import ray_env
+from halo_cluster.ray.start import (
+    REGISTER_TIMEOUT_S,
+    START_TIMEOUT_S,
+    expected_resources,
+    node_env,
+    ray_command,
+    ray_table,
+    registered,
+    start_argv,
+)
 from halo_cluster.runner.quote import node_script
 from halo_cluster.runner.result import Result
 from halo_cluster.runner.sharing import close_connections

@@ -52,7 +52,7 @@ def _delta(first: int | None, second: int | None) -> int | None:
 def check_paths(
     traffic: Mapping[str, Mapping[str, Mapping[str, Any]]], rdma_planned: bool
 ) -> list[str]:
-    """Problems, one sentence each, for ``traffic`` (node -> per_token() of that node) of
+    """Problems, one sentence each, for ``witness.traffic`` (node -> per_token() of that node) of
     the nodes that hold ranks: the planned path must carry the tensor-parallel traffic.
 
     - RDMA planned: the RDMA port carries at least as much per token as the fabric

@@ -16,8 +16,8 @@ import math
 import os
 from typing import Any
 
+from halo_cluster.bounded.infile import read_text
 from halo_cluster.errors import HaloError, UsageError
-from halo_cluster.infile import read_text
 
 MAX_DEPTH = 100  # no document halo reads nests a tenth as deep
 INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1  # every count halo keeps fits in 64 bits
@@ -63,7 +63,7 @@ def load_file(
     what: str,
     error: type[HaloError] = UsageError,
 ) -> Any:
-    """The JSON in the regular file ``path`` (at most ``limit`` bytes, see infile.py); one
+    """The JSON in the regular file ``path`` (at most ``limit`` bytes, see bounded/infile.py); one
     line of ``error`` naming the file when it is not that (``what``: "a halo result")."""
     text = read_text(path, limit, what, error)
     try:

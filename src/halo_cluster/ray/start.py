@@ -1,6 +1,6 @@
 """What ``halo up`` runs where (pure): each node's ``ray start`` command line and
 environment, what registration must show, and Ray's node table read back. The state file
-is ``cluster.state``; running it all is ``cluster.lifecycle``; the script a node runs is
+is ``cluster.state``; running it all is ``ray.lifecycle``; the script a node runs is
 ``runner.quote.node_script``."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def start_argv(
 def expected_resources(node: NodeConfig, gpus_found: int) -> tuple[str, float]:
     """What registration must show for ``node``: its GPUs, or on a CPU-only node its
     engine rank (``ENGINE_RESOURCE``)."""
-    gpus = node.gpus if node.gpus is not None else gpus_found
+    gpus = node.gpus_used(gpus_found)
     return ("GPU", float(gpus)) if gpus else (ENGINE_RESOURCE, 1.0)
 
 
