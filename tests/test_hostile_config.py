@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from halo_cluster.config import ConfigError, ServeConfig, find_config, load_config
 from halo_cluster.engines import llama_cpp_argv as llama_argv
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions
-from halo_cluster.engines.process import background_script, reach_script, stop_script, tcp_probe
 from halo_cluster.engines.request import serve_request
+from halo_cluster.engines.scripts import background_script, reach_script, stop_script, tcp_probe
 from halo_cluster.engines.vllm_argv import VllmOptions, preflight_script, serve_argv
 from halo_cluster.errors import UsageError
 from halo_cluster.runner.quote import RAY_TOKEN_ENV, node_script

@@ -212,7 +212,7 @@ class Node:
         elif "kill -TERM" in script:
             was, self.running = self.running, False
             return Result(args, 0 if was else 3, "", "")
-        elif "kill -0" in script:  # process.alive_script
+        elif "kill -0" in script:  # scripts.alive_script
             return Result(args, 0 if self.running else 1, "", "")
         return Result(args, 0, "", "")
 

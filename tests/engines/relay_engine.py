@@ -19,7 +19,7 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.config.section import Section
-from halo_cluster.engines import process
+from halo_cluster.engines import process, scripts
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.witness.nccl_log import parse_logs
@@ -102,7 +102,7 @@ class Relay:
             started = process.start(
                 ctx.client(node), {}, [*argv, "--port", str(options.port)], ctx.config.name
             )
-            reach = process.reach_script(address, options.port, 30)
+            reach = scripts.reach_script(address, options.port, 30)
             if not started.ok or not ctx.client(ctx.head).script(reach, 40).ok:
                 raise LifecycleError(f"{node.name}: the relay worker did not start")
         serve = ctx.request.serve

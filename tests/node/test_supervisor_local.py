@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from halo_cluster import supervision as sv
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 from halo_cluster.errors import StateError
 from halo_cluster.node.supervisor import Supervisor, read_spec
 
@@ -63,19 +63,19 @@ def spec(tmp: Path, port: int, **settings: Any) -> dict[str, Any]:
             {
                 "node": "node1",
                 "argv": ["bash", "-s"],
-                "stdin": process.background_script({}, argv, CLUSTER),
+                "stdin": scripts.background_script({}, argv, CLUSTER),
                 "timeout_s": 30,
             },
             {
                 "node": "node1",
                 "argv": ["bash", "-s"],
-                "stdin": process.reach_script("127.0.0.1", port, 5),
+                "stdin": scripts.reach_script("127.0.0.1", port, 5),
                 "timeout_s": 30,
             },
         ],
-        "probe_script": process.probe_script(CLUSTER),
-        "stop_script": process.stop_script(CLUSTER),
-        "log_tail_script": process.log_tail_script(CLUSTER),
+        "probe_script": scripts.probe_script(CLUSTER),
+        "stop_script": scripts.stop_script(CLUSTER),
+        "log_tail_script": scripts.log_tail_script(CLUSTER),
     }
 
 
@@ -90,7 +90,7 @@ def until(check: Callable[[], Any], what: str) -> Any:
 
 
 def pid_of() -> int:
-    _log, pid = process.log_paths(CLUSTER)
+    _log, pid = scripts.log_paths(CLUSTER)
     text = os.popen(f"cat {pid}").read().strip()  # the shell expands the state directory
     return int(text)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_cluster.engines.process import background_script
+from halo_cluster.engines.scripts import background_script
 from halo_cluster.runner.quote import RAY_TOKEN_ENV, private_dir, private_files
 
 OTHER_UID = 12345

@@ -351,11 +351,11 @@ def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
     """The supervisor at work: llama-server on the head killed, 'halo status' watched from
     'restarting' back to 'serving' (the engine restarted and proven by the supervisor on the
     head, not by this process)."""
-    from halo_cluster.engines import process
+    from halo_cluster.engines import scripts
     from halo_cluster.supervise import control
 
     cluster = server.cluster
-    _log, pid = process.log_paths(cluster.config.name)
+    _log, pid = scripts.log_paths(cluster.config.name)
     before = (control.status(cluster) or {}).get("restarts") or 0
     cluster.client(cluster.head).script(f'kill -KILL "$(cat {pid})"\n')
     say(f"killed llama-server on {cluster.head.name} (SIGKILL); halo status says:")

@@ -21,7 +21,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines import llama_cpp_argv as argv
-from halo_cluster.engines import process
+from halo_cluster.engines import process, scripts
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
 from halo_cluster.engines.protocol import (
     ModelMemory,
@@ -173,7 +173,7 @@ class LlamaCpp:
 
         def check(node: NodeConfig) -> tuple[NodeConfig, Any]:
             if node is ctx.head:
-                port = (process.local_host(serve.host), serve.port)
+                port = (scripts.local_host(serve.host), serve.port)
                 script = argv.preflight_script(head_program, model, port)
             else:
                 port = (by_name[node.name].address, options.rpc_port)
@@ -287,7 +287,7 @@ class LlamaCpp:
                     f"could not start rpc-server on {node.name}: {result.error_text()}"
                 )
             # reached from the head, over the fabric: the path llama-server will take
-            reach = process.reach_script(worker.address, options.rpc_port, RPC_READY_S)
+            reach = scripts.reach_script(worker.address, options.rpc_port, RPC_READY_S)
             if not ctx.client(ctx.head).script(reach, RPC_READY_S + 10).ok:
                 alive = process.alive(client, ctx.config.name)
                 line = (

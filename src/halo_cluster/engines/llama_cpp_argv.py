@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
-from halo_cluster.engines.process import tcp_probe
+from halo_cluster.engines.scripts import tcp_probe
 
 RPC_SERVER = "ggml-rpc-server"
 LLAMA_SERVER = "llama-server"

@@ -1,159 +1,19 @@
-"""The engine's processes on a node, whatever the engine: started detached with a log and a
-pid file in halo's state directory there (``halo logs``, ``status`` and ``stop`` find them),
-asked whether they still run, read, and stopped. The scripts are pure text for ``bash -s``;
-the functions taking a ``NodeClient`` run them."""
+"""The engine's processes on a node, run through its client: started, asked whether they
+still run, read, and stopped (the scripts are ``engines.scripts``)."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 
 from halo_cluster.client.node import NodeClient
-from halo_cluster.runner.quote import exports, private_dir, private_files
+from halo_cluster.engines.scripts import (
+    alive_script,
+    background_script,
+    log_paths,
+    log_script,
+    stop_script,
+)
 from halo_cluster.runner.result import Result
-
-STATE_DIR = '"${XDG_STATE_HOME:-$HOME/.local/state}/halo"'
-
-
-def local_host(host: str) -> str:
-    """Where a server bound to ``host`` is reached from its own node."""
-    return "127.0.0.1" if host == "0.0.0.0" else host
-
-
-def log_paths(cluster: str, role: str = "serve") -> tuple[str, str]:
-    """(log, pid file) on a node, as shell words (the state dir expands there): the
-    engine's (``serve``) or the supervisor's (``supervise``)."""
-    name = shlex.quote(cluster)  # validated, but quoted all the same
-    return f"{STATE_DIR}/{role}-{name}.log", f"{STATE_DIR}/{role}-{name}.pid"
-
-
-# Sets $alive to 1 when the process in $p runs: a zombie (killed, its parent gone and not
-# yet reaped by an init that waits) is dead, however kill -0 answers. The state is the
-# field after the command's name in /proc/PID/stat (the name may hold spaces and ')').
-_ALIVE = (
-    'alive=0; if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then\n'
-    '  s="$(cat "/proc/$p/stat" 2>/dev/null)"; s="${s##*) }"\n'
-    '  case "${s%% *}" in Z|X) ;; *) alive=1 ;; esac\n'
-    "fi\n"
-)
-
-
-def alive_script(cluster: str) -> str:
-    """Exit 0 when the program 'halo serve' started on a node (its pid file) still runs."""
-    _log, pid = log_paths(cluster)
-    return f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}[ "$alive" = 1 ]\n'
-
-
-def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> str:
-    """Start ``argv`` detached in its own process group, its output in the log, its pid
-    in the pid file (both 0600, in the 0700 state directory, whatever the engine or the
-    auth); the working directory is HOME (a node's caches and state live there)."""
-    log, pid = log_paths(cluster)
-    return (
-        f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
-        f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
-        f"echo $! > {pid}\n"
-    )
-
-
-def tcp_probe(host: str, port: int) -> str:
-    """A shell condition, true when ``host:port`` accepts a TCP connection within 2 s. The
-    host and port reach the inner bash as arguments, never as code."""
-    return (
-        f"timeout 2 bash -c 'exec 3<>\"/dev/tcp/$1/$2\"' _ {shlex.quote(host)} "
-        f"{shlex.quote(str(port))} 2>/dev/null"
-    )
-
-
-def reach_script(address: str, port: int, seconds: int) -> str:
-    """Exit 0 once ``address:port`` accepts a TCP connection (within ``seconds``), else 1."""
-    return (
-        f"for i in $(seq {int(seconds) * 5}); do\n"
-        f"  if {tcp_probe(address, port)}; then exit 0; fi\n"
-        "  sleep 0.2\ndone\nexit 1\n"
-    )
-
-
-MEMINFO = (
-    'while read -r k v _; do case "$k" in\n'
-    '  MemTotal:) echo "mem_total_kib=$v" ;;\n'
-    '  MemAvailable:) echo "mem_available_kib=$v" ;;\n'
-    "esac; done < /proc/meminfo 2>/dev/null\n"
-)
-
-
-def memory_script(size_path: str | None = None) -> str:
-    """MemTotal/MemAvailable (KiB) as ``key=value`` lines and, given ``size_path``, the
-    bytes of that file or directory (links followed: a Hugging Face cache links its blobs)."""
-    size = ""
-    if size_path is not None:
-        quoted = shlex.quote(size_path)
-        size = f'b="$(du -sbL -- {quoted} 2>/dev/null | cut -f1)"; echo "model_bytes=$b"\n'
-    return f"{MEMINFO}{size}exit 0\n"
-
-
-def probe_script(cluster: str) -> str:
-    """The supervisor's question to a member, answered as ``key=value`` lines: whether the
-    process 'halo serve' started there runs, MemTotal/MemAvailable (KiB) and the 'full'
-    line of /proc/pressure/memory where the kernel has it (``supervision.parse_member_answer``)."""
-    _log, pid = log_paths(cluster)
-    return (
-        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n{MEMINFO}'
-        "if [ -r /proc/pressure/memory ]; then\n"
-        '  while read -r k rest; do [ "$k" = full ] && echo "psi_full=$rest"; done '
-        "< /proc/pressure/memory\n"
-        "fi\nexit 0\n"
-    )
-
-
-def log_script(cluster: str) -> str:
-    log, _pid = log_paths(cluster)
-    return f"cat {log} 2>/dev/null\nexit 0\n"
-
-
-def log_tail_script(cluster: str, lines: int = 5) -> str:
-    log, _pid = log_paths(cluster)
-    return f"tail -n {int(lines)} {log} 2>/dev/null\nexit 0\n"
-
-
-def kill_group(pid: str, none: str = "3") -> str:
-    """Shell lines: end the process group whose leader's pid is in ``pid`` (TERM, KILL after
-    5 s); ``$ran`` is 0 when it ran, 3 when not; without a pid file the script ends there
-    (``exit none``)."""
-    return (
-        f"pidfile={pid}\n"
-        f'p="$(cat "$pidfile" 2>/dev/null)" || exit {none}\n'
-        'ran=3; if kill -0 "$p" 2>/dev/null; then ran=0; fi\n'
-        'kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true\n'
-        'for i in $(seq 50); do kill -0 -- "-$p" 2>/dev/null || break; sleep 0.1; done\n'
-        'kill -KILL -- "-$p" 2>/dev/null || true\n'
-    )
-
-
-def stop_script(cluster: str) -> str:
-    """Stop the server's process group (TERM, then KILL after 5 s), then remove the
-    shared-memory segments it left: those made since it started that no process still
-    has open or mapped. Exit 3 when nothing was running."""
-    _log, pid = log_paths(cluster)
-    return kill_group(pid) + (
-        # Ray's worker processes that ran the ranks end with their driver: wait for them.
-        # Ray also leaves an idle worker it started for the server's job: end those that
-        # were started after the server (never older ones, which are not the server's).
-        'for i in $(seq 50); do pgrep -f "RayWorkerProc|RayWorkerWrapper" >/dev/null || break; '
-        "sleep 0.1; done\n"
-        'since=$(( $(date +%s) - $(stat -c %Y "$pidfile") + 1 ))\n'
-        "for q in $(pgrep -f '^ray::IDLE'); do\n"
-        '  age=$(ps -o etimes= -p "$q" 2>/dev/null | tr -d " ")\n'
-        '  if [ -n "$age" ] && [ "$age" -le "$since" ]; then kill -TERM "$q" 2>/dev/null; fi\n'
-        "done\n"
-        "for f in /dev/shm/*; do\n"
-        '  [ -f "$f" ] && [ "$f" -nt "$pidfile" ] || continue\n'
-        '  if ! grep -qsF "$f" /proc/[0-9]*/maps && ! ls -l /proc/[0-9]*/fd 2>/dev/null | '
-        'grep -qF "$f"; then rm -f "$f"; fi\n'
-        "done\n"
-        'rm -f "$pidfile"\n'
-        "exit $ran\n"
-    )
 
 
 def start(client: NodeClient, env: Mapping[str, str], argv: list[str], cluster: str) -> Result:

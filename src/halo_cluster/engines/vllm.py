@@ -21,7 +21,7 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
-from halo_cluster.engines import process
+from halo_cluster.engines import process, scripts
 from halo_cluster.engines.protocol import (
     ModelMemory,
     Prepared,
@@ -101,7 +101,7 @@ class Vllm:
         ctx.progress("checking the engine, the model and the port on every node")
         serve, options, model = ctx.request.serve, ctx.request.options, ctx.request.model
         local_model = model if is_local_model(model) else None
-        head_port = (process.local_host(serve.host), serve.port)
+        head_port = (scripts.local_host(serve.host), serve.port)
 
         def check(node: NodeConfig) -> tuple[NodeConfig, Any]:
             port = head_port if node is ctx.head else None

@@ -25,7 +25,7 @@ from halo_cluster.cluster.state import (
     write_state,
 )
 from halo_cluster.config import NodeConfig
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 from halo_cluster.errors import LifecycleError, StateError
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.ray.start import (
@@ -57,7 +57,7 @@ class UpResult:
 
 def ray_start_path(cluster: str) -> str:
     """Where a node keeps the script that started its Ray (shell words: expands there)."""
-    return f"{process.STATE_DIR}/ray-start-{shlex.quote(cluster)}.sh"
+    return f"{scripts.STATE_DIR}/ray-start-{shlex.quote(cluster)}.sh"
 
 
 def keep_ray_start(client: NodeClient, cluster: str, script: str) -> None:
@@ -67,7 +67,7 @@ def keep_ray_start(client: NodeClient, cluster: str, script: str) -> None:
     end = f"HALO_RAY_{secrets.token_hex(8)}"
     path = ray_start_path(cluster)
     client.script(
-        f"set -e\numask 077\nmkdir -p {process.STATE_DIR}\ncat > {path} <<'{end}'\n{script}{end}\n",
+        f"set -e\numask 077\nmkdir -p {scripts.STATE_DIR}\ncat > {path} <<'{end}'\n{script}{end}\n",
         timeout=30,
     )
 

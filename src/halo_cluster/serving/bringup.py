@@ -40,7 +40,7 @@ from halo_cluster.cluster.state import (
     write_state,
 )
 from halo_cluster.config import Config, NodeConfig, ServeConfig, secret
-from halo_cluster.engines import process
+from halo_cluster.engines import process, scripts
 from halo_cluster.engines.protocol import (
     Engine,
     Prepared,
@@ -288,7 +288,7 @@ class Serving:
     # -- health and requests --------------------------------------------------------------
     def _wait_healthy(self, request: ServeRequest, members: list[NodeConfig]) -> None:
         serve = request.serve
-        args = serve_health_args(process.local_host(serve.host), serve.port)
+        args = serve_health_args(scripts.local_host(serve.host), serve.port)
         env = {SERVE_KEY_ENV: secret(serve.api_key_env) or ""}
         head = self.cluster.client(self.head)
         started = time.monotonic()
@@ -316,7 +316,7 @@ class Serving:
     def _complete(self, serve: ServeConfig, tokens: int) -> ServeProbe:
         """One request of ``tokens`` tokens, sent on the head (a server bound to its
         loopback is reached too)."""
-        args = serve_probe_args(process.local_host(serve.host), serve.port, tokens)
+        args = serve_probe_args(scripts.local_host(serve.host), serve.port, tokens)
         env = {SERVE_KEY_ENV: secret(serve.api_key_env) or ""}
         result = self.cluster.client(self.head).call(*args, env=env, timeout=300)
         if not result.ok:

@@ -18,7 +18,7 @@ from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.config import NodeConfig
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import ModelMemory, Prepared, ServeContext
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.supervision import count, key_values
@@ -106,7 +106,7 @@ def check(
 
     def ask(node: NodeConfig) -> tuple[str, str]:
         path = memory.size_path if node.name == memory.size_on else None
-        result = ctx.client(node).script(process.memory_script(path), 30)
+        result = ctx.client(node).script(scripts.memory_script(path), 30)
         if not result.ok:
             raise LifecycleError(f"{node.name}: cannot read its memory: {result.error_text()}")
         return node.name, result.stdout

@@ -22,7 +22,7 @@ from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, ServeConfig, secret
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 from halo_cluster.errors import LifecycleError, ParseError, StateError, WireError
 from halo_cluster.wire.answers import TokenAnswer, parse_serve_tokens, token_answer_from_dict
 from halo_cluster.wire.args import serve_tokens_args
@@ -140,7 +140,7 @@ def ask(
 ) -> tuple[TokenAnswer, ...]:
     """The served layout's greedy answers to ``prompts``, asked on the head (a server bound
     to its loopback is reached too)."""
-    args = serve_tokens_args(process.local_host(serve.host), serve.port, prompts, tokens, TOP)
+    args = serve_tokens_args(scripts.local_host(serve.host), serve.port, prompts, tokens, TOP)
     env = {SERVE_KEY_ENV: secret(serve.api_key_env) or ""}
     result = head.call(*args, env=env, timeout=120 + 30 * len(prompts))
     if not result.ok:

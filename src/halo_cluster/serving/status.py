@@ -13,7 +13,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
 from halo_cluster.config import secret
-from halo_cluster.engines import process
+from halo_cluster.engines import process, scripts
 from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import UsageError
 from halo_cluster.ray.lifecycle import Lifecycle
@@ -79,7 +79,7 @@ def serve_health(
     served = served or ServedState(nodes=[])
     host = served.host or config.serve.host
     port = served.port or config.serve.port
-    local = process.local_host(host)
+    local = scripts.local_host(host)
     env = {SERVE_KEY_ENV: secret(config.serve.api_key_env) or ""}
     result = cluster.client(head).call(*serve_health_args(local, port), env=env, timeout=15)
     lost = _lost(cluster, served, nodes)

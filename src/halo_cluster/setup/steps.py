@@ -1,5 +1,6 @@
-"""The setup steps: a pure function from a node's facts to steps, each saying whether it is
-done, the exact actions that would do it, and whether a reboot follows."""
+"""The setup steps: from a node's facts and its filesystem root (read, never written) to
+steps, each saying whether it is done, the exact actions that would do it, and whether a
+reboot follows. Applying them is ``setup.apply``."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from halo_cluster.client.node import NodeClient, escaped
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.proof import counters_call, mgmt_address
 from halo_cluster.config import NodeConfig
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
 from halo_cluster.errors import LifecycleError
 from halo_cluster.ray.lifecycle import ray_start_path
@@ -86,8 +86,8 @@ def recording(ctx: ServeContext) -> tuple[ServeContext, list[Step]]:
 # -- install ----------------------------------------------------------------------------------
 def state_dir(client: NodeClient) -> str:
     """halo's state directory on the node, expanded there (0700, created when missing)."""
-    found = client.script(f"mkdir -p {process.STATE_DIR} && chmod 700 {process.STATE_DIR} && "
-                          f"printf %s {process.STATE_DIR}\n")  # fmt: skip
+    found = client.script(f"mkdir -p {scripts.STATE_DIR} && chmod 700 {scripts.STATE_DIR} && "
+                          f"printf %s {scripts.STATE_DIR}\n")  # fmt: skip
     path = found.stdout.strip()
     if not found.ok or not path.startswith("/"):
         raise LifecycleError(
@@ -201,10 +201,10 @@ def spec_dict(
             {"node": s.node, "argv": list(s.argv), "stdin": s.stdin, "timeout_s": s.timeout_s}
             for s in steps
         ],
-        "probe_script": process.probe_script(name),
-        "stop_script": process.stop_script(name),
-        "log_tail_script": process.log_tail_script(name),
-        "log_script": process.log_script(name),
+        "probe_script": scripts.probe_script(name),
+        "stop_script": scripts.stop_script(name),
+        "log_tail_script": scripts.log_tail_script(name),
+        "log_script": scripts.log_script(name),
         "recheck": recheck,
         **(_ray_scripts(cluster, ctx, prepared) if ray else {}),
     }
@@ -304,8 +304,8 @@ def status(cluster: Cluster) -> dict[str, Any] | None:
     """The supervisor's state file on the head, with ``running`` (its process alive); None
     when no supervisor ever ran for this cluster there."""
     name = cluster.config.name
-    _log, pid = process.log_paths(name, ROLE)
-    state = f"{process.STATE_DIR}/{ROLE}-{name}.json"
+    _log, pid = scripts.log_paths(name, ROLE)
+    state = f"{scripts.STATE_DIR}/{ROLE}-{name}.json"
     found = cluster.client(cluster.head).script(
         f'if kill -0 "$(cat {pid} 2>/dev/null)" 2>/dev/null; then echo running; '
         f"else echo stopped; fi\ncat {state} 2>/dev/null || true\n",
@@ -331,7 +331,7 @@ def status(cluster: Cluster) -> dict[str, Any] | None:
 
 
 def tail(cluster: Cluster, lines: int = 200) -> str:
-    log, _pid = process.log_paths(cluster.config.name, ROLE)
+    log, _pid = scripts.log_paths(cluster.config.name, ROLE)
     found = cluster.client(cluster.head).script(f"tail -n {int(lines)} {log} 2>/dev/null\n")
     return found.stdout.strip() or "its log is empty"
 
@@ -352,5 +352,5 @@ def forget(cluster: Cluster) -> None:
     )
     others = [n for n in cluster.config.nodes if n.name != head.name]
     each(others, lambda n: cluster.client(n).script(script, 30))
-    base = f"{process.STATE_DIR}/{ROLE}-{cluster.config.name}"
+    base = f"{scripts.STATE_DIR}/{ROLE}-{cluster.config.name}"
     cluster.client(head).script(f"rm -f {base}.spec.json {service.wrapper_path(base)}\n", 30)

@@ -17,12 +17,12 @@ import re
 import secrets
 import shlex
 
-from halo_cluster.engines import process
+from halo_cluster.engines import scripts
 
 SYSTEM_UNITS = "/etc/systemd/system"
 USER_UNITS = '"${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"'
 MODES = ("systemd", "systemd-user", "detached")
-ROLE = "supervise"  # its log and pid file: process.log_paths(cluster, ROLE)
+ROLE = "supervise"  # its log and pid file: scripts.log_paths(cluster, ROLE)
 
 
 def unit_name(cluster: str) -> str:
@@ -38,7 +38,7 @@ def start_script(cluster: str, argv: list[str], base: str) -> str:
     """On the head: write the wrapper, then start it as a unit where systemd runs (prints
     ``mode=systemd`` or ``mode=systemd-user``), else detached (``mode=detached``). ``base``:
     the supervisor's files in the head's state directory, without their suffix (expanded)."""
-    log, pid = process.log_paths(cluster, ROLE)
+    log, pid = scripts.log_paths(cluster, ROLE)
     end = f"HALO_WRAPPER_{secrets.token_hex(8)}"  # a heredoc's end that argv cannot hold
     wrapper = shlex.quote(wrapper_path(base))
     unit = shlex.quote(unit_name(cluster))
@@ -103,7 +103,7 @@ def stop_script(cluster: str) -> str:
     """On the head: the unit disabled and removed where there is one (so that no boot starts
     it again), then the supervisor's process group ended; exit 3 when nothing ran."""
     unit = shlex.quote(unit_name(cluster))
-    _log, pid = process.log_paths(cluster, ROLE)
+    _log, pid = scripts.log_paths(cluster, ROLE)
     return (
         f"unit={unit}\nsvc=3\n"
         f'for f in {SYSTEM_UNITS}/"$unit" {USER_UNITS}/"$unit"; do\n'
@@ -114,7 +114,7 @@ def stop_script(cluster: str) -> str:
         '  rm -f "$f"\n'
         "  $ctl daemon-reload > /dev/null 2>&1 || true\n"
         "done\n"
-        f"{process.kill_group(pid, none='$svc')}"
+        f"{scripts.kill_group(pid, none='$svc')}"
         'rm -f "$pidfile"\n'
         '[ "$svc" = 0 ] && ran=0\n'
         "exit $ran\n"
