@@ -208,3 +208,60 @@ def test_processes_start_only_through_the_runner() -> None:
         if calls.search(path.read_text(encoding="utf-8"))
     }
     assert found == {"runner/local.py"} | TERMINAL
+
+
+# Where an engine's name may stand as a string outside engines/ and the registry, and why.
+ENGINE_NAMES_ALLOWED = {
+    "checks/cluster.py": "vllm the Python package, whose version must match on every node",
+    "facts/inventory.py": "vllm the Python package, whose version is read",
+    "config/model.py": "the [serve] keys of before the engines' tables, mapped to those tables",
+    "witness/logs.py": "the kinds of log a witness reads",
+    "cli/demo.py": "the demo shows each engine by name",
+    "cli/demo_lab.py": "the demo shows each engine by name",
+    "cli/demo_mesh.py": "the demo shows each engine by name",
+    "lab/files.py": "the lab's config names the engines it was given",
+    "lab/profile.py": "the lab measures each engine it runs",
+}
+
+
+def test_no_engine_is_named_outside_the_engines() -> None:
+    """Code that decides by an engine's name belongs to that engine: everywhere else an
+    engine is whatever the registry holds (docstrings and help texts may name them)."""
+    import ast
+
+    sys.path.insert(0, str(REPO / "src"))
+    from halo_cluster import engine_registry
+
+    names = {*engine_registry.names(), *map(engine_registry.section_name, engine_registry.names())}
+    package = REPO / "src" / "halo_cluster"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if (rel.startswith("engines/") and rel not in ENGINES_SEAM) or rel == "engine_registry.py":
+            continue
+        if rel in ENGINE_NAMES_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        found += [
+            f"{rel}:{node.lineno} {node.value!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in docs
+        ]
+    assert found == []
+
+
+# the engines' seam: modules in engines/ that every engine shares, so they name none
+ENGINES_SEAM = {
+    "engines/protocol.py",
+    "engines/layout.py",
+    "engines/process.py",
+    "engines/scripts.py",
+    "engines/request.py",
+}

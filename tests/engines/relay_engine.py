@@ -20,6 +20,7 @@ from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines import process, scripts
+from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
 from halo_cluster.errors import LifecycleError, UsageError
 from halo_cluster.witness.nccl_log import parse_logs
@@ -52,6 +53,19 @@ class Relay:
     member = "relay-worker"
     weights_on_head = True
     owned: Mapping[str, str] = MappingProxyType({})  # it sets nothing of its own
+    model_format = "hf"  # it serves no model, but a model directory lets tune list it
+    layout_examples = ("HOP2",)
+
+    def layouts(self, nodes: int, gpus: int, heads: int | None) -> list[Layout]:
+        """The head and nodes - 1 workers: two nodes at least."""
+        return [self.layout(f"HOP{nodes}", gpus)] if nodes >= 2 else []
+
+    def layout(self, shape: str, gpus: int) -> Layout:
+        found = re.fullmatch(r"HOP(\d+)", shape.strip(), re.IGNORECASE)
+        if found is None:
+            raise UsageError(f"layout 'relay {shape.strip()}': the relay runs HOPn")
+        nodes = int(found[1])
+        return Layout("relay", nodes, f"HOP{nodes}", serve=(("nodes", nodes),))
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> RelayOptions:
         if any(value is not None for value in flags.values()):
@@ -80,14 +94,13 @@ class Relay:
     def prepare(self, ctx: ServeContext) -> Prepared:
         options: RelayOptions = ctx.request.options
         script = f"command -v {shlex.quote(options.python)} >/dev/null && test -f {shlex.quote(options.script)}\n"
+        members = list(ctx.config.nodes[: ctx.request.nodes or len(ctx.config.nodes)])
         for node, result in zip(
-            ctx.config.nodes,
-            each(list(ctx.config.nodes), lambda n: ctx.client(n).script(script, 30)),
-            strict=True,
+            members, each(members, lambda n: ctx.client(n).script(script, 30)), strict=True
         ):
             if not result.ok:
                 raise UsageError(f"{node.name}: no {options.python} or no {options.script} there")
-        workers = list(ctx.config.nodes[1:])
+        workers = members[1:]
         return Prepared([ctx.head, *workers], rdma=False, executor="relay", detail=workers)
 
     def _endpoint(self, ctx: ServeContext, node: NodeConfig) -> str:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from halo_cluster.config import ServeConfig
+from halo_cluster.engines import llama_cpp_layouts, vllm_layouts
 from halo_cluster.lab.tiny_model import write_model
 from halo_cluster.lab.tiny_spec import TinyModelSpec
 from halo_cluster.recipes import run as running
-from halo_cluster.recipes.layouts import Layout
 from halo_cluster.recipes.predict import ModelFiles
 from halo_cluster.supervision import SuperviseSettings
 from tests.cluster.test_serve import ANSWER, VLLM, Node, cluster, vllm_table
@@ -48,7 +48,7 @@ def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
     srv = cluster(tmp_path, nodes(), SERVE)
     results = tmp_path / "results"
     found = running.choose(srv.cluster, files(model), "vllm TP2", None, results)
-    assert found[:2] == (Layout("vllm", 2, 2), "the layout asked for (--layout)")
+    assert found[:2] == (vllm_layouts.layout(2, 2, 1), "the layout asked for (--layout)")
     planner = running.choose(srv.cluster, files(model), None, None, results)
     assert planner[1].startswith("the planner's fastest at concurrency 1: ")
     assert planner[1].endswith(" tok/s predicted (strix-halo-128, link tcp)")
@@ -60,7 +60,7 @@ def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
     (results / "tune-20261202T000002.json").write_text(json.dumps(other))
     tuned = running.choose(srv.cluster, files(model), None, None, results)
     assert tuned[:2] == (
-        Layout("vllm", 2, 2),
+        vllm_layouts.layout(2, 2, 1),
         "the winner of halo tune (tune-20261202T000000.json)",
     )
 
@@ -123,7 +123,7 @@ def test_a_model_of_the_stores_is_served_by_its_name(
     )
     assert stored.served_path("llama.cpp", "/var/lib/halo/models") == found.path
     layout, reason, predicted = running.choose(srv.cluster, stored, None, None, tmp_path)
-    assert (layout, predicted) == (Layout("llama.cpp", 1), None)
+    assert (layout, predicted) == (llama_cpp_layouts.layout(1), None)
     assert reason == (
         "llama.cpp single, one node (no prediction: no prediction for llama.cpp: the model's "
         "files are not on this machine)"

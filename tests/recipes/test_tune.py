@@ -15,8 +15,9 @@ import pytest
 
 from halo_cluster.capacity.catalog import find_hardware
 from halo_cluster.config import ServeConfig
+from halo_cluster.engines import vllm_layouts
+from halo_cluster.engines.layout import Layout
 from halo_cluster.recipes import tune
-from halo_cluster.recipes.layouts import Layout
 from halo_cluster.recipes.predict import ModelFiles, Predictions, predict
 from halo_cluster.witness.engine_log import raised
 from tests.cluster.test_serve import VLLM, Node, cluster, vllm_table
@@ -38,7 +39,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
     predictions = Predictions("tcp", "lab", {"vllm TP2": {"1": 40.0}}, [])
     tuner = tune.Tuner(srv.cluster, FILES, predictions, tune.Workload((1,)), lambda _m: None)
     monkeypatch.setattr(tuner, "_bench", lambda: MEASURED)
-    layouts = tune.ordered([Layout("vllm", 2, 2, 1), Layout("vllm", 3, 1, 3)])
+    layouts = tune.ordered([vllm_layouts.layout(2, 2, 1), vllm_layouts.layout(3, 1, 3)])
     assert [x.name for x in layouts] == ["vllm TP1", "vllm TP2", "vllm PP3"]
     rows: list[dict[str, Any]] = []
     tuner.run(layouts, rows)
@@ -46,7 +47,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
         row.pop("seconds")
     assert rows == [
         {
-            "layout": Layout("vllm", 1).to_dict(),
+            "layout": vllm_layouts.layout(1, 1, 1).to_dict(),
             "predicted_tokens_per_s": None,
             "measured": MEASURED,
             "proven": "one node",
@@ -55,7 +56,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
             "ready_s": rows[0]["ready_s"],
         },
         {
-            "layout": Layout("vllm", 2, 2).to_dict(),
+            "layout": vllm_layouts.layout(2, 2, 1).to_dict(),
             "predicted_tokens_per_s": {"1": 40.0},
             "measured": MEASURED,
             "proven": "socket",
@@ -64,7 +65,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
             "ready_s": rows[1]["ready_s"],
         },
         {
-            "layout": Layout("vllm", 3, 1, 3).to_dict(),
+            "layout": vllm_layouts.layout(3, 1, 3).to_dict(),
             "predicted_tokens_per_s": None,
             "measured": None,
             "proven": None,
@@ -127,7 +128,7 @@ def test_predictions_for_the_lab_model(tmp_path: Path, monkeypatch: pytest.Monke
     srv = cluster(tmp_path, nodes(), SERVE)
     write_model(model, TinyModelSpec(4, 256, 8, 4, 4096, 0).validate(), force=False)
     files = ModelFiles("m", model, None, {"vllm": "m"})
-    layouts = [Layout("vllm", 1), Layout("vllm", 2, 2)]
+    layouts = [vllm_layouts.layout(1, 1, 1), vllm_layouts.layout(2, 2, 1)]
     found = predict(srv.config, files, layouts, [1, 4], tmp_path)
     assert (found.link, found.hardware, found.notes) == ("tcp", "strix-halo-128", [])
     assert set(found.by_layout) == {"vllm TP1", "vllm TP2"}
@@ -187,9 +188,9 @@ def test_a_tune_result_is_read_back_listed_and_reported(tmp_path: Path) -> None:
 
     rows = [
         {**_row("vllm TP1", {"1": 181.1}), "predicted_tokens_per_s": {"1": 501.6}},
-        {"layout": Layout("vllm", 2, 1, 2).to_dict(), "measured": None, "error": "HTTP 500"},
+        {"layout": vllm_layouts.layout(2, 1, 2).to_dict(), "measured": None, "error": "HTTP 500"},
     ]
-    rows[0]["layout"] = Layout("vllm", 1).to_dict()
+    rows[0]["layout"] = vllm_layouts.layout(1, 1, 1).to_dict()
     predictions = Predictions("lab", "lab", {}, [])
     doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
     path = save(doc, None, tmp_path, "tune")

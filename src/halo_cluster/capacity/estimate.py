@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from halo_cluster import engine_registry
 from halo_cluster.capacity.calibration import Calibration
 from halo_cluster.capacity.engines import Efficiency, Engine, find_engine
 from halo_cluster.capacity.params import (
@@ -77,7 +78,7 @@ def tp2_collective_s(token_s: float, tp2_s: float, read_bytes: float, req: Reque
 
 
 def _default_engine() -> Engine:
-    return find_engine("vllm")
+    return find_engine(engine_registry.DEFAULT)
 
 
 @dataclass(frozen=True)

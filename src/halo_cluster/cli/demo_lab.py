@@ -295,7 +295,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     winner, and halo run again, which only checks it."""
     from halo_cluster.config import results_dir
     from halo_cluster.recipes import tune as tuning
-    from halo_cluster.recipes.layouts import Layout
+    from halo_cluster.recipes.layouts import parse_layout
     from halo_cluster.recipes.predict import predict
     from halo_cluster.recipes.run import run
     from halo_cluster.witness.tokens import tokens_word
@@ -304,7 +304,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
         say(f"  {message}", style="dim")
 
     files = tuning.model_files(cluster, str(model), quiet)
-    layouts = tuning.ordered([Layout("llama.cpp", 2)])
+    layouts = tuning.ordered([parse_layout("llama.cpp RPC2", 2)])
     work = tuning.Workload((1,), prompts=4)
     predictions = predict(cluster.config, files, layouts, [1], results_dir())
     rows: list[dict[str, Any]] = []

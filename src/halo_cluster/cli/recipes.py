@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from halo_cluster import engine_registry
 from halo_cluster.cli.options import config_option
 from halo_cluster.jsonout import emit_json
 
@@ -40,7 +41,7 @@ def _say(quiet: bool):  # type: ignore[no-untyped-def]
     "--engine",
     "engines",
     multiple=True,
-    type=click.Choice(["vllm", "llama.cpp"]),
+    type=click.Choice(engine_registry.names()),
     help="With --layouts auto: only this engine's layouts (repeatable).",
 )
 @click.option("--concurrency", default="1,4", show_default=True, help="Concurrency levels.")
@@ -115,6 +116,7 @@ def tune(
 
 
 def _layouts(text: str, engines: tuple[str, ...], files: Any, nodes: int) -> list[Any]:
+    from halo_cluster.engines.protocol import find_engine, format_hint
     from halo_cluster.errors import UsageError
     from halo_cluster.recipes.layouts import candidates, parse_layout
     from halo_cluster.recipes.tune import ordered
@@ -123,9 +125,9 @@ def _layouts(text: str, engines: tuple[str, ...], files: Any, nodes: int) -> lis
         found = [parse_layout(part, nodes) for part in text.split(",") if part.strip()]
         missing = [x.name for x in found if x.engine not in files.served]
         if missing:
+            hint = format_hint([find_engine(x.engine) for x in found if x.name in missing])
             raise UsageError(
-                f"{', '.join(missing)}: the model has no files for that engine "
-                "(vLLM: config.json; llama.cpp: a .gguf)"
+                f"{', '.join(missing)}: the model has no files for that engine ({hint})"
             )
         return ordered(found)
     allowed = tuple(e for e in files.engines if not engines or e in engines)
@@ -195,7 +197,7 @@ def _render(doc: dict[str, Any]) -> None:
 @config_option()
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp"]),
+    type=click.Choice(engine_registry.names()),
     help="Only this engine's layouts (default: every engine the model's files allow).",
 )
 @click.option(

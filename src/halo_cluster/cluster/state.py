@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from halo_cluster import engine_registry
 from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
@@ -34,7 +35,7 @@ class ServedState:
     """What the last ``halo serve`` started (``nodes``, set at launch) and proved."""
 
     nodes: list[str]
-    engine: str = "vllm"
+    engine: str = engine_registry.DEFAULT
     model: str | None = None
     executor: str | None = None
     tp: int | None = None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from halo_cluster import engine_registry
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
 from halo_cluster.mesh import DEFAULT_IDENTITY_IFACE, DEFAULT_LINK_NETWORK, Fabric, build_fabric
@@ -125,7 +126,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_key_env: str | None = None  # the NAME of the environment variable holding the key
-    engine: str = "vllm"  # a name of engine_registry
+    engine: str = engine_registry.DEFAULT  # a name of engine_registry
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     extra_args: tuple[str, ...] = ()  # appended to the engine's own command line

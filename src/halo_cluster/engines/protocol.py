@@ -22,7 +22,14 @@ from halo_cluster import engine_registry
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
+from halo_cluster.engines.layout import Layout
 from halo_cluster.transport import TransportPlan
+
+# the model files an engine serves (``Engine.model_format``), as people are told to give them
+MODEL_FORMATS = {
+    "hf": "a model directory (config.json beside the weights)",
+    "gguf": "a .gguf file",
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,17 @@ class Engine(Protocol):
     # the engine's own options that halo sets, each with the halo option that does (refused
     # in [serve] extra_args, [serve.<engine>] args and 'halo serve … -- EXTRA')
     owned: Mapping[str, str]
+    # the files it serves: "hf" (a model directory) or "gguf" (one GGUF file)
+    model_format: str
+    layout_examples: tuple[str, ...]  # its layouts' names for people: "TP2", "RPC2"
+
+    def layouts(self, nodes: int, gpus: int, heads: int | None) -> list[Layout]:
+        """The layouts it runs on exactly ``nodes`` nodes (``gpus`` per node; the model's
+        attention heads, when known), in the order 'halo tune' tries them."""
+
+    def layout(self, shape: str, gpus: int) -> Layout:
+        """A layout read back from its shape (``Layout.shape``: "TP2", "RPC3"); a shape it
+        does not run is a UsageError saying which it does."""
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> Any:
         """The engine's typed options from its [serve.<engine>] table and the command-line
@@ -159,6 +177,16 @@ class Engine(Protocol):
 
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         """Lines for people about the engine's own witness (``Witness.engine``)."""
+
+
+def every_engine() -> list[Engine]:
+    """Every engine ``engine_registry`` names, in its order (each module imported now)."""
+    return [find_engine(name) for name in engine_registry.names()]
+
+
+def format_hint(engines: list[Engine]) -> str:
+    """Which files each engine serves, for an error line: "vllm: a model directory …"."""
+    return "; ".join(f"{e.name}: {MODEL_FORMATS[e.model_format]}" for e in engines)
 
 
 def find_engine(name: str) -> Engine:

@@ -21,7 +21,8 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
-from halo_cluster.engines import process, scripts
+from halo_cluster.engines import process, scripts, vllm_layouts
+from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import (
     ModelMemory,
     Prepared,
@@ -53,6 +54,14 @@ class Vllm:
     member = "rank"
     weights_on_head = False
     owned = OWNED
+    model_format = "hf"
+    layout_examples = vllm_layouts.EXAMPLES
+
+    def layouts(self, nodes: int, gpus: int, heads: int | None) -> list[Layout]:
+        return vllm_layouts.layouts(nodes, gpus, heads)
+
+    def layout(self, shape: str, gpus: int) -> Layout:
+        return vllm_layouts.parse(shape, gpus)
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
         options = VllmOptions.from_section(section)

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halo_cluster import engine_registry
+from halo_cluster.engines.layout import Layout
+from halo_cluster.engines.protocol import find_engine as find_served
 from halo_cluster.errors import HaloError
-from halo_cluster.recipes.layouts import Layout
 
 if TYPE_CHECKING:
     from halo_cluster.capacity.estimate import Request
@@ -35,7 +37,7 @@ class ModelFiles:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        return tuple(e for e in ("vllm", "llama.cpp") if e in self.served)
+        return tuple(e for e in engine_registry.names() if e in self.served)
 
     def served_path(self, engine: str, store: str) -> str:
         """The path the engine opens on the nodes (a store name is the store's directory)."""
@@ -82,20 +84,20 @@ def _request(config: Config, files: ModelFiles, engine: str, link_id: str) -> Re
     hardware = catalog.find_hardware(config.hardware, profiles_dir())
     link = catalog.find_link(link_id, profiles_dir())
     context = config.serve.max_model_len or 1024
-    if engine == "llama.cpp":
+    if find_served(engine).model_format == "gguf":
         assert files.gguf is not None
         from halo_cluster.capacity.gguf_file import read_gguf
 
         found = read_gguf(files.gguf)
         return Request(
             found.spec, hardware, link, context=context,
-            engine=find_engine("llama.cpp"), weights=found.weights,
+            engine=find_engine(engine), weights=found.weights,
         )  # fmt: skip
     assert files.hf_dir is not None
     from halo_cluster.capacity.hf_config import model_from_hf_config
 
     spec = model_from_hf_config(files.hf_dir / "config.json")
-    return Request(spec, hardware, link, context=context, engine=find_engine("vllm"))
+    return Request(spec, hardware, link, context=context, engine=find_engine(engine))
 
 
 def predict(
@@ -111,7 +113,8 @@ def predict(
     fits: dict[str, bool] = {}
     bases: dict[str, Request | None] = {}
     for engine in {layout.engine for layout in layouts}:
-        if (files.gguf if engine == "llama.cpp" else files.hf_dir) is None:
+        gguf = find_served(engine).model_format == "gguf"
+        if (files.gguf if gguf else files.hf_dir) is None:
             bases[engine] = None
             notes.append(f"no prediction for {engine}: the model's files are not on this machine")
             continue
@@ -124,10 +127,9 @@ def predict(
         base = bases.get(layout.engine)
         if base is None:
             continue
-        pp = layout.nodes if layout.engine == "llama.cpp" else layout.pp
         rates = {}
         for level in levels:
-            row = evaluate(replace(base, nodes=layout.nodes, batch=level), layout.tp, pp)
+            row = evaluate(replace(base, nodes=layout.nodes, batch=level), layout.tp, layout.pp)
             rates[str(level)] = round(row.tokens_per_s, 3)
             fits[layout.name] = row.fits
         out[layout.name] = rates

@@ -22,8 +22,10 @@ from typing import Any
 
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import read_state
+from halo_cluster.engines.layout import Layout
+from halo_cluster.engines.protocol import find_engine, format_hint
 from halo_cluster.errors import HaloError, UsageError
-from halo_cluster.recipes.layouts import Layout, candidates, parse_layout
+from halo_cluster.recipes.layouts import candidates, one_node, parse_layout
 from halo_cluster.recipes.predict import ModelFiles, predict
 from halo_cluster.recipes.tune import Workload, model_files, short_bench
 from halo_cluster.serving.bringup import Serving, layout_label
@@ -75,7 +77,7 @@ def choose(
     engines = tuple(e for e in files.engines if engine in (None, e))
     if not engines:
         raise UsageError(
-            f"the model has no files for {engine} (vLLM: config.json; llama.cpp: .gguf)"
+            f"the model has no files for {engine} ({format_hint([find_engine(str(engine))])})"
         )
     every = candidates(nodes, engines)
     predictions = predict(cluster.config, files, every, [1], results)
@@ -109,9 +111,9 @@ def choose(
 
 def served_name(cluster: Cluster, layout: Layout) -> str:
     """How the bring-up names this layout once served ("vllm tp2 on node1+node2")."""
-    tp = layout.tp if layout.engine == "vllm" else None
+    args = layout.serve_args()  # an engine without tensor parallelism is given no tp
     nodes = [n.name for n in cluster.config.nodes[: layout.nodes]]
-    return layout_label(layout.engine, tp, layout.pp, nodes)
+    return layout_label(layout.engine, args.get("tp"), args.get("pp", 1), nodes)
 
 
 def running(cluster: Cluster, files: ModelFiles, layout: Layout) -> dict[str, Any] | None:
@@ -161,9 +163,9 @@ def run(
     serving = Serving(cluster)
     opened = files.served_path(layout.engine, config.models.dir)
     known = find_reference(config, layout.engine, opened)
-    if known is None and layout.nodes > 1:
+    one = one_node(layout.engine)
+    if known is None and layout.nodes > 1 and one is not None:
         progress(f"recording the one-node token reference first ({layout.engine} on one node)")
-        one = Layout(layout.engine, 1)
         first = serving.start(
             serve_request(
                 config, model=model, supervise=False, reference="record", wait_s=wait_s,

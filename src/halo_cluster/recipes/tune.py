@@ -19,8 +19,10 @@ from typing import Any
 
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import secret
+from halo_cluster.engines.layout import Layout
+from halo_cluster.engines.protocol import every_engine
 from halo_cluster.errors import HaloError
-from halo_cluster.recipes.layouts import Layout
+from halo_cluster.recipes.layouts import one_node
 from halo_cluster.recipes.predict import ModelFiles, Predictions
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.serving.bringup import Serving
@@ -46,8 +48,9 @@ def ordered(layouts: list[Layout]) -> list[Layout]:
     order given; an engine's one-node layout is added when the list lacks it."""
     out: list[Layout] = []
     for engine in dict.fromkeys(layout.engine for layout in layouts):
-        single = Layout(engine, 1)
-        out.append(next((x for x in layouts if x == single), single))
+        single = one_node(engine)
+        if single is not None:
+            out.append(next((x for x in layouts if x == single), single))
     return out + [x for x in layouts if x not in out]
 
 
@@ -274,12 +277,11 @@ def model_files(
                 f"the model could not be copied to {', '.join(failed)}: halo model sync"
             )
     store = cluster.config.models.dir.rstrip("/")
-    served: dict[str, str] = {}
-    if hf_dir is not None:
-        served["vllm"] = name
-    if ggufs:
-        first = ggufs[0].name
-        served["llama.cpp"] = f"{store}/{name}/{first}"  # a file's store keeps its name
+    given = {  # what each format's engines are given: the store's name, or the GGUF's path
+        "hf": name if hf_dir is not None else None,
+        "gguf": f"{store}/{name}/{ggufs[0].name}" if ggufs else None,  # a file keeps its name
+    }
+    served = {e.name: str(given[e.model_format]) for e in every_engine() if given[e.model_format]}
     return ModelFiles(name, hf_dir, ggufs[0] if ggufs else None, served)
 
 
@@ -292,8 +294,11 @@ def stored_files(cluster: Cluster, name: str) -> ModelFiles:
     found = resolve(cluster, name, [n.name for n in cluster.config.nodes])
     if found is None:
         raise UsageError(f"{name}: no model of that name in the stores ('halo model ls')")
-    engine = "llama.cpp" if found.path.endswith(".gguf") else "vllm"
-    return ModelFiles(name, served={engine: name}, opened={engine: found.path})
+    form = "gguf" if found.path.endswith(".gguf") else "hf"
+    engines = [e.name for e in every_engine() if e.model_format == form]
+    return ModelFiles(
+        name, served=dict.fromkeys(engines, name), opened=dict.fromkeys(engines, found.path)
+    )
 
 
 def _store_name(path: Path) -> str:
