@@ -30,6 +30,7 @@ from halo_cluster.modelstore.manifest import (
 )
 from halo_cluster.modelstore.pipe import new_secret, relay
 from halo_cluster.modelstore.store import Store
+from halo_cluster.modelstore.transfer import PipeSpec, parse_pipe_spec
 
 
 def _sha(data: bytes) -> str:
@@ -199,10 +200,16 @@ def _listening(spec: dict[str, Any]) -> tuple[threading.Thread, dict[str, Any], 
             events["done"] = event
             ready.set()
 
-    thread = threading.Thread(target=relay, args=(spec, emit), daemon=True)
+    typed = _typed(spec)
+    thread = threading.Thread(target=relay, args=(typed, lambda e: emit(e.to_dict())), daemon=True)
     thread.start()
     assert ready.wait(10)
     return thread, events, ready
+
+
+def _typed(spec: dict[str, Any]) -> PipeSpec:
+    """The spec as the node reads it from its environment."""
+    return parse_pipe_spec(json.dumps(spec))
 
 
 def _spec(
@@ -240,7 +247,7 @@ def test_a_chain_writes_and_forwards_and_every_node_verifies(tmp_path: Path) -> 
         {"address": "127.0.0.1", "port": e1["port"], "secret": secrets[0]},
         {"address": "127.0.0.1", "port": e2["port"], "secret": secrets[1]},
     ]
-    sent = relay(source, lambda _e: None)
+    sent = relay(_typed(source), lambda _e: None).to_dict()
     t1.join(10), t2.join(10)
     assert sent["forwarded"] and sent["complete"] is None
     for node, events in (("n1", e1), ("n2", e2)):
@@ -265,7 +272,7 @@ def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
     partial = Path(store.partial("tiny", big))
     partial.parent.mkdir(parents=True)
     partial.write_bytes(FILES[big][: 1 << 20])
-    state = store.state("tiny")
+    state = store.state("tiny").to_dict()
     assert state["partials"] == {big: {"size": 1 << 20, "sha256": _sha(FILES[big][: 1 << 20])}}
     assert (state["complete"], state["files"]) == (False, {})
     secret = new_secret()
@@ -274,7 +281,7 @@ def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
     thread, events, _ = _listening(receiver)
     source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
     source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
-    relay(source, lambda _e: None)
+    relay(_typed(source), lambda _e: None)
     thread.join(10)
     done = events["done"]
     assert done["complete"] is True
@@ -293,7 +300,7 @@ def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
     thread, events, _ = _listening(receiver)
     source = _spec(manifest, None, {big: 1024}, {"files": dict(source_files(str(top))[0])})
     source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
-    relay(source, lambda _e: None)
+    relay(_typed(source), lambda _e: None)
     thread.join(10)
     done = events["done"]
     assert done["complete"] is False and list(done["failed"]) == [big]
@@ -315,7 +322,7 @@ def test_a_wrong_secret_is_refused_and_the_right_one_admitted(tmp_path: Path) ->
             assert wrong.recv(1) == b""  # closed on us
     source = _spec(manifest, None, {"a": 0}, {"files": dict(source_files(str(top))[0])})
     source["route"] = [{"address": "127.0.0.1", "port": events["port"], "secret": secret}]
-    relay(source, lambda _e: None)
+    relay(_typed(source), lambda _e: None)
     thread.join(10)
     kinds = [e["event"] for e in events["all"]]
     assert kinds[:3] == ["listening", "refused", "admitted"] and events["done"]["complete"]
@@ -335,7 +342,7 @@ def test_a_stream_cut_short_keeps_the_partial_and_marks_nothing_complete(tmp_pat
     thread.join(10)
     done = events["done"]
     assert done["complete"] is False and "the hop before closed" in done["error"]
-    state = Store(str(tmp_path / "n1")).state("tiny")
+    state = Store(str(tmp_path / "n1")).state("tiny").to_dict()
     assert state["partials"] == {"a": {"size": 1000, "sha256": _sha(data[:1000])}}
 
 

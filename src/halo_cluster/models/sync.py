@@ -17,11 +17,10 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from halo_cluster.client.fanout import fan_out
@@ -30,6 +29,16 @@ from halo_cluster.errors import ModelError
 from halo_cluster.models.source import Source
 from halo_cluster.modelstore.manifest import Manifest
 from halo_cluster.modelstore.pipe import new_secret, relay
+from halo_cluster.modelstore.transfer import (
+    ModelState,
+    PipeDone,
+    PipeEvent,
+    PipeSpec,
+    RouteHop,
+    StreamFile,
+    parse_model_state,
+    parse_pipe_event,
+)
 from halo_cluster.wire.commands import MODEL_PIPE, MODEL_SPEC_ENV, MODEL_STATE, MODEL_STOP
 
 PIPE_TIMEOUT_S = 7 * 24 * 3600.0  # the hops end on their own (idle and wait limits)
@@ -100,72 +109,64 @@ class _Need:
     complete: bool  # already holds this manifest, complete
 
 
-def node_state(cluster: Cluster, node: str, name: str) -> dict[str, Any]:
+def node_state(cluster: Cluster, node: str, name: str) -> ModelState:
     client = cluster.client(node)
     answer = client.call_json(*MODEL_STATE.argv(store=cluster.config.models.dir, name=name))
-    if not isinstance(answer, dict):
-        raise ModelError(f"{node}: model-state answered no object")
-    return answer
+    try:
+        return parse_model_state(answer)
+    except ModelError as err:
+        raise ModelError(f"{node}: model-state: {err}") from None
 
 
-def _needs(manifest: Manifest, state: dict[str, Any], prefixes: dict[str, dict[int, str]]) -> _Need:
-    held = state.get("manifest") or {}
-    files = state.get("files") or {}
-    partials = state.get("partials") or {}
+def _needs(manifest: Manifest, state: ModelState, prefixes: dict[str, dict[int, str]]) -> _Need:
     want: dict[str, int] = {}
     for entry in manifest.files:
-        have = files.get(entry.path) or {}
-        if have.get("sha256") == entry.sha256 and have.get("size") == entry.size:
+        have = state.files.get(entry.path)
+        if have is not None and (have.sha256, have.size) == (entry.sha256, entry.size):
             continue
-        partial = partials.get(entry.path) or {}
-        size = partial.get("size")
-        good = isinstance(size, int) and 0 < size < entry.size
-        if good and isinstance(size, int):
-            ok = prefixes.get(entry.path, {}).get(size) == partial.get("sha256")
-            want[entry.path] = size if ok else 0
+        partial = state.partials.get(entry.path)
+        if partial is not None and 0 < partial.size < entry.size:
+            ok = prefixes.get(entry.path, {}).get(partial.size) == partial.sha256
+            want[entry.path] = partial.size if ok else 0
         else:
             want[entry.path] = 0
-    extra = set(files) - {f.path for f in manifest.files}
-    complete = bool(state.get("complete")) and held.get("digest") == manifest.digest
-    return _Need(want, complete and not want and not extra)
+    extra = set(state.files) - {f.path for f in manifest.files}
+    held = state.manifest is not None and state.manifest.digest == manifest.digest
+    return _Need(want, held and not want and not extra)
 
 
-def _asked_prefixes(manifest: Manifest, states: dict[str, dict[str, Any]]) -> dict[str, set[int]]:
+def _asked_prefixes(manifest: Manifest, states: dict[str, ModelState]) -> dict[str, set[int]]:
     sizes = manifest.by_path()
     asked: dict[str, set[int]] = {}
     for state in states.values():
-        for rel, partial in (state.get("partials") or {}).items():
-            size = partial.get("size") if isinstance(partial, dict) else None
-            if rel in sizes and isinstance(size, int) and 0 < size <= sizes[rel].size:
-                asked.setdefault(rel, set()).add(size)
+        for rel, partial in state.partials.items():
+            if rel in sizes and 0 < partial.size <= sizes[rel].size:
+                asked.setdefault(rel, set()).add(partial.size)
     return asked
 
 
 @dataclass
 class _Hop:
     node: str | None  # None: this machine
-    spec: dict[str, Any]
+    spec: PipeSpec
     listening: threading.Event = field(default_factory=threading.Event)
     address: str | None = None
     port: int | None = None
-    done: dict[str, Any] | None = None
+    done: PipeDone | None = None
     error: str | None = None
     received: int = 0
     written: int = 0
     total: int = 0
     thread: threading.Thread | None = None
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "listening":
-            self.address, self.port = str(event.get("address")), int(event.get("port") or 0)
+    def on_event(self, event: PipeEvent) -> None:
+        if event.kind == "listening":
+            self.address, self.port = event.address, event.port
             self.listening.set()
-        elif kind == "progress":
-            self.received = int(event.get("received") or 0)
-            self.written = int(event.get("written") or 0)
-            self.total = int(event.get("total") or 0)
-        elif kind == "done":
-            self.done = event
+        elif event.kind == "progress":
+            self.received, self.written, self.total = event.received, event.written, event.total
+        elif event.kind == "done":
+            self.done = event.done
 
 
 class Sync:
@@ -214,7 +215,7 @@ class Sync:
         """What each node needs (one round trip per node, in parallel); nodes that hold
         the manifest already are marked ``same``; unreachable ones ``unreachable``."""
         outcomes = fan_out(nodes, lambda n: node_state(self.cluster, n, self.manifest.name))
-        states: dict[str, dict[str, Any]] = {}
+        states: dict[str, ModelState] = {}
         for outcome in outcomes:
             if outcome.error is not None or outcome.value is None:
                 node = result.nodes[outcome.item]
@@ -248,8 +249,8 @@ class Sync:
             secrets = {node: new_secret() for node in order}
             for index, node in enumerate(order):  # every receiving hop at once
                 listen = self._listen_address(node, index == 0 and first_from_here)
-                source = {"listen": listen, "secret": secrets[node]}
-                hops[node] = _Hop(node, self._spec(stream, needs[node], source))
+                spec = replace(self._spec(stream, needs[node]), listen=listen, secret=secrets[node])
+                hops[node] = _Hop(node, spec)
                 self._start(hops[node])
             route = []
             for node in order:  # in chain order, those that listen
@@ -257,10 +258,8 @@ class Sync:
                 while not hop.listening.wait(0.2):
                     if hop.thread is not None and not hop.thread.is_alive():
                         break
-                if hop.listening.is_set() and hop.port:
-                    route.append(
-                        {"address": hop.address, "port": hop.port, "secret": secrets[node]}
-                    )
+                if hop.listening.is_set() and hop.port and hop.address:
+                    route.append(RouteHop(hop.address, hop.port, secrets[node]))
             if route or source_node in needs:  # else no hop listens: each says why
                 self._send(stream, needs.get(source_node or ""), route, hops)
             self._watch(hops)
@@ -272,15 +271,14 @@ class Sync:
 
     def _send(
         self,
-        stream: list[dict[str, Any]],
+        stream: tuple[StreamFile, ...],
         need: _Need | None,
-        route: list[dict[str, Any]],
+        route: list[RouteHop],
         hops: dict[str, _Hop],
     ) -> None:
         """The chain's first hop: the source's files read here, or on the node holding them
         (which writes its own store too when it needs the model)."""
-        spec = self._spec(stream, need, {"files": self.source.files})
-        spec["route"] = route
+        spec = replace(self._spec(stream, need), files=dict(self.source.files), route=tuple(route))
         if self.source.node is None:
             hop = hops[""] = _Hop(None, spec)
             hop.thread = threading.Thread(target=self._local, args=(hop,), daemon=True)
@@ -289,28 +287,26 @@ class Sync:
             hop = hops[self.source.node] = _Hop(self.source.node, spec)
             self._start(hop)
 
-    def _stream(self, chain: list[str], needs: dict[str, _Need]) -> list[dict[str, Any]]:
+    def _stream(self, chain: list[str], needs: dict[str, _Need]) -> tuple[StreamFile, ...]:
         out = []
         for entry in self.manifest.files:
             offsets = [needs[n].want[entry.path] for n in chain if entry.path in needs[n].want]
             if offsets:
-                out.append({**entry.to_dict(), "offset": min(offsets)})
-        return out
+                out.append(StreamFile(entry.path, entry.size, entry.sha256, min(offsets)))
+        return tuple(out)
 
-    def _spec(
-        self, stream: list[dict[str, Any]], need: _Need | None, source: dict[str, Any]
-    ) -> dict[str, Any]:
-        return {
-            "run": self.run_id,
-            "store": self.cluster.config.models.dir,
-            "target": need is not None,
-            "manifest": self.manifest.to_dict(),
-            "stream": stream,
-            "want": need.want if need is not None else {},
-            "input": source,
-            "wait_s": WAIT_S,
-            "idle_s": IDLE_S,
-        }
+    def _spec(self, stream: tuple[StreamFile, ...], need: _Need | None) -> PipeSpec:
+        """A hop's spec, before its source is set (the files here, or the hop before)."""
+        return PipeSpec(
+            run=self.run_id,
+            store=self.cluster.config.models.dir,
+            target=need is not None,
+            manifest=self.manifest,
+            stream=stream,
+            want=need.want if need is not None else {},
+            wait_s=WAIT_S,
+            idle_s=IDLE_S,
+        )
 
     def _listen_address(self, node: str, from_here: bool) -> str:
         """The fabric address; for the chain's first node when the source is this machine,
@@ -326,17 +322,14 @@ class Sync:
 
         def work() -> None:
             def line(text: str) -> None:
-                try:
-                    event = json.loads(text)
-                except ValueError:
-                    return
-                if isinstance(event, dict):
+                event = parse_pipe_event(text)
+                if event is not None:
                     hop.on_event(event)
 
             try:
                 done = client.call(
                     *MODEL_PIPE.argv(),
-                    env={MODEL_SPEC_ENV: json.dumps(hop.spec)},
+                    env={MODEL_SPEC_ENV: hop.spec.to_json()},
                     timeout=PIPE_TIMEOUT_S,
                     on_line=line,
                 )
@@ -379,28 +372,28 @@ class Sync:
         elif self.source.node in hops:
             result.sent += hops[self.source.node].received
         for name, hop in hops.items():
-            if not name or name not in result.nodes or not hop.spec.get("target"):
+            if not name or name not in result.nodes or not hop.spec.target:
                 continue  # this machine, or the source node only sending
             node = result.nodes[name]
-            done = hop.done or {}
-            node.written += int(done.get("written") or hop.written)
-            node.received += int(done.get("received") or hop.received)
-            node.seconds += float(done.get("seconds") or 0.0)
-            if done.get("complete"):
+            done = hop.done or PipeDone(received=hop.received, written=hop.written)
+            node.written += done.written or hop.written
+            node.received += done.received or hop.received
+            node.seconds += done.seconds
+            if done.complete:
                 node.status, node.reason = "synced", None
                 continue
             node.status = "failed"
             node.reason = _reason(hop, done)
 
 
-def _reason(hop: _Hop, done: dict[str, Any]) -> str:
+def _reason(hop: _Hop, done: PipeDone) -> str:
     if hop.error:
         return hop.error
-    if done.get("failed"):
-        rel, why = next(iter(done["failed"].items()))
-        more = len(done["failed"]) - 1
+    if done.failed:
+        rel, why = next(iter(done.failed.items()))
+        more = len(done.failed) - 1
         return f"{rel}: {why}" + (f" (and {more} more)" if more else "")
-    return str(done.get("error") or "did not complete")
+    return done.error or "did not complete"
 
 
 def _resumable(reason: str | None) -> bool:

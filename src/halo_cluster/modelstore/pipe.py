@@ -12,9 +12,10 @@ first peer that sends its secret (its own was given in the environment, never in
 then stops listening. Everything that arrives is hashed; a file is renamed into place only when its
 sha256 is the manifest's (``store.Receiving``).
 
-Events go to ``emit`` as dicts (the node prints them as JSON lines for the controller):
-``listening``, ``admitted``, ``progress``, ``file``, ``forward-failed``, ``done``.
-Standard library only, Python 3.9."""
+The spec, the route and the events are ``modelstore.transfer``'s typed values; events go to
+``emit`` (the node prints each as a JSON line for the controller): ``listening``,
+``admitted``, ``refused``, ``progress``, ``file``, ``forward-failed``, ``done``. Standard
+library only, Python 3.9."""
 
 from __future__ import annotations
 
@@ -26,13 +27,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from halo_cluster.errors import ModelError
-from halo_cluster.modelstore.manifest import CHUNK, manifest_from, read_chunks
+from halo_cluster.modelstore.manifest import CHUNK, Manifest, read_chunks
 from halo_cluster.modelstore.store import Receiving, Store
+from halo_cluster.modelstore.transfer import (
+    PipeDone,
+    PipeEvent,
+    PipeSpec,
+    RouteHop,
+    parse_route,
+    route_line,
+)
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[PipeEvent], None]
 SECRET_BYTES = 64  # hex of 32 random bytes
 MAX_ROUTE = 1 << 20
 PROGRESS_S = 0.5
@@ -65,7 +73,7 @@ class _Upstream:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((address, 0))
             listener.listen(4)
-            emit({"event": "listening", "address": address, "port": listener.getsockname()[1]})
+            emit(PipeEvent("listening", address=address, port=listener.getsockname()[1]))
             self.conn = _admit(listener, secret.encode(), wait_s, emit)
         except OSError as err:
             raise ModelError(f"cannot listen on {address}: {err.strerror or err}") from None
@@ -75,7 +83,7 @@ class _Upstream:
         self.buffer = bytearray(CHUNK)
         self.route = self._route()
 
-    def _route(self) -> list[dict[str, Any]]:
+    def _route(self) -> tuple[RouteHop, ...]:
         """The hops after this one, as the upstream sent them (one JSON line)."""
         line = b""
         while not line.endswith(b"\n"):
@@ -87,12 +95,11 @@ class _Upstream:
                 raise ModelError("the hop before sent no route")
             line += more
         try:
-            route = json.loads(line)
-        except ValueError:
+            return parse_route(json.loads(line))
+        except (ValueError, RecursionError):
             raise ModelError("the hop before sent a route that is not JSON") from None
-        if not isinstance(route, list) or not all(isinstance(h, dict) for h in route):
-            raise ModelError("the hop before sent a route that is not a list of hops")
-        return route
+        except ModelError as err:
+            raise ModelError(f"the hop before sent a bad route: {err}") from None
 
     def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
         view = memoryview(self.buffer)
@@ -135,9 +142,9 @@ def _admit(listener: socket.socket, secret: bytes, wait_s: float, emit: Emit) ->
         except OSError:
             said = b""
         if hmac.compare_digest(said.rstrip(b"\n"), secret):
-            emit({"event": "admitted", "peer": peer[0]})
+            emit(PipeEvent("admitted", peer=peer[0]))
             return conn
-        emit({"event": "refused", "peer": peer[0]})
+        emit(PipeEvent("refused", peer=peer[0]))
         conn.close()
 
 
@@ -158,42 +165,39 @@ class _Files:
         return None
 
 
-def _downstream(route: list[dict[str, Any]], emit: Emit) -> socket.socket | None:
+def _downstream(route: tuple[RouteHop, ...], emit: Emit) -> socket.socket | None:
     """A connection to the next hop of ``route``, given its secret and the rest of the route;
     None (and a ``forward-failed`` event) when it cannot be reached."""
     if not route:
         return None
     target, rest = route[0], route[1:]
-    address, port = str(target.get("address")), int(target.get("port") or 0)
     try:
-        conn = socket.create_connection((address, port), timeout=30)
-        conn.sendall(str(target.get("secret")).encode() + b"\n" + json.dumps(rest).encode() + b"\n")
+        conn = socket.create_connection((target.address, target.port), timeout=30)
+        conn.sendall(target.secret.encode() + b"\n" + route_line(rest))
         conn.settimeout(120)
     except OSError as err:
-        emit({"event": "forward-failed", "reason": f"{address}:{port}: {err.strerror or err}"})
+        why = f"{target.address}:{target.port}: {err.strerror or err}"
+        emit(PipeEvent("forward-failed", reason=why))
         return None
     return conn
 
 
-def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
-    """Run one hop as ``spec`` says; the ``done`` event (also returned): what this hop
+def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
+    """Run one hop as ``spec`` says; how it ended (also emitted, as ``done``): what this hop
     verified, what failed and why, whether it forwarded everything."""
-    manifest = manifest_from(spec.get("manifest"), "the spec's manifest")
-    want: dict[str, int] = {str(k): int(v) for k, v in (spec.get("want") or {}).items()}
-    stream: list[dict[str, Any]] = list(spec.get("stream") or [])
+    manifest = spec.manifest
+    want = spec.want
     entries = manifest.by_path()
-    target = bool(spec.get("target"))  # this hop's store is to hold the model at the end
-    store = Store(spec["store"]) if spec.get("store") and target else None
+    store = Store(spec.store) if spec.store and spec.target else None
     if store is not None:
         store.ensure()
         store.invalidate(manifest.name)
-    source_spec = spec.get("input") or {}
     started = time.monotonic()
     verified: list[str] = []
     failed: dict[str, str] = {}
-    total = sum(int(f["size"]) - int(f["offset"]) for f in stream)
+    total = sum(f.size - f.offset for f in spec.stream)
     counts = {"received": 0, "written": 0}
-    source: Any = None
+    source: _Files | _Upstream | None = None
     forward: socket.socket | None = None
     forward_error: str | None = None
     error: str | None = None
@@ -203,29 +207,33 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
         now = time.monotonic()
         if final or now - last[0] >= PROGRESS_S:
             last[0] = now
-            emit({"event": "progress", "total": total, **counts, "seconds": now - started})
+            emit(
+                PipeEvent(
+                    "progress",
+                    received=counts["received"],
+                    written=counts["written"],
+                    total=total,
+                    seconds=now - started,
+                )
+            )
 
-    route: list[dict[str, Any]] = []
+    route: tuple[RouteHop, ...] = ()
     finisher = _Finisher(verified, failed, emit)
     try:
-        if "files" in source_spec:
-            source = _Files({str(k): str(v) for k, v in source_spec["files"].items()})
-            route = list(spec.get("route") or [])
+        if spec.files is not None:
+            source = _Files(spec.files)
+            route = spec.route
         else:
             source = _Upstream(
-                listen_address(str(source_spec.get("listen"))),
-                str(source_spec.get("secret", "")),
-                float(spec.get("wait_s", 120.0)),
-                float(spec.get("idle_s", 60.0)),
-                emit,
+                listen_address(str(spec.listen)), spec.secret, spec.wait_s, spec.idle_s, emit
             )
             route = source.route
         forward = _downstream(route, emit)
         if route and forward is None:
             forward_error = "could not connect"
         disk_error: str | None = None
-        for item in stream:
-            path, start, size = str(item["path"]), int(item["offset"]), int(item["size"])
+        for item in spec.stream:
+            path, start, size = item.path, item.offset, item.size
             entry = entries.get(path)
             if entry is None:
                 raise ModelError(f"{path}: in the stream but not in the manifest")
@@ -246,7 +254,7 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
                         forward.sendall(chunk)
                     except OSError as err:
                         forward_error = err.strerror or str(err)
-                        emit({"event": "forward-failed", "reason": forward_error})
+                        emit(PipeEvent("forward-failed", reason=forward_error))
                         forward.close()
                         forward = None
                 end = position + len(chunk)
@@ -273,25 +281,23 @@ def relay(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
             forward.close()
         if source is not None:
             source.close()
-    complete: Any = None if store is None else False
+    complete: bool | None = None if store is None else False
     if store is not None and error is None and not failed:
-        complete = _complete(store, manifest, want)
-        if complete is not True:
-            error, complete = str(complete), False
+        error = _complete(store, manifest)
+        complete = error is None
     progress(final=True)
-    done = {
-        "event": "done",
-        "verified": verified,
-        "failed": failed,
-        "error": error,
-        "forwarded": forward_error is None,
-        "forward_error": forward_error,
-        "complete": complete,
-        "received": counts["received"],
-        "written": counts["written"],
-        "seconds": time.monotonic() - started,
-    }
-    emit(done)
+    done = PipeDone(
+        tuple(verified),
+        failed,
+        error,
+        forward_error is None,
+        forward_error,
+        complete,
+        counts["received"],
+        counts["written"],
+        time.monotonic() - started,
+    )
+    emit(PipeEvent("done", done=done))
     return done
 
 
@@ -325,18 +331,16 @@ class _Finisher:
             try:
                 receiving.finish()
                 self.verified.append(path)
-                self.emit({"event": "file", "path": path, "verified": True})
+                self.emit(PipeEvent("file", path=path, verified=True))
             except (OSError, ModelError) as err:
                 self.failed[path] = _why(err)
-                self.emit(
-                    {"event": "file", "path": path, "verified": False, "reason": self.failed[path]}
-                )
+                self.emit(PipeEvent("file", path=path, verified=False, reason=self.failed[path]))
 
 
-def _complete(store: Store, manifest: Any, want: dict[str, int]) -> Any:
-    """True when every file of the manifest is in place with its sha256 (the ones this hop
-    did not receive were checked by the controller's plan; checked again here, by stat);
-    otherwise the reason."""
+def _complete(store: Store, manifest: Manifest) -> str | None:
+    """None when every file of the manifest is in place with its sha256 (the ones this hop
+    did not receive were checked by the controller's plan; checked again here, by stat),
+    and the store now marks the model complete; otherwise the reason."""
     present = store.present(manifest.name, hash_stale=True)
     for entry in manifest.files:
         found = present.get(entry.path)
@@ -346,7 +350,7 @@ def _complete(store: Store, manifest: Any, want: dict[str, int]) -> Any:
         store.complete(manifest)
     except OSError as err:
         return f"cannot mark {manifest.name} complete: {err.strerror or err}"
-    return True
+    return None
 
 
 def _why(err: BaseException) -> str:

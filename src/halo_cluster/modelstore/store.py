@@ -29,6 +29,7 @@ from halo_cluster.modelstore.manifest import (
     read_chunks,
     relative_ok,
 )
+from halo_cluster.modelstore.transfer import Held, ModelState
 
 META = ".halo"
 HASHES = ".halo-hashes.json"
@@ -139,19 +140,14 @@ class Store:
                     found[rel] = {"size": info.st_size, "sha256": prefix_sha256(full, info.st_size)}
         return found
 
-    def state(self, name: str) -> dict[str, Any]:
+    def state(self, name: str) -> ModelState:
         """What this node holds of ``name``: the manifest when complete, every file with its
         sha256, and the partials a sync can resume."""
-        manifest = self.manifest(name)
-        return {
-            "name": check_name(name),
-            "store": self.root,
-            "path": self.model_dir(name),
-            "complete": manifest is not None,
-            "manifest": manifest.to_dict() if manifest else None,
-            "files": self.present(name),
-            "partials": self.partials(name),
-        }
+        held = {rel: Held(f["size"], f["sha256"]) for rel, f in self.present(name).items()}
+        partial = {rel: Held(f["size"], f["sha256"]) for rel, f in self.partials(name).items()}
+        return ModelState(
+            check_name(name), self.root, self.model_dir(name), self.manifest(name), held, partial
+        )
 
     def listing(self) -> list[dict[str, Any]]:
         """Every model in the store, without hashing anything: complete or not, its size."""
@@ -278,7 +274,7 @@ class Receiving:
         self.handle.seek(offset)
         self.written = offset
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes | memoryview) -> None:
         self.handle.write(chunk)
         self.digest.update(chunk)
         self.written += len(chunk)

@@ -20,6 +20,7 @@ from halo_cluster.modelstore.manifest import (
 )
 from halo_cluster.modelstore.pipe import relay
 from halo_cluster.modelstore.store import HASHES, Store
+from halo_cluster.modelstore.transfer import PipeEvent, parse_pipe_spec
 
 MAX_SPEC = 64 << 20
 
@@ -48,25 +49,18 @@ def pipe(spec_text: str) -> int:
     if not spec_text or len(spec_text) > MAX_SPEC:
         raise UsageError("model-pipe: no spec (halo sends it in the environment)")
     try:
-        spec = json.loads(spec_text)
-    except (ValueError, RecursionError):
-        raise UsageError("model-pipe: the spec is not JSON") from None
-    if not isinstance(spec, dict):
-        raise UsageError("model-pipe: the spec is not an object")
+        spec = parse_pipe_spec(spec_text)
+    except ModelError as err:
+        raise UsageError(f"model-pipe: a malformed spec ({err})") from None
 
     lock = threading.Lock()  # the hop's file finisher emits from its own thread
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit(event: PipeEvent) -> None:
         with lock:
-            sys.stdout.write(json.dumps(event) + "\n")
+            sys.stdout.write(json.dumps(event.to_dict()) + "\n")
             sys.stdout.flush()
 
-    try:
-        done = relay(spec, emit)
-    except (KeyError, TypeError, ValueError) as err:
-        raise UsageError(f"model-pipe: a malformed spec ({err})") from None
-    good = done["error"] is None and not done["failed"] and done["forwarded"]
-    return 0 if good else 1
+    return 0 if relay(spec, emit).ok else 1
 
 
 def stop(run_id: str) -> list[int]:
@@ -101,7 +95,7 @@ def run(command: str, store: str, name: str = "") -> None:
     if command == "model-list":
         emit_json({"store": here.root, "models": here.listing()})
     elif command == "model-state":
-        emit_json(here.state(name))
+        emit_json(here.state(name).to_dict())
     elif command == "model-verify":
         emit_json(here.verify(name))
     elif command == "model-rm":
