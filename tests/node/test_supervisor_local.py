@@ -185,7 +185,7 @@ def test_a_spec_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     for text, said in (
         ("{", "unreadable supervisor spec"),
         ('{"version": 9}', "not a supervisor spec of version 1"),
-        ('{"version": 1, "members": []}', "unreadable supervisor spec ('start')"),
+        ('{"version": 1, "members": []}', "unreadable supervisor spec (supervisor spec: no field"),
     ):
         bad.write_text(text)
         with pytest.raises(StateError) as err:

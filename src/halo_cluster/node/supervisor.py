@@ -24,7 +24,6 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,108 +38,22 @@ from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.result import Runner
 from halo_cluster.runner.ssh import SSHRunner
 from halo_cluster.wire.answers import parse_counters
+from halo_cluster.wire.supervise import Member, Spec, parse_spec
 from halo_cluster.witness.logs import log_nodes, recheck_problems
 from halo_cluster.witness.traffic import check_paths, per_token
 
-SPEC_VERSION = 1
 MAX_SPEC = 4 << 20
 PROOF_TOKENS = 64
 PROBE_TIMEOUT_S = 20.0  # one member's probe script, SSH included
 FAN_OUT = 16  # members probed at once
 
 
-@dataclass(frozen=True)
-class Step:
-    node: str
-    argv: tuple[str, ...]
-    stdin: str | None
-    timeout_s: float
-
-
-@dataclass(frozen=True)
-class Member:
-    name: str
-    ssh: dict[str, Any] | None  # {"host", "user", "port"}; None: the head itself
-    prefix: tuple[str, ...]
-    fabric: str | None  # its address on the fabric, pinged from the head
-    counters: tuple[str, ...] | None  # its counters command (node code), when counted
-    runs: bool = True  # an engine process of its own (else only Ray's ranks: their Ray)
-    ray: str | None = None  # its Ray's address, when the server runs on Ray
-
-
-@dataclass(frozen=True)
-class Spec:
-    cluster: str
-    head: str
-    engine: str
-    model: str
-    host: str
-    port: int
-    api_key: str | None
-    rdma: bool
-    allow_fallback: bool
-    settings: sv.SuperviseSettings
-    members: tuple[Member, ...]
-    start: tuple[Step, ...]
-    probe_script: str  # per member: alive=, mem_*= lines
-    stop_script: str  # per member: stop what 'halo serve' started there
-    log_tail_script: str  # per member: the last lines of its log
-    log_script: str = ""  # per member: its whole log (the engine's own words)
-    recheck: dict[str, Any] | None = None  # what those words must show (witness.logs)
-    ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
-    ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
-    ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
-
-    @property
-    def counted(self) -> list[Member]:
-        return [m for m in self.members if m.counters is not None]
-
-
 def read_spec(path: Path) -> Spec:
-    """The spec, checked field by field; a wrong one is one line (``StateError``)."""
+    """The spec the controller wrote (``wire.supervise``); a wrong one is one line
+    (``StateError``)."""
     try:
-        data = loads(read_text(path, MAX_SPEC, "supervisor spec"))
-        if not isinstance(data, dict) or data.get("version") != SPEC_VERSION:
-            raise StateError(f"{path}: not a supervisor spec of version {SPEC_VERSION}")
-        members = tuple(
-            Member(
-                str(m["name"]),
-                m.get("ssh"),
-                tuple(m.get("prefix") or ()),
-                m.get("fabric"),
-                tuple(m["counters"]) if m.get("counters") else None,
-                bool(m.get("runs", True)),
-                m.get("ray") or None,
-            )
-            for m in data["members"]
-        )
-        steps = tuple(
-            Step(str(s["node"]), tuple(s["argv"]), s.get("stdin"), float(s["timeout_s"]))
-            for s in data["start"]
-        )
-        return Spec(
-            cluster=str(data["cluster"]),
-            head=str(data["head"]),
-            engine=str(data["engine"]),
-            model=str(data["model"]),
-            host=str(data["host"]),
-            port=int(data["port"]),
-            api_key=data.get("api_key") or None,
-            rdma=bool(data.get("rdma")),
-            allow_fallback=bool(data.get("allow_fallback")),
-            settings=sv.SuperviseSettings.from_dict(data.get("settings") or {}),
-            members=members,
-            start=steps,
-            probe_script=str(data["probe_script"]),
-            stop_script=str(data["stop_script"]),
-            log_tail_script=str(data["log_tail_script"]),
-            log_script=str(data.get("log_script") or ""),
-            recheck=data.get("recheck") if isinstance(data.get("recheck"), dict) else None,
-            ray_check_script=str(data.get("ray_check_script") or ""),
-            ray_start_script=str(data.get("ray_start_script") or ""),
-            ray_wait=tuple(data.get("ray_wait") or ()),
-        )
-    except (KeyError, TypeError, ValueError, OSError, HaloError) as err:
+        return parse_spec(loads(read_text(path, MAX_SPEC, "supervisor spec")))
+    except (ValueError, OSError, HaloError) as err:
         if isinstance(err, StateError):
             raise
         raise StateError(f"{path}: unreadable supervisor spec ({err})") from None
@@ -156,9 +69,9 @@ def ssh_config_text(spec: Spec, key: Path, known_hosts: Path) -> str:
             continue
         blocks.append(
             f"Host halo-member-{member.name}\n"
-            f"  HostName {member.ssh['host']}\n"
-            + (f"  User {member.ssh['user']}\n" if member.ssh.get("user") else "")
-            + (f"  Port {int(member.ssh['port'])}\n" if member.ssh.get("port") else "")
+            f"  HostName {member.ssh.host}\n"
+            + (f"  User {member.ssh.user}\n" if member.ssh.user else "")
+            + (f"  Port {int(member.ssh.port)}\n" if member.ssh.port else "")
             + f"  IdentityFile {key}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {known_hosts}\n  StrictHostKeyChecking accept-new\n"
             "  ServerAliveInterval 2\n  ServerAliveCountMax 3\n  LogLevel ERROR\n"

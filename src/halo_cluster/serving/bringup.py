@@ -58,6 +58,7 @@ from halo_cluster.supervise import control
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
+from halo_cluster.wire.supervise import Step
 from halo_cluster.witness.tokens import compare
 
 HEALTH_TIMEOUT_S = 900.0
@@ -201,7 +202,7 @@ class Serving:
         self,
         ctx: ServeContext,
         prepared: Prepared,
-        steps: list[control.Step],
+        steps: list[Step],
         witness: Witness,
     ) -> dict[str, Any]:
         first = control.install(self.cluster, ctx, prepared, steps, witness.recheck)

@@ -37,20 +37,13 @@ from halo_cluster.runner.quote import exports
 from halo_cluster.runner.result import LineSink, Result, Runner
 from halo_cluster.supervise import service
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
+from halo_cluster.wire.supervise import Member, Spec, SshTarget, Step
 
 ROLE = service.ROLE
 FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
 
 
 # -- the start, as the engine ran it ----------------------------------------------------------
-@dataclass(frozen=True)
-class Step:
-    node: str
-    argv: tuple[str, ...]
-    stdin: str | None
-    timeout_s: float
-
-
 @dataclass
 class RecordingRunner:
     """A node's runner that keeps every command run through it, in order, across nodes."""
@@ -139,7 +132,7 @@ def _authorize(cluster: Cluster, member: NodeConfig, key_line: str) -> None:
         )
 
 
-def _ssh_target(cluster: Cluster, node: NodeConfig) -> dict[str, Any]:
+def _ssh_target(cluster: Cluster, node: NodeConfig) -> SshTarget:
     """Where the head reaches ``node`` over SSH: the host, user and port this machine's ssh
     config gives its target (``ssh -G``), so an alias resolves to its address."""
     config = cluster.config.ssh_config
@@ -150,18 +143,19 @@ def _ssh_target(cluster: Cluster, node: NodeConfig) -> dict[str, Any]:
         key, _sep, value = line.partition(" ")
         values.setdefault(key.lower(), value.strip())
     host = values.get("hostname") or node.host
-    return {"host": host, "user": values.get("user"), "port": int(values.get("port") or 22)}
+    return SshTarget(host, values.get("user"), int(values.get("port") or 22))
 
 
-def spec_dict(
+def make_spec(
     cluster: Cluster,
     ctx: ServeContext,
     prepared: Prepared,
     steps: list[Step],
-    targets: dict[str, dict[str, Any]],
+    targets: dict[str, SshTarget],
     recheck: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The supervisor's spec (``node/supervisor.read_spec``); it holds the API key."""
+) -> Spec:
+    """The supervisor's spec (``wire.supervise``, read back by ``node/supervisor.py``); it
+    holds the API key."""
     name, head = cluster.config.name, cluster.head
     ray = find_engine(ctx.request.engine).uses_ray(ctx.request.options)
     runs = {m.name for m in prepared.members}
@@ -172,57 +166,55 @@ def spec_dict(
         counters = None
         if node.name in counted and plan is not None:
             counters = ctx.client(node).command(*counters_call(node, plan))
+        remote = node.name != head.name
         members.append(
-            {
-                "name": node.name,
-                "ssh": None if node.name == head.name else targets[node.name],
-                "prefix": list(node.exec_prefix),
-                "fabric": None if node.name == head.name else (plan.address if plan else None),
-                "counters": counters,
-                "runs": node.name in runs,
-                "ray": node.address if ray else None,
-            }
+            Member(
+                node.name,
+                targets[node.name] if remote else None,
+                tuple(node.exec_prefix),
+                (plan.address if plan else None) if remote else None,
+                tuple(counters) if counters is not None else None,
+                node.name in runs,
+                node.address if ray else None,
+            )
         )
     serve = ctx.request.serve
-    return {
-        "version": 1,
-        "cluster": name,
-        "head": head.name,
-        "engine": ctx.request.engine,
-        "model": ctx.request.model,
-        "host": serve.host,
-        "port": serve.port,
-        "api_key": ctx.api_key,
-        "rdma": prepared.rdma,
-        "allow_fallback": ctx.request.allow_fallback,
-        "settings": serve.supervise.to_dict(),
-        "members": members,
-        "start": [
-            {"node": s.node, "argv": list(s.argv), "stdin": s.stdin, "timeout_s": s.timeout_s}
-            for s in steps
-        ],
-        "probe_script": scripts.probe_script(name),
-        "stop_script": scripts.stop_script(name),
-        "log_tail_script": scripts.log_tail_script(name),
-        "log_script": scripts.log_script(name),
-        "recheck": recheck,
-        **(_ray_scripts(cluster, ctx, prepared) if ray else {}),
-    }
+    spec = Spec(
+        cluster=name,
+        head=head.name,
+        engine=ctx.request.engine,
+        model=ctx.request.model,
+        host=serve.host,
+        port=serve.port,
+        api_key=ctx.api_key,
+        rdma=prepared.rdma,
+        allow_fallback=ctx.request.allow_fallback,
+        settings=serve.supervise,
+        members=tuple(members),
+        start=tuple(steps),
+        probe_script=scripts.probe_script(name),
+        stop_script=scripts.stop_script(name),
+        log_tail_script=scripts.log_tail_script(name),
+        log_script=scripts.log_script(name),
+        recheck=recheck,
+    )
+    return _with_ray(spec, cluster, ctx, prepared) if ray else spec
 
 
-def _ray_scripts(cluster: Cluster, ctx: ServeContext, prepared: Prepared) -> dict[str, Any]:
+def _with_ray(spec: Spec, cluster: Cluster, ctx: ServeContext, prepared: Prepared) -> Spec:
     """For a server on Ray: how a member's raylet is checked, started again (the node's own
     script from 'halo up') and waited for (Ray's table on the head)."""
     path = ray_start_path(cluster.config.name)
     addresses = [n.address for n in _members(prepared)]
     wait = ctx.client(cluster.head).command(*ray_nodes_args(wait=addresses, timeout=150))
-    return {
-        "ray_check_script": "if pgrep -f raylet >/dev/null 2>&1; then echo ray=1; "
+    return replace(
+        spec,
+        ray_check_script="if pgrep -f raylet >/dev/null 2>&1; then echo ray=1; "
         "else echo ray=0; fi\n",
-        "ray_start_script": f"[ -f {path} ] || {{ echo 'no Ray start script from halo up "
+        ray_start_script=f"[ -f {path} ] || {{ echo 'no Ray start script from halo up "
         f"here' >&2; exit 4; }}\nbash {path}\n",
-        "ray_wait": wait,
-    }
+        ray_wait=tuple(wait),
+    )
 
 
 def _members(prepared: Prepared) -> list[NodeConfig]:
@@ -245,7 +237,7 @@ def install(
     client = cluster.client(head)
     base = f"{state_dir(client)}/{ROLE}-{cluster.config.name}"
     remote = [n for n in _members(prepared) if n.name != head.name]
-    targets: dict[str, dict[str, Any]] = {}
+    targets: dict[str, SshTarget] = {}
     if remote:
         cluster.progress(
             f"supervisor: authorizing {head.name}'s key on {', '.join(n.name for n in remote)}"
@@ -253,7 +245,7 @@ def install(
         key_line = _head_key(cluster, base)
         each(remote, lambda n: _authorize(cluster, n, key_line))
         targets = {n.name: _ssh_target(cluster, n) for n in remote}
-    spec = json.dumps(spec_dict(cluster, ctx, prepared, steps, targets, recheck))
+    spec = make_spec(cluster, ctx, prepared, steps, targets, recheck).to_json()
     end = f"HALO_SPEC_{secrets.token_hex(8)}"  # a heredoc's end that the JSON cannot hold
     written = client.script(
         f"set -e\numask 077\ncat > {json.dumps(base + '.spec.json')} <<'{end}'\n{spec}\n{end}\n"

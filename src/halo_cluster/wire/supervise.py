@@ -1,0 +1,201 @@
+"""The supervisor's spec, as one typed value both sides use: the controller makes it when
+``halo serve`` has proven a server (``supervise.control``) and writes ``to_json()`` 0600 into
+the head's state directory; the supervisor on the head reads it back (``parse_spec``) and
+runs it (``node/supervisor.py``). It holds the API key: it is never printed, logged or put
+in argv, and ``repr`` leaves it out.
+
+A ``Step`` is one command an engine's launch ran on a node, in the order it ran (the start
+the supervisor replays); a ``Member`` is a node of the serving group as the head reaches it.
+Standard library only, Python 3.9; a malformed spec is one ``WireError``, one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from halo_cluster.errors import HaloError, WireError
+from halo_cluster.supervision import SuperviseSettings
+
+SPEC_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Step:
+    node: str
+    argv: tuple[str, ...]
+    stdin: str | None = field(repr=False)  # a start script: it may export the API key
+    timeout_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "argv": list(self.argv), "stdin": self.stdin,
+                "timeout_s": self.timeout_s}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where the head reaches a member over SSH (what the controller's ``ssh -G`` resolved)."""
+
+    host: str
+    user: str | None = None
+    port: int = 22
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "user": self.user, "port": self.port}
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    ssh: SshTarget | None  # None: the head itself
+    prefix: tuple[str, ...]
+    fabric: str | None  # its address on the fabric, pinged from the head
+    counters: tuple[str, ...] | None  # its counters command (node code), when counted
+    runs: bool = True  # an engine process of its own (else only Ray's ranks: their Ray)
+    ray: str | None = None  # its Ray's address, when the server runs on Ray
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ssh": None if self.ssh is None else self.ssh.to_dict(),
+            "prefix": list(self.prefix),
+            "fabric": self.fabric,
+            "counters": None if self.counters is None else list(self.counters),
+            "runs": self.runs,
+            "ray": self.ray,
+        }
+
+
+@dataclass(frozen=True)
+class Spec:
+    cluster: str
+    head: str
+    engine: str
+    model: str
+    host: str
+    port: int
+    api_key: str | None = field(repr=False)
+    rdma: bool
+    allow_fallback: bool
+    settings: SuperviseSettings
+    members: tuple[Member, ...]
+    start: tuple[Step, ...]
+    probe_script: str  # per member: alive=, mem_*= lines
+    stop_script: str  # per member: stop what 'halo serve' started there
+    log_tail_script: str  # per member: the last lines of its log
+    log_script: str = ""  # per member: its whole log (the engine's own words)
+    recheck: dict[str, Any] | None = None  # what those words must show (witness.logs)
+    ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
+    ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
+    ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
+
+    @property
+    def counted(self) -> list[Member]:
+        return [m for m in self.members if m.counters is not None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": SPEC_VERSION,
+            "cluster": self.cluster,
+            "head": self.head,
+            "engine": self.engine,
+            "model": self.model,
+            "host": self.host,
+            "port": self.port,
+            "api_key": self.api_key,
+            "rdma": self.rdma,
+            "allow_fallback": self.allow_fallback,
+            "settings": self.settings.to_dict(),
+            "members": [m.to_dict() for m in self.members],
+            "start": [s.to_dict() for s in self.start],
+            "probe_script": self.probe_script,
+            "stop_script": self.stop_script,
+            "log_tail_script": self.log_tail_script,
+            "log_script": self.log_script,
+            "recheck": self.recheck,
+            "ray_check_script": self.ray_check_script,
+            "ray_start_script": self.ray_start_script,
+            "ray_wait": list(self.ray_wait),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def _words(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+        raise WireError(f"supervisor spec: {where} is not a list of strings")
+    return tuple(value)
+
+
+def _ssh(value: Any) -> SshTarget | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("host"), str):
+        raise WireError("supervisor spec: a member's ssh has no host")
+    user = value.get("user")
+    return SshTarget(str(value["host"]), None if user is None else str(user),
+                     int(value.get("port") or 22))  # fmt: skip
+
+
+def _member(value: Any) -> Member:
+    if not isinstance(value, dict):
+        raise WireError("supervisor spec: a member is not an object")
+    counters = value.get("counters")
+    return Member(
+        str(value["name"]),
+        _ssh(value.get("ssh")),
+        _words(value.get("prefix") or [], "a member's prefix"),
+        None if value.get("fabric") is None else str(value["fabric"]),
+        _words(counters, "a member's counters") if counters else None,
+        bool(value.get("runs", True)),
+        str(value["ray"]) if value.get("ray") else None,
+    )
+
+
+def _step(value: Any) -> Step:
+    if not isinstance(value, dict):
+        raise WireError("supervisor spec: a start step is not an object")
+    stdin = value.get("stdin")
+    return Step(
+        str(value["node"]),
+        _words(value["argv"], "a step's argv"),
+        None if stdin is None else str(stdin),
+        float(value["timeout_s"]),
+    )
+
+
+def parse_spec(value: Any) -> Spec:
+    """A spec as the controller wrote it (parsed JSON)."""
+    if not isinstance(value, dict) or value.get("version") != SPEC_VERSION:
+        raise WireError(f"not a supervisor spec of version {SPEC_VERSION}")
+    try:
+        recheck = value.get("recheck")
+        return Spec(
+            cluster=str(value["cluster"]),
+            head=str(value["head"]),
+            engine=str(value["engine"]),
+            model=str(value["model"]),
+            host=str(value["host"]),
+            port=int(value["port"]),
+            api_key=value.get("api_key") or None,
+            rdma=bool(value.get("rdma")),
+            allow_fallback=bool(value.get("allow_fallback")),
+            settings=SuperviseSettings.from_dict(value.get("settings") or {}),
+            members=tuple(_member(m) for m in value["members"]),
+            start=tuple(_step(s) for s in value["start"]),
+            probe_script=str(value["probe_script"]),
+            stop_script=str(value["stop_script"]),
+            log_tail_script=str(value["log_tail_script"]),
+            log_script=str(value.get("log_script") or ""),
+            recheck=recheck if isinstance(recheck, dict) else None,
+            ray_check_script=str(value.get("ray_check_script") or ""),
+            ray_start_script=str(value.get("ray_start_script") or ""),
+            ray_wait=_words(value.get("ray_wait") or [], "ray_wait"),
+        )
+    except WireError:
+        raise
+    except KeyError as err:
+        raise WireError(f"supervisor spec: no field {err}") from None
+    except (TypeError, ValueError, HaloError) as err:
+        raise WireError(f"supervisor spec: a malformed field ({err})") from None
