@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from halo_cluster import __version__
 from halo_cluster.nodecode import (
     CANNOT_CACHE,
-    EXCLUDED,
     MISSING,
     TOO_OLD,
     UNSAFE,
@@ -138,40 +137,53 @@ def test_the_archive_holds_the_node_side_only_with_fixed_timestamps() -> None:
     assert order[0] == "__main__.py"
     assert "halo_cluster/node/main.py" in entries
     assert "halo_cluster/__init__.py" in entries
+    controller = ("cli", "lab", "cluster", "serving", "ray", "supervise", "models", "capacity")
     outside = [
         name
         for name in entries
-        if name.startswith(tuple(f"halo_cluster/{part}/" for part in EXCLUDED))
+        if name.startswith(tuple(f"halo_cluster/{part}/" for part in controller))
         or "__pycache__" in name
     ]
     assert outside == []
 
 
-def test_package_files_leave_out_the_controller_and_caches(tmp_path: Path) -> None:
+def test_package_files_are_what_the_entry_point_imports(tmp_path: Path) -> None:
+    """The entry point, what it imports at the top, inside a function and through
+    ``from pkg import module``, and the packages of each; not what only the type checker
+    reads, nor anything no import reaches."""
     pkg = tmp_path / "pkg"
     for rel, text in {
         "__init__.py": "top",
-        "node/main.py": "main",
         "node/__init__.py": "",
-        "cli/__init__.py": "cli",
+        "node/main.py": (
+            "from typing import TYPE_CHECKING\nimport pkg.wire.args\nfrom pkg import units\n"
+            "if TYPE_CHECKING:\n    from pkg.cli import main\n"
+            "def run():\n    from pkg.facts.root import Root\n"
+        ),
+        "wire/__init__.py": "",
+        "wire/args.py": "from pkg.errors import Oops\n",
+        "errors.py": "class Oops(Exception): pass\n",
+        "units.py": "",
+        "facts/__init__.py": "",
+        "facts/root.py": "",
+        "cli/__init__.py": "main = 1\n",
         "lab/lab.py": "lab",
-        "examples/x.py": "ex",
-        "cluster/serve.py": "controller",
-        "report/html.py": "controller",
-        "capacity/estimate.py": "controller",
         "__pycache__/a.py": "cache",
-        "node/__pycache__/b.py": "cache",
         "data/readme.txt": "not python",
-        "facts/cli/x.py": "a cli folder deeper down is not the controller's",
     }.items():
         path = pkg / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    assert package_files(pkg) == [
-        ("pkg/__init__.py", b"top"),
-        ("pkg/facts/cli/x.py", b"a cli folder deeper down is not the controller's"),
-        ("pkg/node/__init__.py", b""),
-        ("pkg/node/main.py", b"main"),
+    assert [name for name, _data in package_files(pkg)] == [
+        "pkg/__init__.py",
+        "pkg/errors.py",
+        "pkg/facts/__init__.py",
+        "pkg/facts/root.py",
+        "pkg/node/__init__.py",
+        "pkg/node/main.py",
+        "pkg/units.py",
+        "pkg/wire/__init__.py",
+        "pkg/wire/args.py",
     ]
 
 

@@ -115,6 +115,27 @@ def engines_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def node_table() -> str:
+    """One row per package the node side runs modules of (``nodecode.node_modules``, the
+    list the zipapp packs), with those modules."""
+    sys.path.insert(0, str(REPO / "src"))
+    from halo_cluster.nodecode import node_modules
+
+    by_package: dict[str, list[str]] = {}
+    for module in node_modules():
+        package, _, rest = module.rpartition(".")
+        base = REPO / "src" / "halo_cluster" / module.replace(".", "/")
+        if base.is_dir():  # a package: listed by its modules (its face travels with them)
+            by_package.setdefault(module, [])
+            continue
+        by_package.setdefault(package, []).append(f"`{rest}`")
+    rows = ["| package | modules the node side runs |", "|---|---|"]
+    for package, modules in sorted(by_package.items()):
+        where = f"`{package}/`" if package else "(the package root)"
+        rows.append(f"| {where} | {', '.join(modules) or '(its `__init__` only)'} |")
+    return "\n".join(rows) + "\n"
+
+
 def generated() -> str:
     by_id = contracts()
     return "\n".join(
@@ -126,6 +147,8 @@ def generated() -> str:
             packages_table(),
             "### The engines\n",
             engines_table(),
+            "### What runs on a node\n",
+            node_table(),
         ]
     )
 

@@ -3,8 +3,8 @@
     python tools/node_py39.py           # exit 1 with one line per problem (make lint runs it)
     python tools/node_py39.py --list    # the files the node side runs
 
-The node side runs ``node/main.py`` and every module it imports, directly or not (grimp's
-import graph, as import-linter builds it), with the packages each import runs. Ruff lints
+The node side runs ``node/main.py`` and every module it imports, directly or not, with the
+packages each import runs: ``nodecode.node_modules``, the list the zipapp packs. Ruff lints
 those files as Python 3.9 (``[tool.ruff.per-file-target-version]`` in pyproject.toml): it
 flags 3.10 syntax (``match``, parenthesised context managers, ``except*``) and stops
 suggesting 3.10 forms there. This script checks that the table covers every one of them, and
@@ -34,7 +34,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src"
-ENTRY = "halo_cluster.node.main"
 
 NEW_MODULES = {"tomllib"}
 NEW_NAMES = {  # module -> what 3.9's has not
@@ -68,20 +67,12 @@ DATACLASS_310 = {"slots", "kw_only", "match_args"}
 
 
 def node_modules() -> set[str]:
-    """Every module the node side's entry point imports, with the packages that run them."""
-    import grimp
-
+    """Every module the node side runs (``nodecode.node_modules``: the one list the zipapp
+    packs), with the package itself."""
     sys.path.insert(0, str(SRC))
-    graph = grimp.build_graph("halo_cluster", exclude_type_checking_imports=True, cache_dir=None)
-    todo, seen = [ENTRY], set()
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            parts = module.split(".")
-            todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages
-            todo += graph.find_modules_directly_imported_by(module)
-    return seen
+    from halo_cluster.nodecode import node_modules as modules
+
+    return {"halo_cluster", *(f"halo_cluster.{m}" for m in modules())}
 
 
 def node_files() -> list[Path]:

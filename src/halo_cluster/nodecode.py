@@ -1,7 +1,9 @@
 """halo's node-side code, sent to nodes that have no halo installed (agentless, like Ansible).
 
-The code is a zipapp of this package (without the command line, the lab and the other
-controller-only packages), built the same way from the same files every time, so its sha256
+The code is a zipapp of what the node side runs: ``node/main.py`` and every module of this
+package it imports, directly or not (``node_modules``, read from the sources' own imports:
+the one list the zipapp, the Python 3.9 check and docs/architecture.md read). It is built
+the same way from the same files every time, so its sha256
 *is* the version: the controller and the nodes cannot disagree. A node runs it as
 ``python3 -c BOOT HASH COMMAND…`` (through its ``exec_prefix``): BOOT checks the Python
 version, then that the cache directory is this user's and not writable by others (else it
@@ -31,9 +33,7 @@ CANNOT_CACHE = 96  # the cache directory is read-only or full
 MISSING = 97  # not cached here (or the copy did not match its hash): send it
 UNSAFE = 95  # the cache (or the code in it) could be changed by another user: refused
 TOO_OLD = 98  # python3 is older than MIN_PYTHON
-# the controller's own parts, which the node side does not import (the "node" contract in
-# pyproject.toml); tests/test_node_py39.py checks that every module it runs is packed
-EXCLUDED = ("cli", "lab", "examples", "cluster", "report", "capacity", "client")
+ENTRY = "node.main"  # the node side's entry point, under the package
 _MARK = "halo-node:"  # BOOT's own lines on stderr start with it
 MAX_CODE = 16 << 20  # the most BOOT reads of a cached zipapp (halo's is about 180 KB)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same bytes
@@ -242,17 +242,78 @@ class NodeCode:
         return base64.b64encode(self.data).decode("ascii")
 
 
-def package_files(package: Path | None = None) -> list[tuple[str, bytes]]:
-    """The node code's files as (archive name, bytes), sorted: every ``.py`` of the package
-    but the controller's own parts (``EXCLUDED``)."""
+def node_modules(package: Path | None = None) -> list[str]:
+    """What runs on a node, as module names under the package (``node.main``, ``wire``…):
+    the entry point and every module of the package it imports, directly or not, imports
+    inside functions included (a command imports what it alone needs where it runs), those
+    made only for the type checker left out, with the packages each import runs."""
+    import ast
+
     root = package or Path(__file__).resolve().parent
-    files = []
-    for path in sorted(root.rglob("*.py")):
-        relative = path.relative_to(root)
-        if relative.parts[0] in EXCLUDED or "__pycache__" in relative.parts:
+    todo, seen = [ENTRY], set()
+    while todo:
+        module = todo.pop()
+        if module in seen:
             continue
-        files.append((f"{root.name}/{relative.as_posix()}", path.read_bytes()))
-    return files
+        seen.add(module)
+        parts = module.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # its packages
+        path = _module_path(root, module)
+        if path is not None:
+            tree = ast.parse(path.read_bytes(), str(path))
+            todo += [m for m in _imports(tree, root.name) if _module_path(root, m) is not None]
+    return sorted(seen)
+
+
+def _module_path(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imports(tree: object, name: str) -> list[str]:
+    """The package's modules a module imports (names under the package), but under
+    ``if TYPE_CHECKING:``; ``from package.x import y`` names ``x.y`` too, in case y is a
+    module (the caller keeps only names that are files)."""
+    import ast
+
+    checking = {
+        id(inner)
+        for node in ast.walk(tree)  # type: ignore[arg-type]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
+        for branch in node.body
+        for inner in ast.walk(branch)
+    }
+    found = []
+    prefix = name + "."
+    for node in ast.walk(tree):  # type: ignore[arg-type]
+        if id(node) in checking:
+            continue
+        if isinstance(node, ast.Import):
+            found += [a.name[len(prefix) :] for a in node.names if a.name.startswith(prefix)]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == name:
+                found += [a.name for a in node.names]
+            elif node.module.startswith(prefix):
+                base = node.module[len(prefix) :]
+                found += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return found
+
+
+def package_files(package: Path | None = None) -> list[tuple[str, bytes]]:
+    """The node code's files as (archive name, bytes), sorted: the package's ``__init__``
+    and every module the node side runs (``node_modules``), nothing else."""
+    root = package or Path(__file__).resolve().parent
+    paths = {root / "__init__.py"}
+    for module in node_modules(root):
+        path = _module_path(root, module)
+        if path is not None:
+            paths.add(path)
+    return [
+        (f"{root.name}/{p.relative_to(root).as_posix()}", p.read_bytes()) for p in sorted(paths)
+    ]
 
 
 def build(files: Sequence[tuple[str, bytes]]) -> bytes:
