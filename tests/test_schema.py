@@ -19,6 +19,7 @@ def test_schemas_and_kinds() -> None:
         "tp": "halo.bench.tp/1",
         "serve": "halo.bench.serve/1",
         "tune": "halo.tune/1",
+        "run": "halo.run/1",
     }
 
 

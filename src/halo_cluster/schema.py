@@ -1,5 +1,5 @@
 """The versioned benchmark results halo writes and reads (``halo.bench.<kind>/<version>``,
-and ``halo.tune/1``, the result of ``halo tune``):
+``halo.tune/1``, the result of ``halo tune``, and ``halo.run/1``, of ``halo run``):
 their shapes as TypedDicts, their kinds as a Literal, and the one validator every reader
 uses (``halo results``/``report`` through bench/results.py, ``halo plan --link`` and
 ``--calibrate``, the exporter's latency baseline).
@@ -19,11 +19,12 @@ from typing import Any, Literal, TypedDict, Union, get_args, get_origin
 
 from halo_cluster.errors import UsageError
 
-Kind = Literal["net", "collective", "tp", "serve", "tune"]
+Kind = Literal["net", "collective", "tp", "serve", "tune", "run"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-VERSIONS: dict[Kind, int] = {"net": 1, "collective": 1, "tp": 1, "serve": 1, "tune": 1}
+VERSIONS: dict[Kind, int] = {"net": 1, "collective": 1, "tp": 1, "serve": 1, "tune": 1, "run": 1}
+RECIPES: tuple[Kind, ...] = ("tune", "run")  # results of a recipe, not of a benchmark
 SCHEMAS: dict[Kind, str] = {
-    kind: f"halo.{'' if kind == 'tune' else 'bench.'}{kind}/{VERSIONS[kind]}" for kind in KINDS
+    kind: f"halo.{'' if kind in RECIPES else 'bench.'}{kind}/{VERSIONS[kind]}" for kind in KINDS
 }
 
 
@@ -252,9 +253,24 @@ class TuneResult(Stamp, total=False):
     winner: TuneWinner
 
 
+# -- halo.run/1 ------------------------------------------------------------------------------
+class RunResult(Stamp, total=False):
+    cluster: str
+    model: str
+    layout: str
+    reason: str
+    url: str | None
+    already_running: bool
+    predicted_tokens_per_s: float | None  # concurrency 1
+    measured_tokens_per_s: float | None
+    proven: str | None
+    problems: list[str]
+    stopped: bool
+
+
 # evaluated at run time: no X | Y (Python 3.9)
 BenchResult = Union[
-    NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult, TuneResult
+    NetBenchResult, CollectiveBenchResult, TpBenchResult, ServeBenchResult, TuneResult, RunResult
 ]
 TYPES: dict[Kind, type] = {
     "net": NetBenchResult,
@@ -262,6 +278,7 @@ TYPES: dict[Kind, type] = {
     "tp": TpBenchResult,
     "serve": ServeBenchResult,
     "tune": TuneResult,
+    "run": RunResult,
 }
 
 
@@ -280,8 +297,9 @@ def result_kind(data: object, where: object) -> Kind:
     """The kind of a loaded result; UsageError (one line, naming ``where``) when it is not a
     halo benchmark result of a schema and version this halo reads."""
     schema = data.get("schema") if isinstance(data, Mapping) else None
-    if schema == SCHEMAS["tune"]:
-        return "tune"
+    recipe = next((k for k in RECIPES if schema == SCHEMAS[k]), None)
+    if recipe is not None:
+        return recipe
     if not isinstance(schema, str) or not schema.startswith("halo.bench."):
         raise UsageError(f"{where}: not a halo benchmark result (no halo.bench.* schema)")
     name, _, version = schema.removeprefix("halo.bench.").partition("/")

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 
+from halo_cluster.bench.results import listing, load, save, stamp, summary
 from halo_cluster.config import ServeConfig
 from halo_cluster.engines import llama_cpp_layouts, vllm_layouts
 from halo_cluster.lab.tiny_model import write_model
 from halo_cluster.lab.tiny_spec import TinyModelSpec
 from halo_cluster.recipes import run as running
+from halo_cluster.recipes import tune
 from halo_cluster.recipes.predict import ModelFiles
+from halo_cluster.report import render
 from halo_cluster.supervision import SuperviseSettings
 from tests.cluster.test_serve import ANSWER, VLLM, Node, cluster, vllm_table
 
@@ -66,7 +69,8 @@ def test_the_layout_asked_for_then_a_tunes_winner_then_the_planner(
 
 
 def _patched(monkeypatch: pytest.MonkeyPatch, model: Path) -> None:
-    monkeypatch.setattr(running, "model_files", lambda *_a, **_k: files(model))
+    located = tune.LocatedModel(files(model), None)  # nothing to copy
+    monkeypatch.setattr(running, "locate_model", lambda *_a, **_k: located)
     monkeypatch.setattr(running, "short_bench", lambda *_a: MEASURED)
 
 
@@ -83,6 +87,19 @@ def test_a_run_records_the_reference_serves_proves_and_measures(
     assert out.measured_tokens_per_s == 42.0 and out.url == "http://127.0.0.1:8000"
     starts = [s for s in scripted["node1"].scripts if "setsid" in s]
     assert len(starts) == 2  # the one-node reference, then the layout
+    # one walk: the nodes' facts gathered once, a stop round only where a server may run
+    # (before the reference, which may find one; after it), none before the layout
+    gathered = [s for s in scripted["node2"].scripts if "inventory" in s]
+    stops = [s for s in scripted["node2"].scripts if "kill -TERM" in s]
+    assert (len(gathered), len(stops)) == (1, 2)
+    result = out.to_result("lab")
+    assert result["schema"] == "halo.run/1" and result["proven"] == "socket"
+    saved = save({**result, **stamp(result, None)}, None, tmp_path / "results", "run")
+    listed = listing(tmp_path / "results")
+    assert [(r["kind"], r["path"]) for r in listed] == [("run", str(saved))]
+    assert "vllm TP2, 42.0 tok/s measured" in summary(load(saved))
+    page = render([{**load(saved), "label": saved.stem}])
+    assert "Runs: the layout served, predicted and measured" in page and 'data-chart="run"' in page
     # again, nothing changed: only the server is asked
     for node in scripted.values():
         node.scripts.clear()

@@ -129,6 +129,10 @@ def resolve(ref: str, directory: Path) -> Path:
     raise UsageError(f"{ref!r} matches {len(candidates)} results; give more of the id")
 
 
+def _rate(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
 def summary(data: dict[str, Any]) -> str:
     kind = data.get("kind")
     try:
@@ -160,6 +164,14 @@ def summary(data: dict[str, Any]) -> str:
                 for lv in data.get("levels", [])
             )
             return f"{data.get('model')}: {levels}"
+        if kind == "run":
+            predicted, measured = (data.get(f"{k}_tokens_per_s") for k in ("predicted", "measured"))
+            said = (
+                "stopped by its witnesses"
+                if data.get("stopped")
+                else (f"{_rate(measured)} tok/s measured, {_rate(predicted)} predicted")
+            )
+            return f"{data.get('model')}: {data.get('layout')}, {said}"
         if kind == "tune":
             winner = data.get("winner") or {}
             rows = data.get("rows", [])

@@ -149,7 +149,7 @@ def _heads(files: Any) -> int | None:
         return None
 
 
-def _save(cluster: Any, doc: dict[str, Any], out: str | None) -> Any:
+def _save(cluster: Any, doc: dict[str, Any], out: str | None, kind: str = "tune") -> Any:
     from halo_cluster.bench import results
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import results_dir
@@ -160,7 +160,7 @@ def _save(cluster: Any, doc: dict[str, Any], out: str | None) -> Any:
     stamped = results.stamp(doc, plans)
     doc.update({k: stamped[k] for k in ("created", "host", "versions", "plans")})
     try:
-        return results.save(doc, out, results_dir(), "tune")
+        return results.save(doc, out, results_dir(), kind)
     except OSError as err:
         raise HaloError(f"cannot save the result: {err.strerror or err}") from None
 
@@ -212,7 +212,7 @@ def _render(doc: dict[str, Any]) -> None:
     "as_json",
     is_flag=True,
     help="Print {model, layout, reason, url, api_key_env, already_running, "
-    "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands} as JSON.",
+    "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands, saved} as JSON.",
 )
 def run_command(
     model: str,
@@ -236,10 +236,12 @@ def run_command(
 
     cluster = cluster_handle(config_path, as_json)
     out = run(cluster, model, layout, engine, results_dir(), _say(as_json), wait_s)
+    saved = _save(cluster, out.to_result(cluster.config.name), None, "run")
     if as_json:
-        emit_json(out.__dict__)
+        emit_json({**out.__dict__, "saved": str(saved)})
         return 1 if out.stopped else 0
     _render_run(out)
+    click.echo(f"saved {saved}")
     return 1 if out.stopped else 0
 
 

@@ -5,12 +5,15 @@
    reason in one line;
 2. idempotent: when that layout of that model is already served and healthy, only that is
    checked and the endpoint printed (nothing is copied, started or measured);
-3. the model copied to every node's store (only what a node lacks travels);
+3. the model copied to every node's store (only what a node lacks travels); it is located
+   once, and every node's facts are gathered once, however many starts the run makes;
 4. the token reference: when the engine has none for this model and the layout spans
    several nodes, its one-node layout is served first to record it;
 5. served (supervised unless [serve.supervise] says otherwise), proven by every witness
    (the doctor's gate, the engine's words, the counters, the tokens), then a short bench
-   serve at concurrency 1 beside the prediction.
+   serve at concurrency 1 beside the prediction;
+6. a result file (``halo.run/1``, ``halo results``, ``halo report``): the layout and why,
+   predicted beside measured, what the witnesses said.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from halo_cluster.engines.protocol import find_engine, format_hint
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.recipes.layouts import candidates, one_node, parse_layout
 from halo_cluster.recipes.predict import ModelFiles, predict
-from halo_cluster.recipes.tune import Workload, model_files, short_bench
+from halo_cluster.recipes.tune import Workload, copy_model, locate_model, short_bench
 from halo_cluster.serving.bringup import Serving, layout_label
 from halo_cluster.serving.reference import find_reference
 
@@ -47,6 +50,26 @@ class RunResult:
     serve: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False
     commands: list[str] = field(default_factory=list)
+
+    def to_result(self, cluster: str) -> dict[str, Any]:
+        """The body of its result file (``halo.run/1``; the stamp is added when saved)."""
+        from halo_cluster.schema import SCHEMAS
+
+        return {
+            "schema": SCHEMAS["run"],
+            "kind": "run",
+            "cluster": cluster,
+            "model": self.model,
+            "layout": self.layout,
+            "reason": self.reason,
+            "url": self.url,
+            "already_running": self.already_running,
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "measured_tokens_per_s": self.measured_tokens_per_s,
+            "proven": self.serve.get("proven"),
+            "problems": list(self.serve.get("problems") or []),
+            "stopped": self.stopped,
+        }
 
 
 def latest_tune(results: Path, model: str, cluster: str) -> tuple[str, str] | None:
@@ -143,7 +166,8 @@ def run(
 ) -> RunResult:
     from halo_cluster.engines.request import serve_request
 
-    files = model_files(cluster, source, progress, sync=False)
+    located = locate_model(cluster, source, progress)
+    files = located.files
     layout, reason, predicted = choose(cluster, files, asked, engine, results)
     progress(f"layout: {layout.name} ({reason})")
     config = cluster.config
@@ -158,7 +182,7 @@ def run(
     if found is not None:
         out.already_running, out.url = True, found["endpoint"]
         return out
-    files = model_files(cluster, source, progress)
+    copy_model(cluster, located, progress)
     model = files.served[layout.engine]
     serving = Serving(cluster)
     opened = files.served_path(layout.engine, config.models.dir)
@@ -172,7 +196,7 @@ def run(
                 **one.serve_args(),
             )
         )  # fmt: skip
-        serving.stop()
+        serving.stop()  # the layout's start then stops nothing: this was the only server
         if first.stopped:
             said = "; ".join(first.problems)
             raise HaloError(f"the one-node reference did not come up: {said}")

@@ -229,27 +229,60 @@ def document(
     }
 
 
+@dataclass(frozen=True)
+class LocatedModel:
+    """A model found once (its files here, its store name), and what copies it to every
+    node's store: the source it was resolved to, hashed when the copy first needs it."""
+
+    files: ModelFiles
+    path: Path | None  # None: a name of the stores, nothing to copy
+    found: Any = None  # models.source.Source, when resolved (a Hugging Face id is at once)
+
+
 def model_files(
     cluster: Cluster, source: str, progress: Callable[[str], None], sync: bool = True
 ) -> ModelFiles:
-    """The model, on every node that needs it: a directory here (config.json beside the
-    weights, a GGUF file in it too where llama.cpp should run) or one GGUF file, copied to
-    every node's store (``halo model sync``: only what a node lacks travels; ``sync``
-    False: only where it would be); vLLM then serves it by its store name on every rank,
-    llama.cpp the GGUF in the head's store. A Hugging Face repo id (org/name) is taken from
-    the local Hugging Face cache (downloaded where the hub answers), then copied the same
-    way; a name of the stores (``halo model``) is served as it is, once every node holds it
-    complete and the same."""
+    """The model, located and (``sync``) copied to every node that lacks it."""
+    located = locate_model(cluster, source, progress)
+    if sync:
+        copy_model(cluster, located, progress)
+    return located.files
+
+
+def copy_model(cluster: Cluster, located: LocatedModel, progress: Callable[[str], None]) -> None:
+    """``halo model sync`` of a located model to every node's store (only what a node
+    lacks travels); a name of the stores is already there."""
+    from halo_cluster.models.source import resolve_source
+    from halo_cluster.models.sync import Sync
+
+    if located.path is None:
+        return
+    name = located.files.name
+    progress(f"syncing {located.path} to every node's store as {name}")
+    found = located.found or resolve_source(cluster, str(located.path), name)
+    result = Sync(cluster, found, [n.name for n in cluster.config.nodes]).run()
+    if not result.ok:
+        failed = [n for n, s in result.nodes.items() if s.status == "failed"]
+        raise HaloError(f"the model could not be copied to {', '.join(failed)}: halo model sync")
+
+
+def locate_model(cluster: Cluster, source: str, progress: Callable[[str], None]) -> LocatedModel:
+    """Where the model is, found once: a directory here (config.json beside the weights, a
+    GGUF file in it too where llama.cpp should run) or one GGUF file, to be copied to every
+    node's store (``copy_model``); an engine serving a directory is then given its store
+    name, one serving a GGUF the file in the store. A Hugging Face repo id (org/name) is
+    taken from the local Hugging Face cache (downloaded where the hub answers), then copied
+    the same way; a name of the stores (``halo model``) is served as it is, once every node
+    holds it complete and the same."""
     from halo_cluster.errors import UsageError
     from halo_cluster.models.source import REPO_ID, resolve_source
     from halo_cluster.models.stores import is_store_name
-    from halo_cluster.models.sync import Sync
     from halo_cluster.modelstore.manifest import check_name
 
     path = Path(source).expanduser()
     found = None
     if not path.exists() and is_store_name(source):
-        return stored_files(cluster, source)
+        return LocatedModel(stored_files(cluster, source), None)
     if not path.exists() and REPO_ID.match(source.split("@", 1)[0]):
         progress(f"{source}: from the Hugging Face cache (downloaded where the hub answers)")
         found = resolve_source(cluster, source, None)
@@ -267,22 +300,13 @@ def model_files(
     ggufs = sorted(path.glob("*.gguf")) if path.is_dir() else [path] * (path.suffix == ".gguf")
     if hf_dir is None and not ggufs:
         raise UsageError(f"{source}: neither a model directory (config.json) nor a GGUF file")
-    if sync:
-        progress(f"syncing {source} to every node's store as {name}")
-        found = found or resolve_source(cluster, str(path), name)
-        result = Sync(cluster, found, [n.name for n in cluster.config.nodes]).run()
-        if not result.ok:
-            failed = [n for n, s in result.nodes.items() if s.status == "failed"]
-            raise HaloError(
-                f"the model could not be copied to {', '.join(failed)}: halo model sync"
-            )
     store = cluster.config.models.dir.rstrip("/")
     given = {  # what each format's engines are given: the store's name, or the GGUF's path
         "hf": name if hf_dir is not None else None,
         "gguf": f"{store}/{name}/{ggufs[0].name}" if ggufs else None,  # a file keeps its name
     }
     served = {e.name: str(given[e.model_format]) for e in every_engine() if given[e.model_format]}
-    return ModelFiles(name, hf_dir, ggufs[0] if ggufs else None, served)
+    return LocatedModel(ModelFiles(name, hf_dir, ggufs[0] if ggufs else None, served), path, found)
 
 
 def stored_files(cluster: Cluster, name: str) -> ModelFiles:

@@ -17,6 +17,7 @@ from halo_cluster.report.sections import (
     collective_section,
     net_section,
     result_label,
+    run_section,
     stamp_section,
     tp_section,
     tune_section,
@@ -46,6 +47,7 @@ def render(results: Sequence[dict[str, Any]], title: str = "halo fabric report")
         + collective_section(by_kind.get("collective", []))
         + tp_section(by_kind.get("tp", []))
         + tune_section(by_kind.get("tune", []))
+        + run_section(by_kind.get("run", []))
         + stamp_section(labelled)
     )
     return (

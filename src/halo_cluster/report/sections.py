@@ -192,6 +192,38 @@ def tune_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     return "".join(parts)
 
 
+def run_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """halo run: the layout each run served and why, its tokens/s at concurrency 1
+    predicted beside measured, and what the witnesses said."""
+    if not results:
+        return ""
+    groups, rows = [], []
+    for label, result in results:
+        predicted = result.get("predicted_tokens_per_s")
+        measured = result.get("measured_tokens_per_s")
+        bars = [
+            ("predicted c1", float(predicted)) if isinstance(predicted, (int, float)) else None,
+            ("measured c1", float(measured)) if isinstance(measured, (int, float)) else None,
+        ]
+        groups.append((label, [b for b in bars if b is not None]))
+        verdict = (
+            "stopped: " + "; ".join(result.get("problems") or [])
+            if result.get("stopped")
+            else (
+                result.get("proven") or ("already serving" if result.get("already_running") else "")
+            )
+        )
+        rows.append(
+            [label, result.get("model"), result.get("layout"), result.get("reason"),
+             predicted, measured, verdict]
+        )  # fmt: skip
+    return (
+        "<h2>Runs: the layout served, predicted and measured</h2>"
+        + bar_chart("run", "tokens/s at concurrency 1", "tok/s", groups)
+        + table(["run", "model", "layout", "why", "predicted c1", "measured c1", "proof"], rows)
+    )
+
+
 def stamp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     parts = ["<h2>Plan stamp</h2>"]
     for label, result in results:

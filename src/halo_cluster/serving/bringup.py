@@ -30,7 +30,7 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.cluster import proof
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.plans import make_plans
+from halo_cluster.cluster.plans import ClusterPlans, make_plans
 from halo_cluster.cluster.state import (
     ClusterState,
     NodeState,
@@ -92,6 +92,11 @@ class Serving:
         # command, such as 'halo up', may have written it since)
         self._state: ClusterState | None = None
         self.launched = False  # whether the last start got as far as the engine's launch
+        # the nodes' facts and plans, gathered once per command however many starts it makes
+        # ('halo run' serves the one-node reference, then the layout; 'halo tune' each layout)
+        self._plans: dict[bool, ClusterPlans] = {}
+        # this command stopped every node and started nothing since: a start stops nothing
+        self._stopped = False
 
     @property
     def state(self) -> ClusterState | None:
@@ -111,7 +116,8 @@ class Serving:
         layout = self._layout_config(request)
         engine.check(layout, request)
         ctx = self._context(engine, request, api_key, layout)
-        self._stop()
+        if not self._stopped:
+            self._stop()
         prepared = engine.prepare(ctx)
         name = layout_name(request, prepared)
         if request.reference == "record" and len(prepared.witnesses) > 1:
@@ -129,7 +135,7 @@ class Serving:
         try:
             self._record_launch(ctx, prepared)
             launching, steps = control.recording(ctx)  # what a restart will run again
-            self.launched = True
+            self.launched, self._stopped = True, False
             engine.launch(launching, prepared)
             self._wait_healthy(request, prepared.members)
             ready_s = time.monotonic() - started
@@ -246,7 +252,8 @@ class Serving:
             plans, capacity = state.plans(), state.capacity()
             env = ray_env(self.config)
         else:
-            made = make_plans(self.cluster, request.force)
+            made = self._plans.get(request.force) or make_plans(self.cluster, request.force)
+            self._plans[request.force] = made
             plans, capacity, env = made.plans, made.capacity, {}
             fresh = state or new_state(self.config)
             if fresh.ray_started_at is None:  # Ray's plans stay what Ray was started with
@@ -428,4 +435,5 @@ class Serving:
         if state is not None and state.serve is not None:  # no server: status shows none
             state.serve = None
             self._save(state)
+        self._stopped = True
         return any(stopped) or supervised
