@@ -22,7 +22,6 @@ from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines import llama_cpp_argv as argv
 from halo_cluster.engines import llama_cpp_layouts, process, scripts
-from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.llama_cpp_argv import LlamaCppOptions, Worker
 from halo_cluster.engines.protocol import (
     ModelMemory,
@@ -79,12 +78,8 @@ class LlamaCpp:
     owned = argv.OWNED
     model_format = "gguf"
     layout_examples = llama_cpp_layouts.EXAMPLES
-
-    def layouts(self, nodes: int, gpus: int, heads: int | None) -> list[Layout]:
-        return llama_cpp_layouts.layouts(nodes, gpus, heads)
-
-    def layout(self, shape: str, gpus: int) -> Layout:
-        return llama_cpp_layouts.parse(shape, gpus)
+    layouts = staticmethod(llama_cpp_layouts.layouts)
+    layout = staticmethod(llama_cpp_layouts.parse)
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> LlamaCppOptions:
         if any(flags.get(k) is not None for k in ("tp", "pp", "executor")):

@@ -22,7 +22,6 @@ from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, secret
 from halo_cluster.config.section import Section
 from halo_cluster.engines import process, scripts, vllm_layouts
-from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import (
     ModelMemory,
     Prepared,
@@ -56,12 +55,8 @@ class Vllm:
     owned = OWNED
     model_format = "hf"
     layout_examples = vllm_layouts.EXAMPLES
-
-    def layouts(self, nodes: int, gpus: int, heads: int | None) -> list[Layout]:
-        return vllm_layouts.layouts(nodes, gpus, heads)
-
-    def layout(self, shape: str, gpus: int) -> Layout:
-        return vllm_layouts.parse(shape, gpus)
+    layouts = staticmethod(vllm_layouts.layouts)
+    layout = staticmethod(vllm_layouts.parse)
 
     def options(self, section: Section | None, flags: Mapping[str, Any]) -> VllmOptions:
         options = VllmOptions.from_section(section)
