@@ -7,16 +7,28 @@ from __future__ import annotations
 from typing import Any
 
 from halo_cluster.serving.status import HISTORY_SHOWN, supervisor_summary
+from halo_cluster.supervise.control import SupervisorStatus
+from halo_cluster.wire.supervise import parse_state
 
 
-def record(**changes: Any) -> dict[str, Any]:
+def record(running: bool = True, **changes: Any) -> SupervisorStatus:
+    """The status of a supervisor whose state file holds ``changes`` over a serving one;
+    a file halo cannot read is kept as its problem, as ``control.status`` keeps it."""
+    from halo_cluster.errors import WireError
+
+    try:
+        return SupervisorStatus(running, parse_state(document(**changes)))
+    except WireError as err:
+        return SupervisorStatus(running, None, f"unreadable state file ({err})")
+
+
+def document(**changes: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "version": 1,
         "cluster": "strix",
         "engine": "llama.cpp",
         "model": "/m.gguf",
         "pid": 4242,
-        "running": True,
         "state": "serving",
         "since": 1000.0,
         "serving_since": 1100.0,
@@ -24,7 +36,13 @@ def record(**changes: Any) -> dict[str, Any]:
         "restarts": 1,
         "attempts": 2,
         "cause": None,
-        "last_probe": {"at": 1190.0, "health": True, "generated": True, "latency_s": 0.0042},
+        "last_probe": {
+            "at": 1190.0,
+            "health": True,
+            "generated": True,
+            "latency_s": 0.0042,
+            "detail": None,
+        },
         "nodes": {"n1": {"reachable": True, "alive": True}},
         "history": [
             {"at": 1000.0, "state": "serving", "cause": None},
@@ -46,7 +64,7 @@ def test_a_serving_supervisor_is_summed_up() -> None:
         "probe_latency_s": 0.0042,
         "probe_at": 1190.0,
         "nodes": {"n1": {"reachable": True, "alive": True}},
-        "history": record()["history"],
+        "history": document()["history"],
     }
 
 
@@ -60,13 +78,11 @@ def test_a_supervisor_whose_process_is_gone_is_not_running_whatever_its_file_say
 
 def test_no_file_and_odd_fields_give_none_or_nothing_made_up() -> None:
     assert supervisor_summary(None) is None
-    odd = supervisor_summary(
-        record(serving_since="soon", last_probe=[1], history={"a": 1}, nodes=None), now=1200.0
-    )
-    assert odd is not None
-    assert (odd["uptime_s"], odd["probe_latency_s"], odd["history"], odd["nodes"]) == (
-        None, None, [], {}
-    )  # fmt: skip
+    for odd in ({"serving_since": "soon"}, {"last_probe": [1]}, {"history": {"a": 1}}):
+        summary = supervisor_summary(record(**odd), now=1200.0)
+        assert summary is not None and summary["state"] == "unknown"
+        assert summary["cause"].startswith("unreadable state file (supervisor state: ")
+    assert supervisor_summary(record(nodes=None), now=1200.0)["nodes"] == {}  # type: ignore[index]
 
 
 def test_only_the_latest_state_changes_are_shown() -> None:

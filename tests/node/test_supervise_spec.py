@@ -52,3 +52,30 @@ def test_anything_else_is_one_wire_error(value: Any) -> None:
         parse_spec(document)
     except WireError as err:
         assert "\n" not in str(err)
+
+
+def test_the_state_file_reads_back_as_it_was_written() -> None:
+    from halo_cluster.wire.supervise import Change, LastProbe, SupervisorState, parse_state
+
+    state = SupervisorState(
+        "lab", "vllm", "tiny", 4242, SuperviseSettings(), "serving", since=1.0, started_at=1.0,
+        serving_since=2.0, restarts=1, attempts=2, cause=None,
+        last_probe=LastProbe(3.0, True, True, 0.01, None),
+        nodes={"node1": {"reachable": True}}, history=[Change(1.0, "serving", None)],
+        proof={"problems": []},
+    )  # fmt: skip
+    assert parse_state(json.loads(json.dumps(state.to_dict()))) == state
+
+
+@given(JSON)
+def test_any_other_state_is_one_wire_error(value: Any) -> None:
+    from halo_cluster.wire.supervise import parse_state
+
+    try:
+        parse_state(
+            {"version": 1, "cluster": "c", "state": "serving", **value}
+            if isinstance(value, dict)
+            else value
+        )
+    except WireError as err:
+        assert "\n" not in str(err)

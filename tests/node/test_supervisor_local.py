@@ -131,12 +131,12 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
 def test_a_killed_server_is_restarted_and_serving_again(supervised: Any) -> None:
     start, _lines, _tmp = supervised
     sup = start()
-    until(lambda: sup.record["last_probe"] and sup.record["last_probe"]["generated"], "a probe")
+    until(lambda: sup.record.last_probe and sup.record.last_probe.generated, "a probe")
     first = pid_of()
     os.kill(first, signal.SIGKILL)
-    until(lambda: sup.record["restarts"] == 1 and sup.record["state"] == sv.SERVING, "restarted")
+    until(lambda: sup.record.restarts == 1 and sup.record.state == sv.SERVING, "restarted")
     assert pid_of() != first
-    causes = [h["cause"] for h in sup.record["history"] if h["state"] == sv.RESTARTING]
+    causes = [h.cause for h in sup.record.history if h.state == sv.RESTARTING]
     assert causes == ["the engine's process exited on node1"]
     saved = json.loads(sup.state_path.read_text())
     assert saved["state"] == sv.SERVING and saved["restarts"] == 1
@@ -146,11 +146,11 @@ def test_a_killed_server_is_restarted_and_serving_again(supervised: Any) -> None
 def test_a_stopped_server_is_a_wedge_and_restarted(supervised: Any) -> None:
     start, _lines, _tmp = supervised
     sup = start(wedge_probes=2)
-    until(lambda: sup.record["last_probe"], "a probe")
+    until(lambda: sup.record.last_probe, "a probe")
     wedged = pid_of()
     os.kill(wedged, signal.SIGSTOP)
-    until(lambda: sup.record["restarts"] == 1 and sup.record["state"] == sv.SERVING, "restarted")
-    cause = next(h["cause"] for h in sup.record["history"] if h["state"] == sv.RESTARTING)
+    until(lambda: sup.record.restarts == 1 and sup.record.state == sv.SERVING, "restarted")
+    cause = next(h.cause for h in sup.record.history if h.state == sv.RESTARTING)
     assert cause.startswith("wedged: no token within 3 s for 2 probes in a row")
     assert process_state(wedged) in ("gone", "Z")  # stopped for good (a zombie until reaped)
 
@@ -158,25 +158,25 @@ def test_a_stopped_server_is_a_wedge_and_restarted(supervised: Any) -> None:
 def test_a_crash_loop_ends_in_failed_after_exactly_k_restarts(supervised: Any) -> None:
     start, lines, tmp = supervised
     sup = start(crash_restarts=2)
-    until(lambda: sup.record["last_probe"], "a probe")
+    until(lambda: sup.record.last_probe, "a probe")
     (tmp / "broken").write_text("")  # the model cannot be loaded any more
     os.kill(pid_of(), signal.SIGKILL)
-    until(lambda: sup.record["state"] == sv.FAILED, "failed")
-    assert sup.record["restarts"] == 0
+    until(lambda: sup.record.state == sv.FAILED, "failed")
+    assert sup.record.restarts == 0
     assert len(sup.policy.restarts_at) == 2
-    assert sup.record["cause"].startswith("crash loop: 2 restarts within 600 s did not keep it up")
-    assert "cannot load the model" in sup.record["cause"]
+    assert sup.record.cause.startswith("crash loop: 2 restarts within 600 s did not keep it up")
+    assert "cannot load the model" in sup.record.cause
     assert sum(line.split(" ", 1)[1].startswith("restart failed:") for line in lines) == 2
     time.sleep(1.5)  # three more rounds' time: nothing more is tried
-    assert len(sup.policy.restarts_at) == 2 and sup.record["state"] == sv.FAILED
+    assert len(sup.policy.restarts_at) == 2 and sup.record.state == sv.FAILED
 
 
 def test_stopping_the_supervisor_leaves_the_server_to_halo_stop(supervised: Any) -> None:
     start, _lines, _tmp = supervised
     sup = start()
-    until(lambda: sup.record["last_probe"], "a probe")
+    until(lambda: sup.record.last_probe, "a probe")
     sup.stopping.set()
-    until(lambda: sup.record["state"] == sv.STOPPED, "stopped")
+    until(lambda: sup.record.state == sv.STOPPED, "stopped")
     os.kill(pid_of(), 0)  # the server itself is stopped by 'halo stop', after the supervisor
 
 

@@ -353,29 +353,36 @@ def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
     head, not by this process)."""
     from halo_cluster.engines import scripts
     from halo_cluster.supervise import control
+    from halo_cluster.wire.supervise import SupervisorState
 
     cluster = server.cluster
     _log, pid = scripts.log_paths(cluster.config.name)
-    before = (control.status(cluster) or {}).get("restarts") or 0
+
+    def known(found: control.SupervisorStatus | None) -> SupervisorState | None:
+        return found.state if found is not None else None
+
+    first = known(control.status(cluster))
+    before = first.restarts if first is not None else 0
     cluster.client(cluster.head).script(f'kill -KILL "$(cat {pid})"\n')
     say(f"killed llama-server on {cluster.head.name} (SIGKILL); halo status says:")
-    started, found = time.monotonic(), {}
+    started, found = time.monotonic(), first
     seen: list[str] = []
     last = "serving"
     while time.monotonic() - started < RECOVERY_BOUND_S:
-        found = control.status(cluster) or {}
-        state = str(found.get("state"))
-        back = state == "serving" and (found.get("restarts") or 0) > before
+        found = known(control.status(cluster))
+        state = found.state if found is not None else "unknown"
+        back = found is not None and state == "serving" and found.restarts > before
         if state != last or (back and not seen):
             seen.append(state)
-            cause = f" ({found.get('cause')})" if state != "serving" and found.get("cause") else ""
-            say(f"  {time.monotonic() - started:5.1f} s  supervisor: {state}{cause}")
+            cause = found.cause if found is not None and state != "serving" else None
+            say(f"  {time.monotonic() - started:5.1f} s  supervisor: {state}"
+                + (f" ({cause})" if cause else ""))  # fmt: skip
             last = state
         if back:
             break
         time.sleep(0.5)
     took = round(time.monotonic() - started, 1)
-    return {"states": seen, "seconds": took, "restarts": found.get("restarts")}
+    return {"states": seen, "seconds": took, "restarts": found.restarts if found else None}
 
 
 def _side_by_side(

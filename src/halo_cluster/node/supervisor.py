@@ -38,7 +38,14 @@ from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.result import Runner
 from halo_cluster.runner.ssh import SSHRunner
 from halo_cluster.wire.answers import parse_counters
-from halo_cluster.wire.supervise import Member, Spec, parse_spec
+from halo_cluster.wire.supervise import (
+    Change,
+    LastProbe,
+    Member,
+    Spec,
+    SupervisorState,
+    parse_spec,
+)
 from halo_cluster.witness.logs import log_nodes, recheck_problems
 from halo_cluster.witness.traffic import check_paths, per_token
 
@@ -103,41 +110,29 @@ class Supervisor:
         self.policy = sv.Policy(self.settings)
         self.stopping = threading.Event()
         now = time.time()
-        self.record: dict[str, Any] = {
-            "version": 1,
-            "cluster": spec.cluster,
-            "engine": spec.engine,
-            "model": spec.model,
-            "pid": os.getpid(),
-            "state": sv.STARTING,
-            "since": now,
-            "serving_since": None,
-            "started_at": now,
-            "restarts": 0,  # that brought it back
-            "attempts": 0,  # restarts tried, those that failed included
-            "cause": None,
-            "last_probe": None,
-            "nodes": {},
-            "history": [],
-            "settings": self.settings.to_dict(),
-        }
+        self.record = SupervisorState(
+            spec.cluster, spec.engine, spec.model, os.getpid(), self.settings, sv.STARTING,
+            since=now, started_at=now,
+        )  # fmt: skip
 
     # -- state ------------------------------------------------------------------------------
     def set_state(self, state: str, cause: str | None = None) -> None:
         now = time.time()
-        if state != self.record["state"] or cause != self.record["cause"]:
+        record = self.record
+        if state != record.state or cause != record.cause:
             self.log(f"state {state}" + (f": {cause}" if cause else ""))
-            history = self.record["history"]
-            history.append({"at": round(now, 3), "state": state, "cause": cause})
-            del history[: -sv.HISTORY_KEPT]
-        if state != self.record["state"]:
-            self.record["since"] = now
-            self.record["serving_since"] = now if state == sv.SERVING else None
-        self.record["state"], self.record["cause"] = state, cause
+            record.history.append(Change(round(now, 3), state, cause))
+            del record.history[: -sv.HISTORY_KEPT]
+        if state != record.state:
+            record.since = now
+            record.serving_since = now if state == sv.SERVING else None
+        record.state, record.cause = state, cause
         self.save()
 
     def save(self) -> None:
-        atomic_write(self.state_path, json.dumps(self.record, indent=1) + "\n", mode=0o600)
+        atomic_write(
+            self.state_path, json.dumps(self.record.to_dict(), indent=1) + "\n", mode=0o600
+        )
 
     def log(self, line: str) -> None:
         self.emit(time.strftime("%Y-%m-%dT%H:%M:%S ") + line)
@@ -151,7 +146,7 @@ class Supervisor:
         )
         self.set_state(sv.SERVING)  # 'halo serve' proved it before starting the supervisor
         while not self.stopping.is_set():
-            state = self.record["state"]
+            state = self.record.state
             if state == sv.FAILED:
                 self.stopping.wait(self.settings.interval_s)  # nothing more until the user acts
                 continue
@@ -181,14 +176,9 @@ class Supervisor:
         else:
             healthy, generated, latency, detail = self.generate()
         probe = sv.Probe(at, members, healthy, generated, latency, detail)
-        self.record["last_probe"] = {
-            "at": round(at, 3),
-            "health": healthy,
-            "generated": generated,
-            "latency_s": None if latency is None else round(latency, 4),
-            "detail": detail,
-        }
-        self.record["nodes"] = {m.name: _member_dict(m) for m in members}
+        rounded = None if latency is None else round(latency, 4)
+        self.record.last_probe = LastProbe(round(at, 3), healthy, generated, rounded, detail)
+        self.record.nodes = {m.name: _member_dict(m) for m in members}
         self.save()
         return probe
 
@@ -239,10 +229,10 @@ class Supervisor:
             self.log(f"restart {len(self.policy.restarts_at)}: in {action.wait_s:g} s")
             if self.stopping.wait(action.wait_s):
                 return
-            self.record["attempts"] += 1
+            self.record.attempts += 1
             error = self.start_group()
             if error is None:
-                self.record["restarts"] += 1
+                self.record.restarts += 1
                 self.set_state(sv.SERVING, None)
                 return
             self.log(f"restart failed: {error}")
@@ -345,7 +335,7 @@ class Supervisor:
         after = self.read_counters(counted)
         nodes = {n: per_token(before[n], after.get(n, {}), probe.completion_tokens) for n in before}
         problems = check_paths(nodes, self.spec.rdma)
-        self.record["proof"] = {"at": round(time.time(), 3), "nodes": nodes, "problems": problems}
+        self.record.proof = {"at": round(time.time(), 3), "nodes": nodes, "problems": problems}
         if problems and not self.spec.allow_fallback:
             return "the counters show another path than the plans asked for: " + problems[0]
         return None
@@ -360,7 +350,7 @@ class Supervisor:
             for n in nodes
         }
         problems = recheck_problems(recheck, logs)
-        self.record["proof_log"] = {"at": round(time.time(), 3), "problems": problems}
+        self.record.proof_log = {"at": round(time.time(), 3), "problems": problems}
         if problems and not self.spec.allow_fallback:
             return "the engine's log shows another path than the plans asked for: " + problems[0]
         return None

@@ -104,7 +104,7 @@ HISTORY_SHOWN = 10
 
 
 def supervisor_summary(
-    found: dict[str, Any] | None, now: float | None = None
+    found: control.SupervisorStatus | None, now: float | None = None
 ) -> dict[str, Any] | None:
     """The supervisor's state as ``halo status`` shows it: the state, whether its process
     runs, uptime of the current serving spell, restarts, the last cause, the last probe and
@@ -113,25 +113,24 @@ def supervisor_summary(
     if found is None:
         return None
     now = time.time() if now is None else now
-    since = found.get("serving_since")
-    probe = found.get("last_probe")
-    probe = probe if isinstance(probe, dict) else {}
-    history = found.get("history")
-    history = history if isinstance(history, list) else []
-    state = found.get("state")
-    if not found.get("running") and state not in ("stopped", "failed"):
+    known = found.state
+    state = known.state if known is not None else "unknown"
+    if not found.running and state not in ("stopped", "failed"):
         state = "not running"
+    if known is None:
+        return {"state": state, "running": found.running, "cause": found.problem}
+    since, probe = known.serving_since, known.last_probe
     return {
         "state": state,
-        "running": bool(found.get("running")),
-        "uptime_s": round(now - since, 1) if isinstance(since, int | float) else None,
-        "restarts": found.get("restarts"),
-        "attempts": found.get("attempts"),
-        "cause": found.get("cause"),
-        "probe_latency_s": probe.get("latency_s"),
-        "probe_at": probe.get("at"),
-        "nodes": found.get("nodes") or {},
-        "history": history[-HISTORY_SHOWN:],
+        "running": found.running,
+        "uptime_s": round(now - since, 1) if since is not None else None,
+        "restarts": known.restarts,
+        "attempts": known.attempts,
+        "cause": known.cause,
+        "probe_latency_s": probe.latency_s if probe else None,
+        "probe_at": probe.at if probe else None,
+        "nodes": known.nodes,
+        "history": [c.to_dict() for c in known.history[-HISTORY_SHOWN:]],
     }
 
 

@@ -30,14 +30,21 @@ from halo_cluster.cluster.proof import counters_call, mgmt_address
 from halo_cluster.config import NodeConfig
 from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
-from halo_cluster.errors import LifecycleError
+from halo_cluster.errors import LifecycleError, WireError
 from halo_cluster.ray.lifecycle import ray_start_path
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
 from halo_cluster.runner.result import LineSink, Result, Runner
 from halo_cluster.supervise import service
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
-from halo_cluster.wire.supervise import Member, Spec, SshTarget, Step
+from halo_cluster.wire.supervise import (
+    Member,
+    Spec,
+    SshTarget,
+    Step,
+    SupervisorState,
+    parse_state,
+)
 
 ROLE = service.ROLE
 FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
@@ -264,19 +271,20 @@ def install(
     cluster.progress(
         f"supervisor: started on {head.name} ({how}), waiting for its first round of probes"
     )
-    return {**_first_round(cluster), "service": mode}
+    return {**_first_round(cluster).to_dict(), "service": mode}
 
 
-def _first_round(cluster: Cluster) -> dict[str, Any]:
+def _first_round(cluster: Cluster) -> SupervisorStatus:
     deadline = time.monotonic() + FIRST_ROUND_S
     while time.monotonic() < deadline:
         found = status(cluster)
-        if found is not None and not found.get("running"):
+        if found is not None and not found.running:
             raise LifecycleError(
                 f"the supervisor on {cluster.head.name} exited: {tail(cluster, 3)}"
             )
-        if found is not None and found.get("last_probe"):
-            lost = {n: v for n, v in (found.get("nodes") or {}).items() if not v.get("reachable")}
+        if found is not None and found.state is not None and found.state.last_probe:
+            nodes = found.state.nodes
+            lost = {n: v for n, v in nodes.items() if not v.get("reachable")}
             if lost:
                 name, why = next(iter(lost.items()))
                 raise LifecycleError(
@@ -292,9 +300,24 @@ def _first_round(cluster: Cluster) -> dict[str, Any]:
 
 
 # -- a running supervisor --------------------------------------------------------------------
-def status(cluster: Cluster) -> dict[str, Any] | None:
-    """The supervisor's state file on the head, with ``running`` (its process alive); None
-    when no supervisor ever ran for this cluster there."""
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """The supervisor on the head as the controller finds it: whether its process runs, and
+    its state file (None with ``problem`` when the file cannot be read)."""
+
+    running: bool
+    state: SupervisorState | None
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.state is None:
+            return {"running": self.running, "state": "unknown", "cause": self.problem}
+        return {**self.state.to_dict(), "running": self.running}
+
+
+def status(cluster: Cluster) -> SupervisorStatus | None:
+    """The supervisor's state on the head, with whether its process runs; None when no
+    supervisor ever ran for this cluster there."""
     name = cluster.config.name
     _log, pid = scripts.log_paths(name, ROLE)
     state = f"{scripts.STATE_DIR}/{ROLE}-{name}.json"
@@ -309,17 +332,9 @@ def status(cluster: Cluster) -> dict[str, Any] | None:
     if not text.strip():
         return None
     try:
-        data = loads(text)
-    except ValueError:
-        return {
-            "running": running == "running",
-            "state": "unknown",
-            "cause": "unreadable state file",
-        }
-    if not isinstance(data, dict):
-        return None
-    data["running"] = running == "running"
-    return data
+        return SupervisorStatus(running == "running", parse_state(loads(text)))
+    except (ValueError, WireError) as err:
+        return SupervisorStatus(running == "running", None, f"unreadable state file ({err})")
 
 
 def tail(cluster: Cluster, lines: int = 200) -> str:

@@ -199,3 +199,142 @@ def parse_spec(value: Any) -> Spec:
         raise WireError(f"supervisor spec: no field {err}") from None
     except (TypeError, ValueError, HaloError) as err:
         raise WireError(f"supervisor spec: a malformed field ({err})") from None
+
+
+# -- the supervisor's state file (supervise-CLUSTER.json beside the spec) ------------------
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of state, as the history keeps it."""
+
+    at: float
+    state: str
+    cause: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "state": self.state, "cause": self.cause}
+
+
+@dataclass(frozen=True)
+class LastProbe:
+    """The latest round of probes: /health on the head, and a one-token generation."""
+
+    at: float
+    health: bool
+    generated: bool
+    latency_s: float | None
+    detail: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "health": self.health, "generated": self.generated,
+                "latency_s": self.latency_s, "detail": self.detail}  # fmt: skip
+
+
+@dataclass
+class SupervisorState:
+    """What the supervisor on the head writes at every change and every round (atomically,
+    0600), and ``halo status``, ``halo serve`` and the exporter read back. ``nodes``: each
+    member as the last round saw it (``supervision.MemberProbe``'s fields but its name);
+    ``proof``/``proof_log``: the last restart's counters and log witnesses."""
+
+    cluster: str
+    engine: str
+    model: str
+    pid: int
+    settings: SuperviseSettings
+    state: str
+    since: float
+    started_at: float
+    serving_since: float | None = None
+    restarts: int = 0  # that brought it back
+    attempts: int = 0  # restarts tried, those that failed included
+    cause: str | None = None
+    last_probe: LastProbe | None = None
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    history: list[Change] = field(default_factory=list)
+    proof: dict[str, Any] | None = None
+    proof_log: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "cluster": self.cluster,
+            "engine": self.engine,
+            "model": self.model,
+            "pid": self.pid,
+            "state": self.state,
+            "since": self.since,
+            "serving_since": self.serving_since,
+            "started_at": self.started_at,
+            "restarts": self.restarts,
+            "attempts": self.attempts,
+            "cause": self.cause,
+            "last_probe": None if self.last_probe is None else self.last_probe.to_dict(),
+            "nodes": self.nodes,
+            "history": [c.to_dict() for c in self.history],
+            "settings": self.settings.to_dict(),
+            **({"proof": self.proof} if self.proof is not None else {}),
+            **({"proof_log": self.proof_log} if self.proof_log is not None else {}),
+        }
+
+
+def _optional_number(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise WireError(f"supervisor state: {where} is not a number")
+    return float(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def parse_state(value: Any) -> SupervisorState:
+    """The state file as the supervisor wrote it (parsed JSON)."""
+    if not isinstance(value, dict) or value.get("version") != STATE_VERSION:
+        raise WireError(f"not a supervisor state of version {STATE_VERSION}")
+    try:
+        probe = value.get("last_probe")
+        nodes = value.get("nodes") or {}
+        proof, proof_log = value.get("proof"), value.get("proof_log")
+        if not isinstance(nodes, dict) or not all(isinstance(v, dict) for v in nodes.values()):
+            raise WireError("supervisor state: nodes is not an object of objects")
+        return SupervisorState(
+            cluster=str(value["cluster"]),
+            engine=str(value.get("engine") or ""),
+            model=str(value.get("model") or ""),
+            pid=int(value.get("pid") or 0),
+            settings=SuperviseSettings.from_dict(value.get("settings") or {}),
+            state=str(value["state"]),
+            since=float(value.get("since") or 0.0),
+            started_at=float(value.get("started_at") or 0.0),
+            serving_since=_optional_number(value.get("serving_since"), "serving_since"),
+            restarts=int(value.get("restarts") or 0),
+            attempts=int(value.get("attempts") or 0),
+            cause=_optional_text(value.get("cause")),
+            last_probe=None
+            if probe is None
+            else LastProbe(
+                float(probe["at"]),
+                bool(probe.get("health")),
+                bool(probe.get("generated")),
+                _optional_number(probe.get("latency_s"), "the probe's latency_s"),
+                _optional_text(probe.get("detail")),
+            ),
+            nodes={str(k): dict(v) for k, v in nodes.items()},
+            history=[
+                Change(float(c["at"]), str(c["state"]), _optional_text(c.get("cause")))
+                for c in value.get("history") or []
+            ],
+            proof=proof if isinstance(proof, dict) else None,
+            proof_log=proof_log if isinstance(proof_log, dict) else None,
+        )
+    except WireError:
+        raise
+    except KeyError as err:
+        raise WireError(f"supervisor state: no field {err}") from None
+    except (TypeError, ValueError, AttributeError, HaloError) as err:
+        raise WireError(f"supervisor state: a malformed field ({err})") from None
