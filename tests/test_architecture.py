@@ -161,9 +161,13 @@ def test_no_import_cycle_in_src() -> None:
 
 
 def test_every_file_the_architecture_names_exists() -> None:
-    """docs/architecture.md names modules by path (`serving/bringup.py`, `wire/`): each
-    one exists, in the package, the tests or the tools, so a rename cannot leave it behind."""
-    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    """docs/architecture.md and docs/flow.md name modules by path (`serving/bringup.py`,
+    `wire/`): each one exists, in the package, the tests or the tools, so a rename cannot
+    leave it behind."""
+    text = "".join(
+        (REPO / "docs" / name).read_text(encoding="utf-8")
+        for name in ("architecture.md", "flow.md")
+    )
     package = REPO / "src" / "halo_cluster"
     paths = set(re.findall(r"`((?:[a-z_0-9]+/)+(?:[a-z_0-9]+\.py)?)`", text))
     missing = sorted(p for p in paths if not any((d / p).exists() for d in (package, REPO)))
