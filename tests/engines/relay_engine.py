@@ -19,10 +19,11 @@ from typing import Any
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.config.section import Section
-from halo_cluster.engines import process, scripts
+from halo_cluster.engines import process
 from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import Prepared, ServeContext, ServeRequest, Witness
-from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.engines.start import Ready, StartPlan, launch
+from halo_cluster.errors import UsageError
 from halo_cluster.witness.nccl_log import parse_logs
 
 SCRIPT = str(Path(__file__).with_name("relay_server.py"))
@@ -107,23 +108,22 @@ class Relay:
         options: RelayOptions = ctx.request.options
         return f"{ctx.plans[node.name].address}:{options.port}"
 
-    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+    def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:
+        """A worker on every node, each reached from the head, then the head."""
         options: RelayOptions = ctx.request.options
+        workers = []
         for node in prepared.detail:
             address = ctx.plans[node.name].address or ""
             argv = [options.python, "-u", options.script, "worker", "--bind", address]
-            started = process.start(
-                ctx.client(node), {}, [*argv, "--port", str(options.port)], ctx.config.name
-            )
-            reach = scripts.reach_script(address, options.port, 30)
-            if not started.ok or not ctx.client(ctx.head).script(reach, 40).ok:
-                raise LifecycleError(f"{node.name}: the relay worker did not start")
+            argv += ["--port", str(options.port)]
+            ready = Ready(address, options.port, 30)
+            workers.append(launch(node.name, "relay worker", argv, {}, ready=ready))
         serve = ctx.request.serve
-        workers = ",".join(self._endpoint(ctx, n) for n in prepared.detail)
+        endpoints = ",".join(self._endpoint(ctx, n) for n in prepared.detail)
         argv = [options.python, "-u", options.script, "head", "--host", serve.host]
-        argv += ["--port", str(serve.port), "--workers", workers, "--model", ctx.request.model]
-        if not process.start(ctx.client(ctx.head), {}, argv, ctx.config.name).ok:
-            raise LifecycleError(f"{ctx.head.name}: the relay head did not start")
+        argv += ["--port", str(serve.port), "--workers", endpoints, "--model", ctx.request.model]
+        head = launch(ctx.head.name, "relay head", argv, {})
+        return StartPlan((tuple(workers), (head,)))
 
     def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
         """The relay's own words: the head connected to each worker's fabric endpoint, and

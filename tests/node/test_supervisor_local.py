@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from halo_cluster import supervision as sv
 from halo_cluster.engines import scripts
 from halo_cluster.errors import StateError
 from halo_cluster.node.supervisor import Supervisor, read_spec
+from halo_cluster.wire.answers import TokenAnswer
+from halo_cluster.wire.supervise import TokenCheck
 
 STANDIN = Path(__file__).with_name("standin_server.py")
 CLUSTER = "sup-test"
@@ -110,9 +113,9 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     lines: list[str] = []
     running: list[tuple[Supervisor, threading.Thread]] = []
 
-    def start(**settings: Any) -> Supervisor:
+    def start(tokens: dict[str, Any] | None = None, **settings: Any) -> Supervisor:
         path = tmp_path / "spec.json"
-        path.write_text(json.dumps(spec(tmp_path, port, **settings)))
+        path.write_text(json.dumps({**spec(tmp_path, port, **settings), "tokens": tokens}))
         path.chmod(0o600)
         sup = Supervisor(read_spec(path), path, lines.append)
         assert sup.start_group() is None  # as 'halo serve' started it before leaving it
@@ -141,6 +144,38 @@ def test_a_killed_server_is_restarted_and_serving_again(supervised: Any) -> None
     saved = json.loads(sup.state_path.read_text())
     assert saved["state"] == sv.SERVING and saved["restarts"] == 1
     assert oct(sup.state_path.stat().st_mode & 0o777) == "0o600"
+
+
+def token_check(text: str) -> dict[str, Any]:
+    """The token witness as 'halo serve' hands it on: the reference's answer to one prompt
+    (the stand-in answers "xxxx" to every greedy 4-token request)."""
+    return {
+        "layout": "standin on node1", "reference_layout": "standin on node1",
+        "prompts": ["The capital of France is"], "tokens": 4, "top": 5,
+        "answers": [{"text": text, "steps": []}],
+    }  # fmt: skip
+
+
+def test_a_restart_is_proven_by_the_tokens_too(supervised: Any) -> None:
+    start, _lines, _tmp = supervised
+    sup = start(tokens=token_check("xxxx"))
+    until(lambda: sup.record.last_probe and sup.record.last_probe.generated, "a probe")
+    os.kill(pid_of(), signal.SIGKILL)
+    until(lambda: sup.record.restarts == 1 and sup.record.state == sv.SERVING, "restarted")
+    assert sup.record.proof_tokens is not None and sup.record.proof_tokens["problems"] == []
+
+
+def test_a_restart_whose_tokens_differ_is_not_serving(supervised: Any) -> None:
+    start, _lines, _tmp = supervised
+    sup = start(tokens=token_check("xxxx"), crash_restarts=1)
+    until(lambda: sup.record.last_probe and sup.record.last_probe.generated, "a probe")
+    # the server that comes back answers otherwise than the reference
+    other = TokenCheck(**{**sup.spec.tokens.__dict__, "answers": (TokenAnswer("xxyx", ()),)})
+    sup.spec = replace(sup.spec, tokens=other)
+    os.kill(pid_of(), signal.SIGKILL)
+    until(lambda: sup.record.state == sv.FAILED, "failed")
+    assert sup.record.restarts == 0
+    assert "the tokens differ from the one-node reference" in (sup.record.cause or "")
 
 
 def test_a_stopped_server_is_a_wedge_and_restarted(supervised: Any) -> None:

@@ -30,6 +30,7 @@ from halo_cluster.engines.protocol import (
     ServeRequest,
     Witness,
 )
+from halo_cluster.engines.start import Ready, StartPlan, launch
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
@@ -251,58 +252,35 @@ class LlamaCpp:
         return ModelMemory(shares, kv, note, weights_bytes=found.weights.total)
 
     # -- launch ---------------------------------------------------------------------------
-    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
-        """rpc-server on every worker, then llama-server on the head with all of them."""
+    def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:
+        """rpc-server on every worker, each reached from the head over the fabric (the path
+        llama-server will take), then llama-server on the head with all of them."""
         workers, layers, _local = prepared.detail
         options: LlamaCppOptions = ctx.request.options
-        self._start_workers(ctx, workers)
+        if workers:
+            ctx.progress(argv.NO_AUTH_NOTE)
+        cache = argv.rpc_cache_dir(ctx.config.models.dir)
+        rpc = []
+        for worker in workers:
+            node = worker.node
+            endpoint = worker.endpoint(options.rpc_port)
+            rpc.append(launch(
+                node.name, "rpc-server", argv.rpc_server_argv(options, worker.address),
+                {**dict(node.env), **argv.rpc_env(worker.transport, cache)},
+                f"starting rpc-server on {node.name} at {endpoint} ({worker.transport.upper()})",
+                Ready(worker.address, options.rpc_port, RPC_READY_S),
+            ))  # fmt: skip
         endpoints = [w.endpoint(options.rpc_port) for w in workers]
         model = ctx.request.model
         command = argv.llama_server_argv(ctx.request.serve, options, model, endpoints, layers)
         env = {**dict(ctx.head.env), **({"LLAMA_API_KEY": ctx.api_key} if ctx.api_key else {})}
         offload = argv.offload_layers(layers, len(workers))
-        ctx.progress(
+        title = (
             f"starting llama-server {model} on {ctx.head.name} "
             f"({offload}/{layers + 1} layers on {len(workers)} worker(s))"
         )
-        result = process.start(ctx.client(ctx.head), env, command, ctx.config.name)
-        if not result.ok:
-            raise LifecycleError(
-                f"could not start llama-server on {ctx.head.name}: {result.error_text()}"
-            )
-
-    def _start_workers(self, ctx: ServeContext, workers: list[Worker]) -> None:
-        options: LlamaCppOptions = ctx.request.options
-        if workers:
-            ctx.progress(argv.NO_AUTH_NOTE)
-
-        def start(worker: Worker) -> None:
-            node, client = worker.node, ctx.client(worker.node)
-            command = argv.rpc_server_argv(options, worker.address)
-            cache = argv.rpc_cache_dir(ctx.config.models.dir)
-            env = {**dict(node.env), **argv.rpc_env(worker.transport, cache)}
-            endpoint = worker.endpoint(options.rpc_port)
-            ctx.progress(
-                f"starting rpc-server on {node.name} at {endpoint} ({worker.transport.upper()})"
-            )
-            result = process.start(client, env, command, ctx.config.name)
-            if not result.ok:
-                raise LifecycleError(
-                    f"could not start rpc-server on {node.name}: {result.error_text()}"
-                )
-            # reached from the head, over the fabric: the path llama-server will take
-            reach = scripts.reach_script(worker.address, options.rpc_port, RPC_READY_S)
-            if not ctx.client(ctx.head).script(reach, RPC_READY_S + 10).ok:
-                alive = process.alive(client, ctx.config.name)
-                line = (
-                    "it does not answer" if alive else process.fatal_line(client, ctx.config.name)
-                )
-                raise LifecycleError(
-                    f"{node.name}: rpc-server is not reachable at {endpoint} "
-                    f"from {ctx.head.name}: {line}"
-                )
-
-        each(workers, start, settle=True)  # Ctrl-C: the stop that follows sees every start
+        server = launch(ctx.head.name, "llama-server", command, env, title)
+        return StartPlan((tuple(rpc), (server,)) if rpc else ((server,),))
 
     # -- witness --------------------------------------------------------------------------
     def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:

@@ -3,8 +3,9 @@ still run, read, and stopped (the scripts are ``engines.scripts``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.engines.scripts import (
     alive_script,
@@ -13,11 +14,47 @@ from halo_cluster.engines.scripts import (
     log_script,
     stop_script,
 )
+from halo_cluster.engines.start import Launch, StartPlan, ready_step, start_step
+from halo_cluster.errors import LifecycleError
 from halo_cluster.runner.result import Result
 
 
 def start(client: NodeClient, env: Mapping[str, str], argv: list[str], cluster: str) -> Result:
     return client.script(background_script(env, argv, cluster))
+
+
+def run_plan(
+    clients: Mapping[str, NodeClient],
+    plan: StartPlan,
+    cluster: str,
+    head: str,
+    progress: Callable[[str], None],
+) -> None:
+    """Run an engine's start plan: stage after stage, every launch of a stage at once, each
+    waited for where it says how (the steps the supervisor replays: ``start_steps``)."""
+
+    def one(launch: Launch) -> None:
+        if launch.title:
+            progress(launch.title)
+        client = clients[launch.node]
+        step = start_step(launch, cluster)
+        started = client.script(step.stdin or "", step.timeout_s)
+        if not started.ok:
+            raise LifecycleError(
+                f"could not start {launch.role} on {launch.node}: {started.error_text()}"
+            )
+        if launch.ready is None:
+            return
+        wait = ready_step(launch.ready, head)
+        if not clients[head].script(wait.stdin or "", wait.timeout_s).ok:
+            line = "it does not answer" if alive(client, cluster) else fatal_line(client, cluster)
+            raise LifecycleError(
+                f"{launch.node}: {launch.role} is not reachable at {launch.ready.endpoint} "
+                f"from {head}: {line}"
+            )
+
+    for stage in plan.stages:
+        each(list(stage), one, settle=True)  # Ctrl-C: the stop that follows sees every start
 
 
 def alive(client: NodeClient, cluster: str, timeout: float = 60.0) -> bool:

@@ -4,9 +4,10 @@ An engine is an object with the methods of ``Engine``; its module exposes it as 
 and ``engine_registry`` names the module. ``serving.bringup`` drives every engine the same
 way: ``options`` (config table + flags -> one typed value), ``check`` (refusals that need
 no node), ``prepare`` (checks on every node,
-nothing started), ``launch`` (start its processes), then /health, a warm-up request,
+nothing started), ``start_plan`` (the processes to start, as a value that
+``engines.process.run_plan`` runs and the supervisor replays), then /health, a warm-up request,
 ``witness`` (the engine's own words: its logs -> a verdict), and the counters witness, which
-is the same for every engine. Any failure after ``launch`` stops every node.
+is the same for every engine. Any failure after the start stops every node.
 
 The values an engine gets (``ServeRequest``, ``ServeContext``) and gives (``Prepared``,
 ``Witness``) are defined here, so an engine never reaches into the bring-up.
@@ -23,6 +24,7 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines.layout import Layout
+from halo_cluster.engines.start import StartPlan
 from halo_cluster.transport import TransportPlan
 
 # the model files an engine serves (``Engine.model_format``), as people are told to give them
@@ -163,8 +165,10 @@ class Engine(Protocol):
     def memory(self, ctx: ServeContext, prepared: Prepared) -> ModelMemory | None:
         """What the model will take on each member (None: the engine cannot tell)."""
 
-    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
-        """Start the engine's processes on its members (each with its own plan)."""
+    def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:
+        """Which processes to start on its members (each with its own transport plan), in
+        which order; starts nothing (``engines.process.run_plan`` runs it, the supervisor
+        replays it)."""
 
     def witness(self, ctx: ServeContext, prepared: Prepared) -> Witness:
         """Read the engine's logs into a verdict checked against the plans."""

@@ -29,6 +29,7 @@ from halo_cluster.engines.protocol import (
     ServeRequest,
     Witness,
 )
+from halo_cluster.engines.start import StartPlan, launch
 from halo_cluster.engines.vllm_argv import (
     OWNED,
     PREFLIGHT,
@@ -152,10 +153,13 @@ class Vllm:
         return ModelMemory(shares, kv, note, size_path=model, size_on=ctx.head.name)
 
     # -- launch ---------------------------------------------------------------------------
-    def launch(self, ctx: ServeContext, prepared: Prepared) -> None:
+    def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:
+        """One ``vllm serve`` per member, all at once: the head alone on Ray (the ranks are
+        Ray's), every node with its rank under the mp executor."""
         options: VllmOptions = ctx.request.options
         head_plan = ctx.plans[ctx.head.name]
         master = head_plan.address or ctx.head.host
+        launches = []
         for index, node in enumerate(prepared.members):
             mp = None
             if options.executor == "mp":
@@ -163,15 +167,12 @@ class Vllm:
             argv = serve_argv(
                 ctx.request.serve, options, ctx.request.model, prepared.tp or 1, head_plan.apu, mp
             )
-            ctx.progress(
+            title = (
                 f"starting vllm serve {ctx.request.model} (TP={prepared.tp}, "
                 f"{options.executor}) on {node.name}"
             )
-            started = process.start(ctx.client(node), self._env(ctx, node), argv, ctx.config.name)
-            if not started.ok:
-                raise LifecycleError(
-                    f"could not start the server on {node.name}: {started.error_text()}"
-                )
+            launches.append(launch(node.name, "vllm serve", argv, self._env(ctx, node), title))
+        return StartPlan((tuple(launches),))
 
     def _env(self, ctx: ServeContext, node: NodeConfig) -> dict[str, str]:
         env = {

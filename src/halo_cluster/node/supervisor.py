@@ -32,7 +32,7 @@ from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import HaloError, StateError
-from halo_cluster.node.serve_api import complete, health
+from halo_cluster.node.serve_api import complete, greedy_answers, health
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.result import Runner
@@ -47,6 +47,7 @@ from halo_cluster.wire.supervise import (
     parse_spec,
 )
 from halo_cluster.witness.logs import log_nodes, recheck_problems
+from halo_cluster.witness.tokens import compare
 from halo_cluster.witness.traffic import check_paths, per_token
 
 MAX_SPEC = 4 << 20
@@ -318,9 +319,10 @@ class Supervisor:
         return _short(lines[-1]) if lines else "its log is empty"
 
     def prove(self) -> str | None:
-        """Both witnesses again: the engine's own words (its logs, as at the first proof),
-        then the counters around one probe request."""
-        said = self.recheck_logs()
+        """Every witness again, as at the first proof: the engine's own words (its logs),
+        the tokens against the one-node reference, then the counters around one probe
+        request."""
+        said = self.recheck_logs() or self.recheck_tokens()
         if said is not None:
             return said
         counted = self.spec.counted
@@ -338,6 +340,24 @@ class Supervisor:
         self.record.proof = {"at": round(time.time(), 3), "nodes": nodes, "problems": problems}
         if problems and not self.spec.allow_fallback:
             return "the counters show another path than the plans asked for: " + problems[0]
+        return None
+
+    def recheck_tokens(self) -> str | None:
+        check = self.spec.tokens
+        if check is None:
+            return None  # 'halo serve' compared no tokens (no reference): nothing to repeat
+        host = "127.0.0.1" if self.spec.host == "0.0.0.0" else self.spec.host
+        try:
+            got = greedy_answers(
+                host, self.spec.port, self.spec.api_key, list(check.prompts), check.tokens,
+                check.top,
+            )  # fmt: skip
+        except (OSError, ValueError) as err:
+            return f"the token witness's requests failed: {_short(str(err))}"
+        verdict = compare(check.layout, check.reference_layout, check.answers, got.answers)
+        self.record.proof_tokens = {"at": round(time.time(), 3), **verdict.to_dict()}
+        if verdict.problems:
+            return "the tokens differ from the one-node reference: " + verdict.problems[0]
         return None
 
     def recheck_logs(self) -> str | None:

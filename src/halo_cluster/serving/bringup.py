@@ -5,7 +5,8 @@
 2. the engine's ``check`` (refusals that need no node, before the plans) and ``prepare``
    (its checks on every node; nothing started yet), then the memory check (``memory``:
    every member's available memory against its share of the model and its KV cache);
-3. the engine's ``launch``, then /health on the head, a warm-up request;
+3. the engine's start plan (run by ``engines.process.run_plan``), then /health on the
+   head, a warm-up request;
 4. the witnesses: the engine's own words (``Engine.witness``), every node's counters
    around one probe request (bytes per generated token on each path), and the tokens: the
    layout's greedy answers against the one-node reference of the same engine and model
@@ -49,6 +50,7 @@ from halo_cluster.engines.protocol import (
     Witness,
     find_engine,
 )
+from halo_cluster.engines.start import start_steps
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.models.stores import is_store_name, resolve
 from halo_cluster.ray.auth import ray_env
@@ -58,7 +60,7 @@ from halo_cluster.supervise import control
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
-from halo_cluster.wire.supervise import Step
+from halo_cluster.wire.supervise import Step, TokenCheck
 from halo_cluster.witness.tokens import compare
 
 HEALTH_TIMEOUT_S = 900.0
@@ -134,9 +136,9 @@ class Serving:
         started = time.monotonic()
         try:
             self._record_launch(ctx, prepared)
-            launching, steps = control.recording(ctx)  # what a restart will run again
+            plan = engine.start_plan(ctx, prepared)
             self.launched, self._stopped = True, False
-            engine.launch(launching, prepared)
+            process.run_plan(ctx.clients, plan, self.config.name, ctx.head.name, self.progress)
             self._wait_healthy(request, prepared.members)
             ready_s = time.monotonic() - started
             self.progress("warming up (one short request)")
@@ -158,7 +160,9 @@ class Serving:
             self._record_proof(request, prepared, witness, result)
             refused = bool(wrong) or (bool(result.problems) and not request.allow_fallback)
             if request.serve.supervise.enabled and not refused:
-                result.supervisor = self._supervise(ctx, prepared, steps, witness)
+                check = self._token_check(request, name, known)
+                steps = start_steps(plan, self.config.name, ctx.head.name)  # what it replays
+                result.supervisor = self._supervise(ctx, prepared, steps, witness, check)
         except BaseException:
             self.progress("stopping the server on every node")
             self._stop()
@@ -204,14 +208,27 @@ class Serving:
         verdict = compare(name, ref.layout, ref.answers, answers)
         return verdict.to_dict()
 
+    def _token_check(
+        self, request: ServeRequest, name: str, ref: reference.Reference | None
+    ) -> TokenCheck | None:
+        """The token witness as this start ran it, for the supervisor to run again after a
+        restart (None where it compared nothing: no reference, or this start recorded it)."""
+        if ref is None or request.reference in ("off", "record"):
+            return None
+        count = len(ref.prompts) if request.reference == "full" else reference.SHORT_PROMPTS
+        return TokenCheck(
+            name, ref.layout, ref.prompts[:count], ref.tokens, reference.TOP, ref.answers[:count]
+        )
+
     def _supervise(
         self,
         ctx: ServeContext,
         prepared: Prepared,
         steps: list[Step],
         witness: Witness,
+        tokens: TokenCheck | None = None,
     ) -> dict[str, Any]:
-        first = control.install(self.cluster, ctx, prepared, steps, witness.recheck)
+        first = control.install(self.cluster, ctx, prepared, steps, witness.recheck, tokens)
         return {
             "state": first.get("state"),
             "pid": first.get("pid"),

@@ -1,9 +1,9 @@
 """The controller's side of supervision (``node/supervisor.py`` is the supervisor itself).
 
-``halo serve`` records the scripts an engine's ``launch`` ran on each node, in order
-(``recording``); once the server is proven it leaves a supervisor on the head
+``halo serve`` runs the engine's start plan (``engines.start``); once the server is proven
+it leaves a supervisor on the head
 (``install``): a key of the head's own (made there, never leaving it) authorized on every
-other member for this server, the spec (the members, the recorded start, the probe and stop
+other member for this server, the spec (the members, the start plan's steps, the probe and stop
 scripts, the API key) written 0600 into the head's state directory, and the supervisor
 started through the node code: a systemd unit where the head runs systemd, else a detached
 process (``service``). The install waits for the supervisor's first round
@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
-import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,7 +32,6 @@ from halo_cluster.errors import LifecycleError, WireError
 from halo_cluster.ray.lifecycle import ray_start_path
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
-from halo_cluster.runner.result import LineSink, Result, Runner
 from halo_cluster.supervise import service
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
 from halo_cluster.wire.supervise import (
@@ -43,44 +40,12 @@ from halo_cluster.wire.supervise import (
     SshTarget,
     Step,
     SupervisorState,
+    TokenCheck,
     parse_state,
 )
 
 ROLE = service.ROLE
 FIRST_ROUND_S = 90.0  # the supervisor's first round of probes must be written within this
-
-
-# -- the start, as the engine ran it ----------------------------------------------------------
-@dataclass
-class RecordingRunner:
-    """A node's runner that keeps every command run through it, in order, across nodes."""
-
-    inner: Runner
-    node: str
-    steps: list[Step]
-    lock: threading.Lock
-
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
-        with self.lock:
-            self.steps.append(Step(self.node, tuple(argv), stdin, timeout))
-        return self.inner.run(argv, stdin, timeout, on_line)
-
-
-def recording(ctx: ServeContext) -> tuple[ServeContext, list[Step]]:
-    """``ctx`` whose clients record what they run (for ``launch``), and the steps list."""
-    steps: list[Step] = []
-    lock = threading.Lock()
-    clients = {
-        name: NodeClient(c.node, RecordingRunner(c.runner, name, steps, lock), c.code)
-        for name, c in ctx.clients.items()
-    }
-    return replace(ctx, clients=clients), steps
 
 
 # -- install ----------------------------------------------------------------------------------
@@ -160,6 +125,7 @@ def make_spec(
     steps: list[Step],
     targets: dict[str, SshTarget],
     recheck: dict[str, Any] | None = None,
+    tokens: TokenCheck | None = None,
 ) -> Spec:
     """The supervisor's spec (``wire.supervise``, read back by ``node/supervisor.py``); it
     holds the API key."""
@@ -204,6 +170,7 @@ def make_spec(
         log_tail_script=scripts.log_tail_script(name),
         log_script=scripts.log_script(name),
         recheck=recheck,
+        tokens=tokens,
     )
     return _with_ray(spec, cluster, ctx, prepared) if ray else spec
 
@@ -238,8 +205,11 @@ def install(
     prepared: Prepared,
     steps: list[Step],
     recheck: dict[str, Any] | None = None,
+    tokens: TokenCheck | None = None,
 ) -> dict[str, Any]:
-    """Leave the supervisor on the head; its first round of probes, as it wrote it."""
+    """Leave the supervisor on the head; its first round of probes, as it wrote it. It proves
+    a restart by the witnesses this start was proven by: the engine's log (``recheck``), the
+    tokens against the one-node reference (``tokens``), the counters."""
     head = cluster.head
     client = cluster.client(head)
     base = f"{state_dir(client)}/{ROLE}-{cluster.config.name}"
@@ -252,7 +222,7 @@ def install(
         key_line = _head_key(cluster, base)
         each(remote, lambda n: _authorize(cluster, n, key_line))
         targets = {n.name: _ssh_target(cluster, n) for n in remote}
-    spec = make_spec(cluster, ctx, prepared, steps, targets, recheck).to_json()
+    spec = make_spec(cluster, ctx, prepared, steps, targets, recheck, tokens).to_json()
     end = f"HALO_SPEC_{secrets.token_hex(8)}"  # a heredoc's end that the JSON cannot hold
     written = client.script(
         f"set -e\numask 077\ncat > {json.dumps(base + '.spec.json')} <<'{end}'\n{spec}\n{end}\n"

@@ -16,6 +16,7 @@ from typing import Any
 
 from halo_cluster.errors import HaloError, WireError
 from halo_cluster.supervision import SuperviseSettings
+from halo_cluster.wire.answers import TokenAnswer, token_answer_from_dict
 
 SPEC_VERSION = 1
 
@@ -67,6 +68,46 @@ class Member:
 
 
 @dataclass(frozen=True)
+class TokenCheck:
+    """The token witness the supervisor runs again after a restart, as 'halo serve' ran it:
+    the served layout's greedy answers to the reference's first prompts against the
+    one-node reference's answers (``witness.tokens``)."""
+
+    layout: str  # the layout served, "vllm tp2 on node1+node2"
+    reference_layout: str  # the one-node layout the reference was recorded on
+    prompts: tuple[str, ...]
+    tokens: int  # per prompt
+    top: int  # the likeliest tokens asked for at each step
+    answers: tuple[TokenAnswer, ...]  # the reference's, one per prompt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layout": self.layout, "reference_layout": self.reference_layout,
+                "prompts": list(self.prompts), "tokens": self.tokens, "top": self.top,
+                "answers": [a.to_dict() for a in self.answers]}  # fmt: skip
+
+
+def _token_check(value: Any) -> TokenCheck | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise WireError("supervisor spec: the token check is not an object")
+    answers = value["answers"]
+    if not isinstance(answers, list):
+        raise WireError("supervisor spec: the token check's answers are not a list")
+    return TokenCheck(
+        str(value["layout"]),
+        str(value["reference_layout"]),
+        _words(value["prompts"], "the token check's prompts"),
+        int(value["tokens"]),
+        int(value["top"]),
+        tuple(
+            token_answer_from_dict("supervisor spec", a, f"answers[{i}]")
+            for i, a in enumerate(answers)
+        ),
+    )
+
+
+@dataclass(frozen=True)
 class Spec:
     cluster: str
     head: str
@@ -88,6 +129,7 @@ class Spec:
     ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
     ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
     ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
+    tokens: TokenCheck | None = None  # the token witness after a restart (None: no reference)
 
     @property
     def counted(self) -> list[Member]:
@@ -116,6 +158,7 @@ class Spec:
             "ray_check_script": self.ray_check_script,
             "ray_start_script": self.ray_start_script,
             "ray_wait": list(self.ray_wait),
+            "tokens": None if self.tokens is None else self.tokens.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -192,6 +235,7 @@ def parse_spec(value: Any) -> Spec:
             ray_check_script=str(value.get("ray_check_script") or ""),
             ray_start_script=str(value.get("ray_start_script") or ""),
             ray_wait=_words(value.get("ray_wait") or [], "ray_wait"),
+            tokens=_token_check(value.get("tokens")),
         )
     except WireError:
         raise
@@ -256,6 +300,7 @@ class SupervisorState:
     history: list[Change] = field(default_factory=list)
     proof: dict[str, Any] | None = None
     proof_log: dict[str, Any] | None = None
+    proof_tokens: dict[str, Any] | None = None  # the last restart's token witness
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -277,6 +322,7 @@ class SupervisorState:
             "settings": self.settings.to_dict(),
             **({"proof": self.proof} if self.proof is not None else {}),
             **({"proof_log": self.proof_log} if self.proof_log is not None else {}),
+            **({"proof_tokens": self.proof_tokens} if self.proof_tokens is not None else {}),
         }
 
 
@@ -300,6 +346,7 @@ def parse_state(value: Any) -> SupervisorState:
         probe = value.get("last_probe")
         nodes = value.get("nodes") or {}
         proof, proof_log = value.get("proof"), value.get("proof_log")
+        proof_tokens = value.get("proof_tokens")
         if not isinstance(nodes, dict) or not all(isinstance(v, dict) for v in nodes.values()):
             raise WireError("supervisor state: nodes is not an object of objects")
         return SupervisorState(
@@ -331,6 +378,7 @@ def parse_state(value: Any) -> SupervisorState:
             ],
             proof=proof if isinstance(proof, dict) else None,
             proof_log=proof_log if isinstance(proof_log, dict) else None,
+            proof_tokens=proof_tokens if isinstance(proof_tokens, dict) else None,
         )
     except WireError:
         raise

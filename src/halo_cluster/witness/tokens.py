@@ -124,7 +124,7 @@ def _drift(
     reference's token, over the positions up to and including ``upto`` where the layout's
     answer names it, and where it was."""
     diffs = []
-    for i, (a, b) in enumerate(zip(ref[: upto + 1], got[: upto + 1], strict=False)):
+    for i, (a, b) in enumerate(zip(ref[: upto + 1], got[: upto + 1])):
         theirs = _lookup(b, a.key)
         if a.logprob is not None and theirs is not None:
             diffs.append((round(abs(a.logprob - theirs), 4), i))
@@ -135,7 +135,7 @@ def _drift(
 
 
 def _text_verdict(index: int, ref: str, got: str) -> PromptVerdict:
-    pairs = enumerate(zip(ref, got, strict=False))
+    pairs = enumerate(zip(ref, got))
     agreed = next((i for i, (a, b) in pairs if a != b), min(len(ref), len(got)))
     same = ref == got
     return PromptVerdict(
@@ -157,7 +157,7 @@ def compare_prompt(
     """One prompt's answers compared (the module's docstring says how)."""
     if not ref.steps or not got.steps:
         return _text_verdict(index, ref.text, got.text)
-    keys = zip((s.key for s in ref.steps), (s.key for s in got.steps), strict=False)
+    keys = zip((s.key for s in ref.steps), (s.key for s in got.steps))
     agreed = next((i for i, (a, b) in enumerate(keys) if a != b), None)
     short = len(got.steps) < len(ref.steps)
     upto = agreed if agreed is not None else min(len(ref.steps), len(got.steps))
@@ -218,7 +218,7 @@ def compare(
     ``answers`` may cover only the first few: the short form)."""
     prompts = [
         compare_prompt(i, ref, got, tolerance)
-        for i, (ref, got) in enumerate(zip(reference, answers, strict=False))
+        for i, (ref, got) in enumerate(zip(reference, answers))
     ]
     problems = [_problem(layout, reference_layout, p) for p in prompts if not p.ok]
     if not prompts:
