@@ -170,7 +170,7 @@ def test_summarize_a_level() -> None:
         Sample(0.030, [0.002, 0.002], 0.034, 3, 3, 64, "usage"),
         Sample(error="HTTP 500: no"),
     ]
-    assert summarize(4, samples, 0.05) == {
+    assert summarize(4, samples, 0.05).to_dict() == {
         "concurrency": 4,
         "requests": 3,
         "errors": 1,
@@ -187,7 +187,7 @@ def test_summarize_a_level() -> None:
         "wall_s": 0.05,
     }
     empty = {"p50": None, "p90": None, "p99": None, "mean": None}
-    assert summarize(1, [Sample(error="x")], 0.0) == {
+    assert summarize(1, [Sample(error="x")], 0.0).to_dict() == {
         "concurrency": 1,
         "requests": 1,
         "errors": 1,

@@ -26,7 +26,7 @@ from tests.cluster.test_serve import ANSWER, VLLM, Node, cluster, vllm_table
 
 # the supervisor is tested in the lab (tests/cluster/test_supervise_lab.py)
 SERVE = ServeConfig(sections=vllm_table(), supervise=SuperviseSettings(enabled=False))
-MEASURED = {"1": {"tokens_per_s": 42.0, "tpot_ms_p50": 20.0, "ttft_ms_p50": 30.0, "errors": 0}}
+MEASURED = {"1": tune.LevelRate(42.0, 20.0, 30.0, 0)}
 
 
 def nodes() -> dict[str, Node]:

@@ -15,7 +15,7 @@ import pytest
 
 from halo_cluster.capacity.catalog import find_hardware
 from halo_cluster.config import ServeConfig
-from halo_cluster.engines import vllm_layouts
+from halo_cluster.engines import llama_cpp_layouts, vllm_layouts
 from halo_cluster.engines.layout import Layout
 from halo_cluster.recipes import tune
 from halo_cluster.recipes.predict import ModelFiles, Predictions, predict
@@ -24,7 +24,8 @@ from tests.cluster.test_serve import VLLM, Node, cluster, vllm_table
 
 SERVE = ServeConfig(model="/m", sections=vllm_table())
 FILES = ModelFiles("tiny", served={"vllm": "/m"})
-MEASURED = {"1": {"tokens_per_s": 50.0, "tpot_ms_p50": 20.0, "ttft_ms_p50": 30.0, "errors": 0}}
+MEASURED = {"1": tune.LevelRate(50.0, 20.0, 30.0, 0)}
+MEASURED_JSON = {"1": {"tokens_per_s": 50.0, "tpot_ms_p50": 20.0, "ttft_ms_p50": 30.0, "errors": 0}}
 
 
 def nodes() -> dict[str, Node]:
@@ -41,15 +42,16 @@ def test_each_layout_served_proven_and_measured_in_turn(
     monkeypatch.setattr(tuner, "_bench", lambda: MEASURED)
     layouts = tune.ordered([vllm_layouts.layout(2, 2, 1), vllm_layouts.layout(3, 1, 3)])
     assert [x.name for x in layouts] == ["vllm TP1", "vllm TP2", "vllm PP3"]
-    rows: list[dict[str, Any]] = []
-    tuner.run(layouts, rows)
+    found: list[tune.TuneRow] = []
+    tuner.run(layouts, found)
+    rows = [row.to_dict() for row in found]
     for row in rows:
         row.pop("seconds")
     assert rows == [
         {
             "layout": vllm_layouts.layout(1, 1, 1).to_dict(),
             "predicted_tokens_per_s": None,
-            "measured": MEASURED,
+            "measured": MEASURED_JSON,
             "proven": "one node",
             "tokens": {"recorded": "vllm tp1 on node1"},
             "error": None,
@@ -58,7 +60,7 @@ def test_each_layout_served_proven_and_measured_in_turn(
         {
             "layout": vllm_layouts.layout(2, 2, 1).to_dict(),
             "predicted_tokens_per_s": {"1": 40.0},
-            "measured": MEASURED,
+            "measured": MEASURED_JSON,
             "proven": "socket",
             "tokens": {"ok": True, "agreement": 1.0, "drift_nats": 0.0},
             "error": None,
@@ -74,25 +76,28 @@ def test_each_layout_served_proven_and_measured_in_turn(
         },
     ]
     assert not any(n.running for n in srv.cluster.clients.values() if hasattr(n, "running"))
-    doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
-    assert doc["winner"] == {
+    doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, found, False)
+    assert doc.winner() == {
         "layout": "vllm TP1",
         "reason": "vllm TP1: 50 tok/s at concurrency 1 (latency); next vllm TP2 at 50",
     }
-    assert doc["schema"] == "halo.tune/1" and "incomplete" not in doc
+    body = doc.to_dict()
+    assert body["schema"] == "halo.tune/1" and "incomplete" not in body
+    assert body["rows"] == [row.to_dict() for row in found]
 
 
-def _row(name: str, rates: dict[str, float], **more: Any) -> dict[str, Any]:
-    measured = {c: {"tokens_per_s": r, "errors": 0} for c, r in rates.items()}
-    return {"layout": {"name": name}, "measured": measured, "error": None, **more}
+def _row(layout: Layout, rates: dict[str, float], **more: Any) -> tune.TuneRow:
+    measured = {c: tune.LevelRate(r, None, None, 0) for c, r in rates.items()}
+    return tune.TuneRow(layout, measured=measured, **more)
 
 
 def test_the_winner_by_each_objective() -> None:
+    single = llama_cpp_layouts.layout(1)
     rows = [
-        _row("llama.cpp single", {"1": 600.0, "4": 1200.0}),
-        _row("vllm TP1", {"1": 180.0, "4": 1500.0}),
-        _row("vllm TP2", {"1": 900.0, "4": 2000.0}, tokens={"ok": False}),
-        {"layout": {"name": "vllm PP2"}, "measured": None, "error": "HTTP Error 500"},
+        _row(single, {"1": 600.0, "4": 1200.0}),
+        _row(vllm_layouts.layout(1, 1, 1), {"1": 180.0, "4": 1500.0}),
+        _row(vllm_layouts.layout(2, 2, 1), {"1": 900.0, "4": 2000.0}, tokens={"ok": False}),
+        tune.TuneRow(vllm_layouts.layout(2, 1, 2), error="HTTP Error 500"),
     ]
     assert tune.winner(rows, "latency", (1, 4)) == (
         rows[0],
@@ -163,10 +168,10 @@ def test_ctrl_c_keeps_the_rows_measured_so_far(
         predicting, "predict", lambda *_a: Predictions("tcp", "lab", {}, ["no profile"])
     )
 
-    def measure(self: tune.Tuner, layout: Layout) -> dict[str, Any]:
+    def measure(self: tune.Tuner, layout: Layout) -> tune.TuneRow:
         if layout.nodes > 1:
             raise KeyboardInterrupt
-        return {"layout": layout.to_dict(), "measured": MEASURED, "error": None}
+        return tune.TuneRow(layout, measured=MEASURED)
 
     monkeypatch.setattr(tune.Tuner, "measure", measure)
     out = tmp_path / "tune.json"
@@ -187,12 +192,12 @@ def test_a_tune_result_is_read_back_listed_and_reported(tmp_path: Path) -> None:
     from halo_cluster.report import render
 
     rows = [
-        {**_row("vllm TP1", {"1": 181.1}), "predicted_tokens_per_s": {"1": 501.6}},
-        {"layout": vllm_layouts.layout(2, 1, 2).to_dict(), "measured": None, "error": "HTTP 500"},
+        _row(vllm_layouts.layout(1, 1, 1), {"1": 181.1}, predicted_tokens_per_s={"1": 501.6}),
+        tune.TuneRow(vllm_layouts.layout(2, 1, 2), error="HTTP 500"),
     ]
-    rows[0]["layout"] = vllm_layouts.layout(1, 1, 1).to_dict()
     predictions = Predictions("lab", "lab", {}, [])
-    doc = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
+    tuned = tune.document("lab", "tiny", "latency", tune.Workload((1,)), predictions, rows, False)
+    doc = tuned.to_dict()
     path = save(doc, None, tmp_path, "tune")
     assert load(path)["winner"]["layout"] == "vllm TP1"
     (listed,) = listing(tmp_path)

@@ -116,14 +116,69 @@ def parse_stream(lines: Iterable[tuple[float, str]], start_s: float) -> Sample:
     return sample
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class Percentiles:
+    """p50/p90/p99 and the mean of one measure, in ms (None: no sample)."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "mean": self.mean}
+
+
+def percentiles(values: list[float]) -> Percentiles:
     """p50/p90/p99 and the mean of seconds, in ms."""
-    picked = {f"p{round(q * 100)}": quantile(values, q) for q in (0.5, 0.9, 0.99)}
-    picked["mean"] = sum(values) / len(values) if values else None
-    return {k: None if v is None else round(v * 1e3, 3) for k, v in picked.items()}
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else round(value * 1e3, 3)
+
+    mean = sum(values) / len(values) if values else None
+    p50, p90, p99 = (ms(quantile(values, q)) for q in (0.5, 0.9, 0.99))
+    return Percentiles(p50, p90, p99, ms(mean))
 
 
-def summarize(concurrency: int, samples: list[Sample], wall_s: float) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Level:
+    """One concurrency level's numbers (``levels`` of ``halo.bench.serve/1``)."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    first_error: str | None
+    ttft_ms: Percentiles
+    itl_ms: Percentiles
+    tpot_ms: Percentiles
+    e2e_ms: Percentiles
+    output_tokens: int
+    output_chunks: int  # fewer than tokens: tokens bundled
+    output_tokens_per_s: float | None
+    tokens_from: str  # "usage" | "chunks"
+    input_tokens: int | None
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "ttft_ms": self.ttft_ms.to_dict(),
+            "itl_ms": self.itl_ms.to_dict(),
+            "tpot_ms": self.tpot_ms.to_dict(),
+            "e2e_ms": self.e2e_ms.to_dict(),
+            "output_tokens": self.output_tokens,
+            "output_chunks": self.output_chunks,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "tokens_from": self.tokens_from,
+            "input_tokens": self.input_tokens,
+            "wall_s": self.wall_s,
+        }
+
+
+def summarize(concurrency: int, samples: list[Sample], wall_s: float) -> Level:
     """One level's numbers from its samples and its wall time."""
     good = [s for s in samples if s.error is None]
     errors = [s.error for s in samples if s.error]
@@ -131,22 +186,22 @@ def summarize(concurrency: int, samples: list[Sample], wall_s: float) -> dict[st
     prompt = [s.prompt_tokens for s in good if s.prompt_tokens is not None]
     known = bool(good) and len(prompt) == len(good)
     usage = bool(good) and all(s.tokens_from == "usage" for s in good)
-    return {
-        "concurrency": concurrency,
-        "requests": len(samples),
-        "errors": len(errors),
-        "first_error": errors[0] if errors else None,
-        "ttft_ms": percentiles([s.ttft_s for s in good if s.ttft_s is not None]),
-        "itl_ms": percentiles([g for s in good for g in s.gaps_s]),
-        "tpot_ms": percentiles([t for s in good if (t := s.tpot_s) is not None]),
-        "e2e_ms": percentiles([s.e2e_s for s in good]),
-        "output_tokens": tokens,
-        "output_chunks": sum(s.chunks for s in good),  # fewer than tokens: tokens bundled
-        "output_tokens_per_s": round(tokens / wall_s, 3) if wall_s > 0 else None,
-        "tokens_from": "usage" if usage else "chunks",
-        "input_tokens": sum(prompt) if known else None,
-        "wall_s": round(wall_s, 3),
-    }
+    return Level(
+        concurrency=concurrency,
+        requests=len(samples),
+        errors=len(errors),
+        first_error=errors[0] if errors else None,
+        ttft_ms=percentiles([s.ttft_s for s in good if s.ttft_s is not None]),
+        itl_ms=percentiles([g for s in good for g in s.gaps_s]),
+        tpot_ms=percentiles([t for s in good if (t := s.tpot_s) is not None]),
+        e2e_ms=percentiles([s.e2e_s for s in good]),
+        output_tokens=tokens,
+        output_chunks=sum(s.chunks for s in good),
+        output_tokens_per_s=round(tokens / wall_s, 3) if wall_s > 0 else None,
+        tokens_from="usage" if usage else "chunks",
+        input_tokens=sum(prompt) if known else None,
+        wall_s=round(wall_s, 3),
+    )
 
 
 class Client:
@@ -313,7 +368,7 @@ def model_id(client: Client) -> str:
 
 def run_level(
     client: Client, model: str, concurrency: int, prompts: list[Prompt], output_len: int
-) -> dict[str, Any]:
+) -> Level:
     start = time.perf_counter()
     pool = ThreadPoolExecutor(max_workers=concurrency)
     try:
@@ -343,7 +398,53 @@ def _sample(future: Future[Sample]) -> Sample:
             continue
 
 
-def run(
+@dataclass(frozen=True)
+class LoadRun:
+    """A whole ``halo bench serve`` run: the workload as sent, and each level measured
+    (the body of ``halo.bench.serve/1``; the stamp is added when it is saved)."""
+
+    url: str
+    model: str
+    input_len: int
+    output_len: int
+    prompt_fit: str  # "tokenize" | "usage" | "words"
+    prompt_tokens: tuple[int, ...]  # each fitted prompt's tokens, where known
+    warmup: int
+    seed: int | None
+    levels: tuple[Level, ...]
+
+    @property
+    def tokens_from(self) -> str:
+        return "usage" if all(lv.tokens_from == "usage" for lv in self.levels) else "chunks"
+
+    def level(self, concurrency: int) -> Level | None:
+        return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "kind": "serve",
+            "url": self.url,
+            "model": self.model,
+            "input_len": self.input_len,
+            "output_len": self.output_len,
+            "workload": {
+                "prompts": "random words, one prompt per request",
+                "prompt_fit": self.prompt_fit,
+                "prompt_tokens_min": min(self.prompt_tokens, default=None),
+                "prompt_tokens_max": max(self.prompt_tokens, default=None),
+                "max_tokens": self.output_len,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "warmup_requests": self.warmup,
+                "seed": self.seed,
+            },
+            "tokens_from": self.tokens_from,
+            "levels": [lv.to_dict() for lv in self.levels],
+        }
+
+
+def measure(
     url: str,
     model: str | None,
     levels: list[int],
@@ -354,7 +455,8 @@ def run(
     progress: Callable[[str], None] | None = None,
     seed: int | None = None,
     warmup: int = 1,
-) -> dict[str, Any]:
+) -> LoadRun:
+    """The load at each concurrency level in turn (the module's docstring says how)."""
     say = progress or (lambda _m: None)
     client = Client(url, key)
     try:
@@ -379,25 +481,31 @@ def run(
             results.append(run_level(client, model, concurrency, chosen, output_len))
     finally:
         client.close()
-    fitted_tokens = [p.tokens for p in batch if p.tokens is not None]
-    return {
-        "schema": SCHEMA,
-        "kind": "serve",
-        "url": url,
-        "model": model,
-        "input_len": input_len,
-        "output_len": output_len,
-        "workload": {
-            "prompts": "random words, one prompt per request",
-            "prompt_fit": fitted,  # "tokenize" | "usage" | "words"
-            "prompt_tokens_min": min(fitted_tokens, default=None),
-            "prompt_tokens_max": max(fitted_tokens, default=None),
-            "max_tokens": output_len,
-            "ignore_eos": True,
-            "temperature": 0.0,
-            "warmup_requests": warmup,
-            "seed": seed,
-        },
-        "tokens_from": "usage" if all(r["tokens_from"] == "usage" for r in results) else "chunks",
-        "levels": results,
-    }
+    return LoadRun(
+        url,
+        model,
+        input_len,
+        output_len,
+        fitted,
+        tuple(p.tokens for p in batch if p.tokens is not None),
+        warmup,
+        seed,
+        tuple(results),
+    )
+
+
+def run(
+    url: str,
+    model: str | None,
+    levels: list[int],
+    prompts: int,
+    input_len: int,
+    output_len: int,
+    key: str | None,
+    progress: Callable[[str], None] | None = None,
+    seed: int | None = None,
+    warmup: int = 1,
+) -> dict[str, Any]:
+    """``measure``'s run in its JSON form (``halo.bench.serve/1``, unstamped)."""
+    found = measure(url, model, levels, prompts, input_len, output_len, key, progress, seed, warmup)
+    return found.to_dict()

@@ -307,25 +307,26 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
     layouts = tuning.ordered([parse_layout("llama.cpp RPC2", 2)])
     work = tuning.Workload((1,), prompts=4)
     predictions = predict(cluster.config, files, layouts, [1], results_dir())
-    rows: list[dict[str, Any]] = []
+    rows: list[tuning.TuneRow] = []
     tuning.Tuner(cluster, files, predictions, work, quiet).run(layouts, rows)
     name = cluster.config.name
     doc = tuning.document(name, files.name, "latency", work, predictions, rows, False)
     for row in rows:
-        measured = ((row.get("measured") or {}).get("1") or {}).get("tokens_per_s")
-        predicted = (row.get("predicted_tokens_per_s") or {}).get("1")
-        said = tokens_word(row.get("tokens")) or "-"
+        rate = row.rate("1")
+        measured = rate.tokens_per_s if rate else None
+        predicted = (row.predicted_tokens_per_s or {}).get("1")
+        said = tokens_word(row.tokens) or "-"
         say(
-            f"halo tune: {row['layout']['name']}: predicted {predicted or '-'} tok/s, "
-            f"measured {measured or '-'} tok/s, tokens {said}, transport {row.get('proven')}"
-            + (f" ({row['error']})" if row.get("error") else "")
+            f"halo tune: {row.layout.name}: predicted {predicted or '-'} tok/s, "
+            f"measured {measured or '-'} tok/s, tokens {said}, transport {row.proven}"
+            + (f" ({row.error})" if row.error else "")
         )
     for note in predictions.notes:
         say(f"  {note}")
-    say(f"halo tune's winner: {doc['winner']['reason']}")
+    say(f"halo tune's winner: {doc.reason}")
     with tempfile.TemporaryDirectory(prefix="halo-demo-tune-") as where:
         tuning_dir = Path(where)
-        (tuning_dir / "tune-demo.json").write_text(json.dumps(doc))
+        (tuning_dir / "tune-demo.json").write_text(json.dumps(doc.to_dict()))
         first = run(cluster, str(model), None, "llama.cpp", tuning_dir, quiet, 120)
         say(
             f"halo run: {first.layout} ({first.reason}) at {first.url}: measured "
@@ -335,7 +336,12 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
         say(f"halo run again: {'already serving' if again.already_running else 'started again'}")
     stopped = cluster_stop(cluster)
     say("halo stop: " + ("server stopped" if stopped else "no server was running"))
-    return {"rows": rows, "winner": doc["winner"], "run": first.__dict__, "again": again.__dict__}
+    return {
+        "rows": [row.to_dict() for row in rows],
+        "winner": doc.winner(),
+        "run": first.__dict__,
+        "again": again.__dict__,
+    }
 
 
 def cluster_stop(cluster: Any) -> bool:

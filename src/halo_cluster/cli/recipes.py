@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from halo_cluster import engine_registry
 from halo_cluster.cli.options import config_option
 from halo_cluster.jsonout import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.recipes.tune import Tuned
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -94,7 +97,7 @@ def tune(
     predictions = predict(cluster.config, files, chosen, list(levels), results_dir())
     for note in predictions.notes:
         say(note)
-    rows: list[dict[str, Any]] = []
+    rows: list[tuning.TuneRow] = []
     incomplete = False
     try:
         tuning.Tuner(cluster, files, predictions, workload, say).run(chosen, rows)
@@ -104,15 +107,16 @@ def tune(
     doc = tuning.document(
         cluster.config.name, files.name, objective, workload, predictions, rows, incomplete
     )
-    saved = _save(cluster, doc, out)
+    body = doc.to_dict()
+    saved = _save(cluster, body, out)
     if as_json:
-        emit_json({**doc, "saved": str(saved)})
+        emit_json({**body, "saved": str(saved)})
     else:
         _render(doc)
         click.echo(f"saved {saved}")
     if incomplete:
         sys.exit(130)
-    return 0 if doc["winner"]["layout"] else 1
+    return 0 if doc.best else 1
 
 
 def _layouts(text: str, engines: tuple[str, ...], files: Any, nodes: int) -> list[Any]:
@@ -169,27 +173,25 @@ def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _render(doc: dict[str, Any]) -> None:
+def _render(doc: Tuned) -> None:
     from halo_cluster.cli.output import console, safe, table
     from halo_cluster.witness.tokens import tokens_word
 
-    levels = [str(c) for c in doc["concurrency"]]
+    levels = [str(c) for c in doc.workload.levels]
     heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}")]
-    grid = table(
-        f"halo tune {doc['model']} ({doc['objective']})", "layout", *heads, "tokens", "note"
-    )
-    for row in doc["rows"]:
-        predicted = row.get("predicted_tokens_per_s") or {}
-        measured = row.get("measured") or {}
+    grid = table(f"halo tune {doc.model} ({doc.objective})", "layout", *heads, "tokens", "note")
+    for row in doc.rows:
+        predicted = row.predicted_tokens_per_s or {}
         cells = []
         for c in levels:
+            rate = row.rate(c)
             cells.append(_cell(predicted.get(c)))
-            cells.append(_cell((measured.get(c) or {}).get("tokens_per_s")))
-        word = tokens_word(row.get("tokens"))
+            cells.append(_cell(rate.tokens_per_s if rate else None))
+        word = tokens_word(row.tokens)
         said = "DIFFERENT" if word == "different" else word or "-"
-        grid.add_row(row["layout"]["name"], *cells, said, safe(row.get("error") or ""))
+        grid.add_row(row.layout.name, *cells, said, safe(row.error or ""))
     console().print(grid)
-    click.echo(f"winner: {doc['winner']['reason']}")
+    click.echo(f"winner: {doc.reason}")
 
 
 @click.command("run")

@@ -211,5 +211,5 @@ def run(
     if result.stopped:
         return out
     measured = short_bench(cluster, RUN_WORKLOAD, progress)
-    out.measured_tokens_per_s = measured["1"]["tokens_per_s"]
+    out.measured_tokens_per_s = measured["1"].tokens_per_s
     return out

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import secret
@@ -27,6 +27,9 @@ from halo_cluster.recipes.predict import ModelFiles, Predictions
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.serving.bringup import Serving
 from halo_cluster.serving.result import ServeResult
+
+if TYPE_CHECKING:
+    from halo_cluster.bench.serve_load import Level
 
 SCHEMA = SCHEMAS["tune"]  # halo.tune/1
 OBJECTIVES = ("latency", "throughput")
@@ -41,6 +44,76 @@ class Workload:
     input_len: int = 64
     output_len: int = 32
     wait_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class LevelRate:
+    """A layout's short bench at one concurrency: its rate, medians and errors."""
+
+    tokens_per_s: float | None
+    tpot_ms_p50: float | None
+    ttft_ms_p50: float | None
+    errors: int
+
+    @classmethod
+    def of(cls, level: Level) -> LevelRate:
+        return cls(level.output_tokens_per_s, level.tpot_ms.p50, level.ttft_ms.p50, level.errors)
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        return {
+            "tokens_per_s": self.tokens_per_s,
+            "tpot_ms_p50": self.tpot_ms_p50,
+            "ttft_ms_p50": self.ttft_ms_p50,
+            "errors": self.errors,
+        }
+
+
+TOKEN_KEYS = ("ok", "agreement", "drift_nats", "recorded")  # what a row keeps of the witness
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One layout run for real (a row of ``halo.tune/1``): predicted beside measured, what
+    the witnesses said, or why it did not come up. ``ready_s`` is written once the start
+    returned (``came_up``), ``engine_error`` once a failed layout's engine was launched
+    (``launched``): a row of a layout refused before either has neither key."""
+
+    layout: Layout
+    predicted_tokens_per_s: dict[str, float] | None = None  # concurrency ("1") -> tokens/s
+    measured: dict[str, LevelRate] | None = None  # concurrency ("1") -> its short bench
+    proven: str | None = None
+    tokens: dict[str, Any] | None = None  # the token witness's words (TOKEN_KEYS), as served
+    error: str | None = None
+    came_up: bool = False
+    ready_s: float | None = None
+    launched: bool = False
+    engine_error: str | None = None
+    seconds: float = 0.0
+
+    def rate(self, level: str) -> LevelRate | None:
+        return (self.measured or {}).get(level)
+
+    @property
+    def same_tokens(self) -> bool:
+        """Not refused by the token witness (a row it never compared counts as same)."""
+        return (self.tokens or {}).get("ok", True) is not False
+
+    def to_dict(self) -> dict[str, Any]:
+        measured = self.measured
+        out: dict[str, Any] = {
+            "layout": self.layout.to_dict(),
+            "predicted_tokens_per_s": self.predicted_tokens_per_s,
+            "measured": None if measured is None else {c: m.to_dict() for c, m in measured.items()},
+            "proven": self.proven,
+            "tokens": self.tokens,
+            "error": self.error,
+        }
+        if self.came_up:
+            out["ready_s"] = self.ready_s
+        if self.launched:
+            out["engine_error"] = self.engine_error
+        out["seconds"] = self.seconds
+        return out
 
 
 def ordered(layouts: list[Layout]) -> list[Layout]:
@@ -70,7 +143,7 @@ class Tuner:
         self.progress = progress
         self.serving = Serving(cluster)
 
-    def run(self, layouts: list[Layout], rows: list[dict[str, Any]]) -> None:
+    def run(self, layouts: list[Layout], rows: list[TuneRow]) -> None:
         """Measure every layout, appending each row to ``rows`` as it is done (so the
         caller keeps them when Ctrl-C ends the run); every server is stopped at the end."""
         try:
@@ -80,18 +153,11 @@ class Tuner:
         finally:
             self.serving.stop()
 
-    def measure(self, layout: Layout) -> dict[str, Any]:
+    def measure(self, layout: Layout) -> TuneRow:
         from halo_cluster.engines.request import serve_request
 
         started = time.monotonic()
-        row: dict[str, Any] = {
-            "layout": layout.to_dict(),
-            "predicted_tokens_per_s": self.predictions.by_layout.get(layout.name),
-            "measured": None,
-            "proven": None,
-            "tokens": None,
-            "error": None,
-        }
+        row = TuneRow(layout, self.predictions.by_layout.get(layout.name))
         try:
             request = serve_request(
                 self.cluster.config,
@@ -102,17 +168,17 @@ class Tuner:
                 **layout.serve_args(),
             )
             result = self.serving.start(request)
-            self._witnessed(row, result)
+            row = witnessed(row, result)
             if not result.stopped:
-                row["measured"] = self._bench()
+                row = replace(row, measured=self._bench())
         except HaloError as err:
-            row["error"] = str(err).splitlines()[0][:400] if str(err) else type(err).__name__
+            said = str(err).splitlines()[0][:400] if str(err) else type(err).__name__
+            row = replace(row, error=said)
             if self.serving.launched:  # else the logs are an earlier layout's
-                row["engine_error"] = self._engine_error(layout)
+                row = replace(row, launched=True, engine_error=self._engine_error(layout))
         finally:
             self.serving.stop()
-        row["seconds"] = round(time.monotonic() - started, 1)
-        return row
+        return replace(row, seconds=round(time.monotonic() - started, 1))
 
     def _engine_error(self, layout: Layout) -> str | None:
         """What the engine itself raised on the layout's nodes, where it did (its logs stay
@@ -131,30 +197,33 @@ class Tuner:
                 said.append(f"{node.name}: {found}")
         return "; ".join(said)[:600] or None
 
-    def _witnessed(self, row: dict[str, Any], result: ServeResult) -> None:
-        row["proven"] = result.proven
-        tokens = result.tokens
-        row["tokens"] = {
-            k: tokens.get(k) for k in ("ok", "agreement", "drift_nats", "recorded") if k in tokens
-        }
-        row["ready_s"] = result.ready_s
-        if result.stopped:
-            row["error"] = "; ".join(result.problems)[:600]
-
-    def _bench(self) -> dict[str, Any]:
+    def _bench(self) -> dict[str, LevelRate]:
         return short_bench(self.cluster, self.workload, self.progress)
+
+
+def witnessed(row: TuneRow, result: ServeResult) -> TuneRow:
+    """The row once its start returned: what the witnesses proved, and when it was ready."""
+    tokens = result.tokens
+    return replace(
+        row,
+        proven=result.proven,
+        tokens={k: tokens.get(k) for k in TOKEN_KEYS if k in tokens},
+        came_up=True,
+        ready_s=result.ready_s,
+        error="; ".join(result.problems)[:600] if result.stopped else row.error,
+    )
 
 
 def short_bench(
     cluster: Cluster, work: Workload, progress: Callable[[str], None]
-) -> dict[str, Any]:
+) -> dict[str, LevelRate]:
     """bench serve's load on the served endpoint: per level ("1"), tokens/s and medians."""
     from halo_cluster.bench.endpoint import reach
-    from halo_cluster.bench.serve_load import run
+    from halo_cluster.bench.serve_load import measure
 
     config = cluster.config
     with reach(config, progress) as endpoint:
-        result = run(
+        result = measure(
             endpoint.url,
             None,
             list(work.levels),
@@ -166,37 +235,73 @@ def short_bench(
             seed=0,
             warmup=1,
         )
-    return {
-        str(level["concurrency"]): {
-            "tokens_per_s": level["output_tokens_per_s"],
-            "tpot_ms_p50": level["tpot_ms"]["p50"],
-            "ttft_ms_p50": level["ttft_ms"]["p50"],
-            "errors": level["errors"],
-        }
-        for level in result["levels"]
-    }
+    return {str(level.concurrency): LevelRate.of(level) for level in result.levels}
 
 
 def winner(
-    rows: list[dict[str, Any]], objective: str, levels: tuple[int, ...]
-) -> tuple[dict[str, Any] | None, str]:
+    rows: list[TuneRow], objective: str, levels: tuple[int, ...]
+) -> tuple[TuneRow | None, str]:
     """The best measured row and why: ``latency``, the most tokens/s of one request alone
     (the lowest concurrency); ``throughput``, the most tokens/s at the highest. Only rows
     that came up, proved their tokens and measured without errors compete."""
     level = str(min(levels) if objective == "latency" else max(levels))
-    scored = []
+    scored: list[tuple[float, TuneRow]] = []
     for row in rows:
-        found = (row.get("measured") or {}).get(level)
-        ok = row.get("error") is None and (row.get("tokens") or {}).get("ok", True) is not False
-        if ok and found and found["errors"] == 0 and found["tokens_per_s"]:
-            scored.append((found["tokens_per_s"], row))
+        found = row.rate(level)
+        ok = row.error is None and row.same_tokens
+        if ok and found and found.errors == 0 and found.tokens_per_s:
+            scored.append((found.tokens_per_s, row))
     if not scored:
         return None, "no layout came up and measured cleanly"
     best_rate, best = max(scored, key=lambda s: s[0])
-    name = best["layout"]["name"]
     rest = sorted((s for s in scored if s[1] is not best), key=lambda s: -s[0])
-    runner = f"; next {rest[0][1]['layout']['name']} at {rest[0][0]:g}" if rest else ""
+    runner = f"; next {rest[0][1].layout.name} at {rest[0][0]:g}" if rest else ""
+    name = best.layout.name
     return best, (f"{name}: {best_rate:g} tok/s at concurrency {level} ({objective}){runner}")
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A whole ``halo tune`` (the body of ``halo.tune/1``; the stamp is added when saved):
+    every row measured, and the winner by the objective with the reason."""
+
+    cluster: str  # halo run takes a winner of its own cluster only
+    model: str
+    objective: str
+    workload: Workload
+    predictions: Predictions
+    rows: tuple[TuneRow, ...]
+    incomplete: bool
+    best: TuneRow | None
+    reason: str
+
+    def winner(self) -> dict[str, str | None]:
+        return {"layout": self.best.layout.name if self.best else None, "reason": self.reason}
+
+    def to_dict(self) -> dict[str, Any]:
+        workload = self.workload
+        return {
+            "schema": SCHEMA,
+            "kind": "tune",
+            "cluster": self.cluster,
+            "model": self.model,
+            "objective": self.objective,
+            "concurrency": list(workload.levels),
+            "workload": {
+                "prompts": workload.prompts,
+                "input_len": workload.input_len,
+                "output_len": workload.output_len,
+            },
+            "planner": self.predictions.to_dict(),
+            "rows": [row.to_dict() for row in self.rows],
+            "winner": self.winner(),
+            # as every result cut short: the reason, and the rows measured until then
+            **(
+                {"incomplete": f"interrupted after {len(self.rows)} layout(s)"}
+                if self.incomplete
+                else {}
+            ),
+        }
 
 
 def document(
@@ -205,28 +310,13 @@ def document(
     objective: str,
     workload: Workload,
     predictions: Predictions,
-    rows: list[dict[str, Any]],
+    rows: list[TuneRow],
     incomplete: bool,
-) -> dict[str, Any]:
+) -> Tuned:
     best, reason = winner(rows, objective, workload.levels)
-    return {
-        "schema": SCHEMA,
-        "kind": "tune",
-        "cluster": cluster,  # halo run takes a winner of its own cluster only
-        "model": model,
-        "objective": objective,
-        "concurrency": list(workload.levels),
-        "workload": {
-            "prompts": workload.prompts,
-            "input_len": workload.input_len,
-            "output_len": workload.output_len,
-        },
-        "planner": predictions.to_dict(),
-        "rows": rows,
-        "winner": {"layout": best["layout"]["name"] if best else None, "reason": reason},
-        # as every result cut short: the reason, and the rows measured until then
-        **({"incomplete": f"interrupted after {len(rows)} layout(s)"} if incomplete else {}),
-    }
+    return Tuned(
+        cluster, model, objective, workload, predictions, tuple(rows), incomplete, best, reason
+    )
 
 
 @dataclass(frozen=True)
