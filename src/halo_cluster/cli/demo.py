@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from halo_cluster.capacity.estimate import Row
+    from halo_cluster.cluster.doctor import DoctorReport
+    from halo_cluster.facts.model import Inventory
+    from halo_cluster.setup.step import Step
+    from halo_cluster.transport import TransportPlan
+    from halo_cluster.witness.nccl_log import LogVerdict
 
 HEALTHY, MISCONFIGURED = "strix-e810", "strix-e810-misconfigured"
 PEERS = {HEALTHY: "192.168.100.2", MISCONFIGURED: "192.168.100.1"}
@@ -41,7 +49,7 @@ def demo(as_json: bool, no_lab: bool) -> int:
         labs = {"lab": skipped, "mesh": skipped}
         if not no_lab:
             labs = {"lab": lab_demo(None), "mesh": mesh_demo(None)}
-        emit_json({**gathered["json"], **labs})
+        emit_json({**gathered.to_dict(), **labs})
         return 0
     out = console()
     show(out, gathered)
@@ -51,7 +59,58 @@ def demo(as_json: bool, no_lab: bool) -> int:
     return 0
 
 
-def gather() -> dict[str, Any]:
+@dataclass(frozen=True)
+class SeedClaim:
+    """What the link costs Llama-3.3-70B at TP=2 on two Strix Halo nodes (each link's
+    planner row), and what adding a node does for a model split over llama.cpp RPC."""
+
+    model: str
+    collectives_per_token: int
+    rows: dict[str, Row]  # link -> the planner's row
+    nodes_added: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "collectives_per_token": self.collectives_per_token,
+            "rows": {link: row.to_dict() for link, row in self.rows.items()},
+            "nodes_added": list(self.nodes_added),
+        }
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Everything the demo finds on the bundled data, before it is shown or printed."""
+
+    local: Inventory
+    examples: dict[str, Inventory]
+    plans: dict[str, TransportPlan]
+    verdicts: dict[str, LogVerdict]
+    doctors: dict[str, DoctorReport]
+    setups: dict[str, list[Step]]
+    seed: SeedClaim
+
+    def to_dict(self) -> dict[str, Any]:
+        """The demo's --json object, the labs aside."""
+        return {
+            "plan": self.seed.to_dict(),
+            "setup": {
+                name: [step.to_dict() for step in steps] for name, steps in self.setups.items()
+            },
+            "doctor": {name: report.to_dict() for name, report in self.doctors.items()},
+            "inventory": {
+                "local": self.local.to_dict(),
+                **{n: i.to_dict() for n, i in self.examples.items()},
+            },
+            "plans": {name: plan.to_dict() for name, plan in self.plans.items()},
+            "verify_log": {
+                name: {**v.to_dict(), "expect": LOGS[name], "ok": v.meets(LOGS[name])}
+                for name, v in self.verdicts.items()
+            },
+        }
+
+
+def gather() -> Gathered:
     from halo_cluster.cluster.doctor import doctor_local
     from halo_cluster.examples import example_log, example_root
     from halo_cluster.facts.inventory import collect_inventory
@@ -60,57 +119,37 @@ def gather() -> dict[str, Any]:
     from halo_cluster.transport import plan_transport
     from halo_cluster.witness.nccl_log import parse_log
 
-    local = collect_inventory("/")
     examples = {
         name: collect_inventory(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)
     }
-    plans = {name: plan_transport(inv, "auto", PEERS[name]) for name, inv in examples.items()}
-    verdicts = {name: parse_log(example_log(name)) for name in LOGS}
-    doctors = {name: doctor_local(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)}
-    seed = seed_claim()
-    setups = {
-        name: current_steps(str(example_root(name)), SetupOptions(home="root"))
-        for name in (HEALTHY, MISCONFIGURED)
-    }
-    return {
-        "local": local,
-        "examples": examples,
-        "plans": plans,
-        "verdicts": verdicts,
-        "doctors": doctors,
-        "setups": setups,
-        "seed": seed,
-        "json": {
-            "plan": seed,
-            "setup": {name: [step.to_dict() for step in steps] for name, steps in setups.items()},
-            "doctor": {name: report.to_dict() for name, report in doctors.items()},
-            "inventory": {
-                "local": local.to_dict(),
-                **{n: i.to_dict() for n, i in examples.items()},
-            },
-            "plans": {name: plan.to_dict() for name, plan in plans.items()},
-            "verify_log": {
-                name: {**v.to_dict(), "expect": LOGS[name], "ok": v.meets(LOGS[name])}
-                for name, v in verdicts.items()
-            },
+    return Gathered(
+        local=collect_inventory("/"),
+        examples=examples,
+        plans={name: plan_transport(inv, "auto", PEERS[name]) for name, inv in examples.items()},
+        verdicts={name: parse_log(example_log(name)) for name in LOGS},
+        doctors={name: doctor_local(str(example_root(name))) for name in (HEALTHY, MISCONFIGURED)},
+        setups={
+            name: current_steps(str(example_root(name)), SetupOptions(home="root"))
+            for name in (HEALTHY, MISCONFIGURED)
         },
-    }
+        seed=seed_claim(),
+    )
 
 
-def show(out: Console, gathered: dict[str, Any]) -> None:
+def show(out: Console, gathered: Gathered) -> None:
     from halo_cluster.cli.inventory import render_inventory
     from halo_cluster.cli.transport import render_env
 
-    local = gathered["local"]
+    local = gathered.local
     render_inventory(out, local, f"1. Inventory of this machine: {local.hostname or '?'}")
     render_inventory(
-        out, gathered["examples"][HEALTHY], "2. Inventory of the bundled Strix Halo + E810 node"
+        out, gathered.examples[HEALTHY], "2. Inventory of the bundled Strix Halo + E810 node"
     )
-    _show_doctor(out, gathered["doctors"])
-    _show_setup(out, gathered["setups"])
-    _show_capacity(out, gathered["seed"])
+    _show_doctor(out, gathered.doctors)
+    _show_setup(out, gathered.setups)
+    _show_capacity(out, gathered.seed)
     out.rule("[bold]6. Transport plan per node (halo env --explain)")
-    for name, plan in gathered["plans"].items():
+    for name, plan in gathered.plans.items():
         out.print(
             f"[bold]{name}[/] (peer {PEERS[name]}): [cyan]{plan.transport}[/] on {plan.rail.hca}, "
             f"GID index {plan.gid_index}, interface {plan.netdev}"
@@ -119,7 +158,7 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
         for warning in plan.warnings:
             out.print(f"[yellow]warning:[/] {warning}")
     out.rule("[bold]7. Proof of transport (halo verify-log --expect roce)")
-    for name, verdict in gathered["verdicts"].items():
+    for name, verdict in gathered.verdicts.items():
         ok = verdict.meets(LOGS[name])
         mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
         out.print(
@@ -132,7 +171,7 @@ def show(out: Console, gathered: dict[str, Any]) -> None:
                 out.print(f"       {line}", markup=False)
 
 
-def _show_doctor(out: Console, doctors: dict[str, Any]) -> None:
+def _show_doctor(out: Console, doctors: dict[str, DoctorReport]) -> None:
     from halo_cluster.checks import summarize
     from halo_cluster.cli.doctor import render_report
     from halo_cluster.cluster.doctor import DoctorReport
@@ -151,7 +190,7 @@ def _show_doctor(out: Console, doctors: dict[str, Any]) -> None:
     render_report(out, DoctorReport({MISCONFIGURED: changed}, []))
 
 
-def _show_setup(out: Console, setups: dict[str, Any]) -> None:
+def _show_setup(out: Console, setups: dict[str, list[Step]]) -> None:
     from rich.markup import escape
 
     out.rule("[bold]4. Host setup as code (halo setup): what the misconfigured node still needs")
@@ -165,7 +204,7 @@ def _show_setup(out: Console, setups: dict[str, Any]) -> None:
                 out.print("    " + escape(action.display().rstrip()).replace("\n", "\n    "))
 
 
-def seed_claim() -> dict[str, Any]:
+def seed_claim() -> SeedClaim:
     """Llama-3.3-70B at TP=2 on two Strix Halo nodes: what the link costs per token."""
     from halo_cluster.capacity.catalog import find_hardware, find_link, find_model
     from halo_cluster.capacity.estimate import Request, evaluate, tp_collectives_per_token
@@ -183,27 +222,27 @@ def seed_claim() -> dict[str, Any]:
     split = Request(find_model("qwen3-30b-a3b"), hardware, find_link("5gbe"), nodes=3,
                     quant="Q4_K_M", engine=find_engine("llama.cpp"), batch=4)  # fmt: skip
     steps = node_steps(split)
-    return {
-        "model": model.id,
-        "collectives_per_token": tp_collectives_per_token(model),
-        "rows": {link: row.to_dict() for link, row in rows.items()},
-        "nodes_added": [step_sentence(b, a, 4, "5gbe") for a, b in pairwise(steps)],
-    }
+    return SeedClaim(
+        model.id,
+        tp_collectives_per_token(model),
+        rows,
+        [step_sentence(b, a, 4, "5gbe") for a, b in pairwise(steps)],
+    )
 
 
-def _show_capacity(out: Console, seed: dict[str, Any]) -> None:
+def _show_capacity(out: Console, seed: SeedClaim) -> None:
     out.rule("[bold]5. The fabric question (halo plan llama-3.3-70b): what 70 µs vs 5 µs costs")
-    roce, tcp = seed["rows"]["roce"], seed["rows"]["tcp"]
-    count = seed["collectives_per_token"]
+    roce, tcp = seed.rows["roce"], seed.rows["tcp"]
+    count = seed.collectives_per_token
     out.print(
-        f"{seed['model']} BF16, TP=2 on 2 × Strix Halo: {count} all-reduces per token; network "
-        f"{tcp['decode_ms_network']:.1f} ms/token over TCP (68 µs) vs "
-        f"{roce['decode_ms_network']:.1f} ms over RoCE (5.2 µs); "
-        f"{tcp['tokens_per_s']:.2f} vs {roce['tokens_per_s']:.2f} tok/s "
-        f"(memory-bound compute {roce['decode_ms_compute']:.0f} ms/token)"
+        f"{seed.model} BF16, TP=2 on 2 × Strix Halo: {count} all-reduces per token; network "
+        f"{tcp.decode_ms_network:.1f} ms/token over TCP (68 µs) vs "
+        f"{roce.decode_ms_network:.1f} ms over RoCE (5.2 µs); "
+        f"{tcp.tokens_per_s:.2f} vs {roce.tokens_per_s:.2f} tok/s "
+        f"(memory-bound compute {roce.decode_ms_compute:.0f} ms/token)"
     )
     from rich.markup import escape
 
     out.print("Should I add a node? Qwen3-30B-A3B Q4_K_M, llama.cpp RPC over 5 GbE:")
-    for line in seed["nodes_added"]:
+    for line in seed.nodes_added:
         out.print(f"  {escape(line)}")
