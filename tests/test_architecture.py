@@ -219,7 +219,7 @@ ENGINE_NAMES_ALLOWED = {
     "checks/cluster.py": "vllm the Python package, whose version must match on every node",
     "facts/inventory.py": "vllm the Python package, whose version is read",
     "config/model.py": "the [serve] keys of before the engines' tables, mapped to those tables",
-    "witness/logs.py": "the kinds of log a witness reads",
+    "wire/recheck.py": "the kinds of log a witness reads again after a restart",
     "cli/demo.py": "the demo shows each engine by name",
     "cli/demo_lab.py": "the demo shows each engine by name",
     "cli/demo_mesh.py": "the demo shows each engine by name",

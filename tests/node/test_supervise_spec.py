@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from halo_cluster.errors import WireError
 from halo_cluster.supervision import SuperviseSettings
+from halo_cluster.wire.recheck import LlamaRecheck, RpcWorker, VllmRecheck, parse_recheck
 from halo_cluster.wire.supervise import Member, Spec, SshTarget, Step, parse_spec
 
 SPEC = Spec(
@@ -23,13 +24,31 @@ SPEC = Spec(
     ),
     start=(Step("node2", ("bash", "-s"), "export VLLM_API_KEY=" + "k" * 40, 60.0),),
     probe_script="p", stop_script="s", log_tail_script="t", log_script="l",
-    recheck={"kind": "vllm"}, ray_wait=("ray-nodes", "--wait"),
+    recheck=VllmRecheck((("node1", "10.1.0.1"), ("node2", None)), "10.1.0.1",
+                        (("node1", "10.1.0.1"),), "socket"),
+    ray_wait=("ray-nodes", "--wait"),
 )  # fmt: skip
 
 
 def test_the_spec_reads_back_as_it_was_written() -> None:
     assert parse_spec(json.loads(SPEC.to_json())) == SPEC
     assert [m.name for m in SPEC.counted] == ["node1"]
+
+
+def test_a_recheck_reads_back_as_it_was_written() -> None:
+    llama = LlamaRecheck("node1", (RpcWorker("node2:serve.log", "10.1.0.2:50052", "tcp"),), 2)
+    for recheck in (SPEC.recheck, llama):
+        assert recheck is not None and parse_recheck(recheck.to_dict()) == recheck
+    assert [w.node for w in llama.workers] == ["node2"]
+
+
+@given(st.dictionaries(st.text(max_size=6), st.none() | st.integers() | st.text(max_size=4)))
+def test_a_malformed_recheck_is_one_wire_error(value: dict[str, Any]) -> None:
+    for kind in ("vllm", "llama.cpp-rpc", "other"):
+        try:
+            parse_recheck({**value, "kind": kind})
+        except WireError as err:
+            assert "\n" not in str(err)
 
 
 def test_the_api_key_is_in_no_repr() -> None:

@@ -26,6 +26,7 @@ from halo_cluster.config.section import Section
 from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.start import StartPlan
 from halo_cluster.transport import TransportPlan
+from halo_cluster.wire.recheck import Recheck
 
 # the model files an engine serves (``Engine.model_format``), as people are told to give them
 MODEL_FORMATS = {
@@ -106,7 +107,7 @@ class Witness:
     transport: str  # what the engine's log shows when there are no problems
     summary: dict[str, Any] = field(default_factory=dict)  # kept in the state file
     # what the logs must show again after a restart (witness.logs), judged by the supervisor
-    recheck: dict[str, Any] | None = None
+    recheck: Recheck | None = None
 
 
 @dataclass(frozen=True)

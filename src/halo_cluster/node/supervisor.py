@@ -32,6 +32,7 @@ from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import HaloError, StateError
+from halo_cluster.facts.model import PathCounters
 from halo_cluster.node.serve_api import complete, greedy_answers, health
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.prefix import PrefixRunner
@@ -375,8 +376,8 @@ class Supervisor:
             return "the engine's log shows another path than the plans asked for: " + problems[0]
         return None
 
-    def read_counters(self, members: list[Member]) -> dict[str, dict[str, Any]]:
-        def one(member: Member) -> dict[str, Any]:
+    def read_counters(self, members: list[Member]) -> dict[str, dict[str, PathCounters]]:
+        def one(member: Member) -> dict[str, PathCounters]:
             assert member.counters is not None
             done = self.runners[member.name].run(list(member.counters), None, 30.0)
             try:

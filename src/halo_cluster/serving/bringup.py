@@ -79,11 +79,6 @@ def layout_name(request: ServeRequest, prepared: Prepared) -> str:
     return layout_label(request.engine, prepared.tp, pp, [n.name for n in prepared.witnesses])
 
 
-def request_interval(found: dict[str, Any]) -> float | None:
-    settings = found.get("settings")
-    return settings.get("interval_s") if isinstance(settings, dict) else None
-
-
 class Serving:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -228,15 +223,8 @@ class Serving:
         witness: Witness,
         tokens: TokenCheck | None = None,
     ) -> dict[str, Any]:
-        first = control.install(self.cluster, ctx, prepared, steps, witness.recheck, tokens)
-        return {
-            "state": first.get("state"),
-            "pid": first.get("pid"),
-            "node": self.head.name,
-            "service": first.get("service"),
-            "interval_s": request_interval(first),
-            "probe_latency_s": (first.get("last_probe") or {}).get("latency_s"),
-        }
+        installed = control.install(self.cluster, ctx, prepared, steps, witness.recheck, tokens)
+        return installed.to_dict()
 
     def _from_store(self, engine: Engine, request: ServeRequest) -> ServeRequest:
         """A model named as in the nodes' stores (``halo model``): its path there, once every

@@ -34,6 +34,7 @@ from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
 from halo_cluster.supervise import service
 from halo_cluster.wire.args import ray_nodes_args, supervise_args
+from halo_cluster.wire.recheck import Recheck
 from halo_cluster.wire.supervise import (
     Member,
     Spec,
@@ -124,7 +125,7 @@ def make_spec(
     prepared: Prepared,
     steps: list[Step],
     targets: dict[str, SshTarget],
-    recheck: dict[str, Any] | None = None,
+    recheck: Recheck | None = None,
     tokens: TokenCheck | None = None,
 ) -> Spec:
     """The supervisor's spec (``wire.supervise``, read back by ``node/supervisor.py``); it
@@ -204,9 +205,9 @@ def install(
     ctx: ServeContext,
     prepared: Prepared,
     steps: list[Step],
-    recheck: dict[str, Any] | None = None,
+    recheck: Recheck | None = None,
     tokens: TokenCheck | None = None,
-) -> dict[str, Any]:
+) -> Installed:
     """Leave the supervisor on the head; its first round of probes, as it wrote it. It proves
     a restart by the witnesses this start was proven by: the engine's log (``recheck``), the
     tokens against the one-node reference (``tokens``), the counters."""
@@ -241,7 +242,9 @@ def install(
     cluster.progress(
         f"supervisor: started on {head.name} ({how}), waiting for its first round of probes"
     )
-    return {**_first_round(cluster).to_dict(), "service": mode}
+    first = _first_round(cluster)
+    assert first.state is not None  # _first_round returns a state with a probe
+    return Installed(head.name, mode, first.state)
 
 
 def _first_round(cluster: Cluster) -> SupervisorStatus:
@@ -267,6 +270,28 @@ def _first_round(cluster: Cluster) -> SupervisorStatus:
         f"the supervisor on {cluster.head.name} wrote no probe within {FIRST_ROUND_S:g} s: "
         f"{tail(cluster, 3)}"
     )
+
+
+@dataclass(frozen=True)
+class Installed:
+    """The supervisor 'halo serve' left on the head: where, how it runs ("detached" or the
+    systemd unit), and its first round of probes."""
+
+    node: str
+    service: str
+    first: SupervisorState
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``supervisor`` object of 'halo serve --json'."""
+        probe = self.first.last_probe
+        return {
+            "state": self.first.state,
+            "pid": self.first.pid,
+            "node": self.node,
+            "service": self.service,
+            "interval_s": self.first.settings.interval_s,
+            "probe_latency_s": None if probe is None else probe.latency_s,
+        }
 
 
 # -- a running supervisor --------------------------------------------------------------------

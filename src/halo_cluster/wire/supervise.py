@@ -17,6 +17,7 @@ from typing import Any
 from halo_cluster.errors import HaloError, WireError
 from halo_cluster.supervision import SuperviseSettings
 from halo_cluster.wire.answers import TokenAnswer, token_answer_from_dict
+from halo_cluster.wire.recheck import Recheck, parse_recheck
 
 SPEC_VERSION = 1
 
@@ -125,7 +126,7 @@ class Spec:
     stop_script: str  # per member: stop what 'halo serve' started there
     log_tail_script: str  # per member: the last lines of its log
     log_script: str = ""  # per member: its whole log (the engine's own words)
-    recheck: dict[str, Any] | None = None  # what those words must show (witness.logs)
+    recheck: Recheck | None = None  # what those words must show (wire.recheck)
     ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
     ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
     ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
@@ -154,7 +155,7 @@ class Spec:
             "stop_script": self.stop_script,
             "log_tail_script": self.log_tail_script,
             "log_script": self.log_script,
-            "recheck": self.recheck,
+            "recheck": None if self.recheck is None else self.recheck.to_dict(),
             "ray_check_script": self.ray_check_script,
             "ray_start_script": self.ray_start_script,
             "ray_wait": list(self.ray_wait),
@@ -231,7 +232,7 @@ def parse_spec(value: Any) -> Spec:
             stop_script=str(value["stop_script"]),
             log_tail_script=str(value["log_tail_script"]),
             log_script=str(value.get("log_script") or ""),
-            recheck=recheck if isinstance(recheck, dict) else None,
+            recheck=None if recheck is None else parse_recheck(recheck),
             ray_check_script=str(value.get("ray_check_script") or ""),
             ray_start_script=str(value.get("ray_start_script") or ""),
             ray_wait=_words(value.get("ray_wait") or [], "ray_wait"),
