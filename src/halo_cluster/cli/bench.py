@@ -16,10 +16,12 @@ from halo_cluster.cli.bench_render import (
     serve_table,
     tp_table,
 )
-from halo_cluster.cli.options import config_option, result_options
+from halo_cluster.cli.options import choice_option, config_option, range_option, result_options
 from halo_cluster.jsonout import emit_json
 
 F = TypeVar("F", bound=Callable[..., object])
+
+BACKENDS = ("auto", "nccl", "gloo")  # torch.distributed's, auto: by whether ranks have GPUs
 
 
 @click.group()
@@ -42,33 +44,27 @@ def _levels(text: str) -> list[int]:
 @config_option("Cluster config (endpoint, API key, plans).")
 @click.option("--model", help="Model id (default: the first of /v1/models).")
 @click.option("--concurrency", default="1,4,16", show_default=True, help="Concurrency levels.")
-@click.option(
-    "--prompts",
-    default=32,
-    show_default=True,
-    type=click.IntRange(1, 100_000),
-    help="Requests per level.",
-)
-@click.option(
+@range_option("--prompts", default=32, low=1, high=100_000, help="Requests per level.")
+@range_option(
     "--input-len",
     default=128,
-    show_default=True,
-    type=click.IntRange(1, 1_000_000),
+    low=1,
+    high=1_000_000,
     help="Prompt tokens per request, as the server counts them.",
 )
-@click.option(
+@range_option(
     "--output-len",
     default=128,
-    show_default=True,
-    type=click.IntRange(1, 1_000_000),
+    low=1,
+    high=1_000_000,
     help="Output tokens per request (max_tokens, ignore_eos).",
 )
 @click.option("--seed", type=int, help="Seed of the random prompts (default: new ones each run).")
-@click.option(
+@range_option(
     "--warmup",
     default=1,
-    show_default=True,
-    type=click.IntRange(0, 100),
+    low=0,
+    high=100,
     help="Untimed warm-up requests before the first level (0: none).",
 )
 @click.option("--api-key-env", metavar="NAME", help="Environment variable holding the API key.")
@@ -166,33 +162,30 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 @bench.command("net")
 @config_option("Cluster config (nodes, addresses).")
 @click.option("--pair", metavar="A,B", help="Measure this pair only (default: every pair).")
-@click.option(
+@choice_option(
     "--path",
     "path_choice",
-    type=click.Choice(["mgmt", "fabric", "link", "rdma", "all"]),
+    choices=["mgmt", "fabric", "link", "rdma", "all"],
     default="all",
-    show_default=True,
     help="Which network: management Ethernet, fabric TCP (on cabled nodes: between identities, "
     "one hop or more), each cable on its own (link: cabled nodes only), fabric RDMA (perftest).",
 )
-@click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(0.5, 600))
-@click.option(
+@range_option("--seconds", default=5.0, low=0.5, high=600)
+@choice_option(
     "--latency-tool",
-    type=click.Choice(["auto", "sockperf", "qperf", "builtin"]),
+    choices=["auto", "sockperf", "qperf", "builtin"],
     default="auto",
-    show_default=True,
     help="TCP latency tool; auto: sockperf, else qperf, else the built-in probe.",
 )
-@click.option(
+@choice_option(
     "--bandwidth-tool",
-    type=click.Choice(["auto", "iperf3", "qperf", "builtin"]),
+    choices=["auto", "iperf3", "qperf", "builtin"],
     default="auto",
-    show_default=True,
     help="TCP bandwidth tool; auto: iperf3, else qperf, else the built-in probe.",
 )
-@click.option("--streams", default=4, show_default=True, type=click.IntRange(1, 128))
+@range_option("--streams", default=4, low=1, high=128)
 @click.option("--no-bandwidth", is_flag=True, help="Measure latency only.")
-@click.option("--port", default=18600, show_default=True, type=click.IntRange(1024, 64000))
+@range_option("--port", default=18600, low=1024, high=64000)
 @result_options
 def bench_net(
     config_path: str | None,
@@ -254,20 +247,19 @@ def bench_net(
 @click.option(
     "--sizes", default="8B:256MiB", show_default=True, help="FROM:TO (doubling) or a list."
 )
-@click.option(
+@choice_option(
     "--backend",
-    type=click.Choice(["auto", "nccl", "gloo"]),
+    choices=BACKENDS,
     default="auto",
-    show_default=True,
     help="auto: NCCL/RCCL when every rank has a GPU, else Gloo.",
 )
-@click.option("--iters", default=20, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0, 10_000))
-@click.option(
+@range_option("--iters", default=20, low=1, high=100_000)
+@range_option("--warmup", default=5, low=0, high=10_000)
+@range_option(
     "--timeout",
     default=60.0,
-    show_default=True,
-    type=click.FloatRange(1, 3600),
+    low=1,
+    high=3600,
     help="Seconds one size may take before the run stops and names the node that is gone.",
 )
 @click.option(
@@ -330,14 +322,9 @@ def bench_collective(
 @config_option("Cluster config (Ray must be up).")
 @click.option("--tp", "tp", type=click.IntRange(2, 1024), help="Ranks (default: all of them).")
 @click.option("--batch", "batches", default="1,8,32", show_default=True, help="Batch sizes.")
-@click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 100_000))
-@click.option(
-    "--backend",
-    type=click.Choice(["auto", "nccl", "gloo"]),
-    default="auto",
-    show_default=True,
-)
-@click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(1, 3600))
+@range_option("--steps", default=20, low=1, high=100_000)
+@choice_option("--backend", choices=BACKENDS, default="auto")
+@range_option("--timeout", default=60.0, low=1, high=3600)
 @result_options
 def bench_tp(
     model: str,

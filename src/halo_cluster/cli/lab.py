@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from halo_cluster.cli.options import choice_option, range_option
 from halo_cluster.cli.output import styled, table
 from halo_cluster.jsonout import emit_json
 from halo_cluster.lab.state import MAX_NODES
@@ -66,15 +67,9 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
 
 
 @lab.command("up")
-@click.option(
-    "--nodes",
-    default=2,
-    show_default=True,
-    type=click.IntRange(2, MAX_NODES),
-    help=f"Number of nodes (2-{MAX_NODES}).",
-)
+@range_option("--nodes", default=2, low=2, high=MAX_NODES, help=f"Number of nodes (2-{MAX_NODES}).")
 @lab_options
-@click.option("--fabric-mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
+@range_option("--fabric-mtu", default=9000, low=1280, high=65520)
 @click.option(
     "--engine",
     metavar="DIR",
@@ -109,11 +104,10 @@ def _state(name: str | None, directory: str | None):  # type: ignore[no-untyped-
     help="Make every node's model store a tmpfs of SIZE (e.g. 64m): a small disk that fills. "
     "Default: a directory on the host's disk, seen only by its node.",
 )
-@click.option(
+@choice_option(
     "--topology",
-    type=click.Choice(["switch", "mesh", "ring"]),
+    choices=["switch", "mesh", "ring"],
     default="switch",
-    show_default=True,
     help="switch: every node on one fabric bridge. mesh: a cable between every pair of nodes "
     "(at most 8); ring: each node cabled to its two neighbours (3 or more). Cable ends are "
     "named thunderbolt0, thunderbolt1, ... as USB4 networking names them, each its own "
@@ -310,21 +304,23 @@ def _fault(
 LINK_HELP = "On a mesh or ring: only the cable on this interface of NODE (default: all)."
 
 
+def fault_options(command: F) -> F:
+    """The lab, --net, --link and NODE: what 'cut' and 'heal' act on."""
+    command = click.argument("node")(command)
+    command = click.option("--link", metavar="IF", help=LINK_HELP)(command)
+    command = choice_option("--net", choices=["fabric", "mgmt"], default="fabric")(command)
+    return lab_options(command)
+
+
 @lab.command("cut")
-@lab_options
-@click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
-@click.option("--link", metavar="IF", help=LINK_HELP)
-@click.argument("node")
+@fault_options
 def cut(name: str | None, directory: str | None, net: str, link: str | None, node: str) -> int:
     """Take NODE's link down (a pulled cable)."""
     return _fault(name, directory, node, net, False, link)
 
 
 @lab.command("heal")
-@lab_options
-@click.option("--net", type=click.Choice(["fabric", "mgmt"]), default="fabric", show_default=True)
-@click.option("--link", metavar="IF", help=LINK_HELP)
-@click.argument("node")
+@fault_options
 def heal(name: str | None, directory: str | None, net: str, link: str | None, node: str) -> int:
     """Bring NODE's link back up (and boot it again after 'halo lab kill')."""
     return _fault(name, directory, node, net, True, link)
@@ -473,30 +469,17 @@ def _size(count: float, units: tuple[str, ...], step: float) -> str:
 
 @lab.command("model")
 @click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
-@click.option(
-    "--layers", default=4, show_default=True, type=click.IntRange(1, 64), help="Decoder layers."
-)
-@click.option(
-    "--hidden", default=256, show_default=True, type=click.IntRange(32, 8192), help="Hidden size."
-)
-@click.option(
-    "--heads", default=8, show_default=True, type=click.IntRange(1, 128), help="Attention heads."
-)
-@click.option(
-    "--kv-heads", default=4, show_default=True, type=click.IntRange(1, 128), help="Key/value heads."
-)
-@click.option(
-    "--vocab", default=4096, show_default=True, type=click.IntRange(512, 65536), help="Tokens."
-)
-@click.option(
-    "--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help="Weights' seed."
-)
-@click.option(
+@range_option("--layers", default=4, low=1, high=64, help="Decoder layers.")
+@range_option("--hidden", default=256, low=32, high=8192, help="Hidden size.")
+@range_option("--heads", default=8, low=1, high=128, help="Attention heads.")
+@range_option("--kv-heads", default=4, low=1, high=128, help="Key/value heads.")
+@range_option("--vocab", default=4096, low=512, high=65536, help="Tokens.")
+@range_option("--seed", default=0, low=0, high=2**63 - 1, help="Weights' seed.")
+@choice_option(
     "--format",
     "formats",
-    type=click.Choice(["safetensors", "gguf", "both"]),
+    choices=["safetensors", "gguf", "both"],
     default="safetensors",
-    show_default=True,
     help="safetensors: a Hugging Face checkpoint for vLLM; gguf: DIR/model.gguf for "
     "llama.cpp; both: the two, with the same weights.",
 )

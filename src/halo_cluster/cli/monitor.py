@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from halo_cluster.cli.options import config_option
+from halo_cluster.cli.options import choice_option, config_option, range_option, root_option
 from halo_cluster.jsonout import emit_json
 from halo_cluster.monitor.scrape import scrape_all
 
@@ -67,9 +67,7 @@ def probe_targets(config: Config, me: NodeConfig | None, port: int) -> list[Targ
 
 
 @click.command()
-@click.option(
-    "--root", default="/", show_default=True, metavar="DIR", help="Read counters below DIR."
-)
+@root_option("Read counters below DIR.")
 @click.option(
     "--listen",
     default=f"127.0.0.1:{DEFAULT_PORT}",
@@ -314,16 +312,15 @@ def prometheus_config(
 @monitoring.command("exporter-unit")
 @config_option("Cluster config.")
 @click.option("--node", "names", multiple=True, metavar="NAME", help="Only these nodes.")
-@click.option(
+@choice_option(
     "--listen",
     "listen_on",
-    type=click.Choice(["loopback", "mgmt", "fabric"]),
+    choices=["loopback", "mgmt", "fabric"],
     default="loopback",
-    show_default=True,
     help="The address each exporter binds: 127.0.0.1, or the node's management (what "
     "'prometheus-config' scrapes) or fabric address.",
 )
-@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535))
+@range_option("--port", default=DEFAULT_PORT, low=1, high=65535)
 @click.option("--interval", default="1s", show_default=True, help="Sample and probe interval.")
 @click.option(
     "--install",

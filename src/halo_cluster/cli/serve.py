@@ -8,7 +8,7 @@ import time
 import click
 
 from halo_cluster import engine_registry
-from halo_cluster.cli.options import config_option
+from halo_cluster.cli.options import choice_option, config_option
 from halo_cluster.cli.output import plain
 from halo_cluster.engines.protocol import REFERENCE_MODES
 from halo_cluster.engines.vllm_argv import EXECUTORS
@@ -39,11 +39,10 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
     type=click.IntRange(1, 1024),
     help="Serve on the first N nodes of halo.toml only (the head first; default every node).",
 )
-@click.option(
+@choice_option(
     "--reference",
-    type=click.Choice(REFERENCE_MODES),
+    choices=REFERENCE_MODES,
     default="auto",
-    show_default=True,
     help="The token witness: auto compares 2 greedy answers with the one-node reference of "
     "this engine and model when one was recorded; full compares all 4; record (one node: "
     "--nodes 1) makes this start's answers the reference; off skips it.",

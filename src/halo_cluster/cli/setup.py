@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from halo_cluster.cli.options import config_option
+from halo_cluster.cli.options import choice_option, config_option, range_option, root_option
 from halo_cluster.cli.output import styled, table
 from halo_cluster.jsonout import emit_json
 
@@ -41,20 +41,13 @@ STEP_IDS = [
 )
 @click.option("--local", is_flag=True, help="Set up this machine (the default without --node).")
 @config_option("Cluster config for --node.")
-@click.option(
-    "--root", default="/", show_default=True, metavar="DIR", help="Plan for the node below DIR."
-)
-@click.option(
-    "--distro",
-    type=click.Choice(["auto", "fedora", "ubuntu", "debian"]),
-    default="auto",
-    show_default=True,
-)
+@root_option("Plan for the node below DIR.")
+@choice_option("--distro", choices=["auto", "fedora", "ubuntu", "debian"], default="auto")
 @click.option(
     "--fabric-iface", metavar="IF", help="The fabric interface (default: the transport plan's)."
 )
 @click.option("--address", metavar="CIDR", help="Static fabric address, e.g. 192.168.100.1/30.")
-@click.option("--mtu", default=9000, show_default=True, type=click.IntRange(1280, 65520))
+@range_option("--mtu", default=9000, low=1280, high=65520)
 @click.option(
     "--step", "steps", multiple=True, type=click.Choice(STEP_IDS), help="Only these steps."
 )
@@ -186,15 +179,8 @@ def _render(data: dict[str, Any]) -> None:
 
 
 @click.command()
-@click.option(
-    "--root", default="/", show_default=True, metavar="DIR", help="The node whose devices to pass."
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["podman", "docker", "toolbox", "distrobox"]),
-    default="podman",
-    show_default=True,
-)
+@root_option("The node whose devices to pass.")
+@choice_option("--engine", choices=["podman", "docker", "toolbox", "distrobox"], default="podman")
 @click.option(
     "--image", required=True, help="The serving image (vLLM with ROCm/CUDA and rdma-core >= 62)."
 )

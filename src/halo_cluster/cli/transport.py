@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from halo_cluster.cli.options import config_option
+from halo_cluster.cli.options import choice_option, config_option, root_option
 from halo_cluster.jsonout import emit_json
 from halo_cluster.printable import printable
 
@@ -24,15 +24,12 @@ TRANSPORT_CHOICES = ["auto", "infiniband", "roce", "ethernet", "thunderbolt"]
 
 
 @click.command("env")
-@click.option(
-    "--root", default="/", show_default=True, metavar="DIR", help="Read the node below DIR."
-)
-@click.option(
+@root_option("Read the node below DIR.")
+@choice_option(
     "--transport",
     "wanted",
-    type=click.Choice(TRANSPORT_CHOICES),
+    choices=TRANSPORT_CHOICES,
     default="auto",
-    show_default=True,
     help="The transport wanted; anything but auto fails when this node cannot provide it.",
 )
 @click.option(
@@ -40,12 +37,11 @@ TRANSPORT_CHOICES = ["auto", "infiniband", "roce", "ethernet", "thunderbolt"]
     metavar="ADDR",
     help="IPv4 address of the other node: choose the port that reaches it.",
 )
-@click.option(
+@choice_option(
     "--format",
     "fmt",
-    type=click.Choice(["shell", "json", "dotenv"]),
+    choices=["shell", "json", "dotenv"],
     default="shell",
-    show_default=True,
     help='shell: export lines for eval; dotenv: NAME="value" lines.',
 )
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
