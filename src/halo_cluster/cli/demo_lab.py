@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,12 @@ from halo_cluster.runner.local import LocalRunner
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from halo_cluster.bench.serve_load import LoadRun
     from halo_cluster.lab.lab import Lab
     from halo_cluster.lab.state import LabState
+    from halo_cluster.recipes.run import RunResult
+    from halo_cluster.recipes.tune import Tuned
+    from halo_cluster.serving.result import ServeResult
 
 HALO = str(Path(sys.executable).parent / "halo")
 
@@ -150,7 +155,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     """halo serve --engine llama.cpp without Ray, then halo up (Ray), halo serve with the
     real engine (vLLM's CPU build, TP=2 across the two nodes), its evidence, halo bench
     serve, the two engines side by side, then the fabric benchmarks, stop, down."""
-    from halo_cluster.bench.serve_load import run as load
+    from halo_cluster.bench.serve_load import measure
     from halo_cluster.cluster.handle import Cluster
     from halo_cluster.config import load_config
     from halo_cluster.engines.request import serve_request
@@ -172,7 +177,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     model = Path(state.dir) / "model"
     head = state.nodes[0]
     formats = FORMATS if state.llama_cpp else ("safetensors",)
-    llama: dict[str, Any] = {"skipped": "no llama.cpp build ('make llama-cpp' builds it)"}
+    llama: EngineRun | None = None
     try:
         made = write_model(model, TinyModelSpec(), formats=formats)
         say(
@@ -182,7 +187,7 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         names = _sync_models(cluster, model, bool(state.llama_cpp), say)
         if state.llama_cpp:  # no Ray: llama.cpp's plans come from the nodes' facts
             llama = _llama(server, names["gguf"], head.mgmt_address, say)
-            llama["tune"] = _tune(cluster, model, say)
+            llama = replace(llama, tune=_tune(cluster, model, say))
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
@@ -191,16 +196,16 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         )
         served = server.start(request)
         _evidence(served, say)
-        bench = load(served.url, None, [1, 4], 8, 32, 32, None)
-        for level in bench["levels"]:
+        bench = measure(served.url, None, [1, 4], 8, 32, 32, None)
+        for level in bench.levels:
             say(
-                f"halo bench serve, concurrency {level['concurrency']}: "
-                f"TTFT p50 {level['ttft_ms']['p50']} ms, ITL p50 {level['itl_ms']['p50']} ms, "
-                f"{level['output_tokens_per_s']} output tok/s"
+                f"halo bench serve, concurrency {level.concurrency}: "
+                f"TTFT p50 {level.ttft_ms.p50} ms, ITL p50 {level.itl_ms.p50} ms, "
+                f"{level.output_tokens_per_s} output tok/s"
             )
         say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
-        if state.llama_cpp:
-            _side_by_side(served, bench, llama, say)
+        if llama is not None:
+            _side_by_side(EngineRun(served, bench), llama, say)
         lines: list[str] = []
         fabric = _fabric(state, config_path, lines.append)
         for line in lines:
@@ -212,13 +217,69 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         server.stop()
         lifecycle.down()
     say("halo down: done")
+    skipped = {"skipped": "no llama.cpp build ('make llama-cpp' builds it)"}
     return {
         "up": up.nodes_alive,
-        "serve": {k: v for k, v in served.__dict__.items() if k != "verdict"},
-        "bench": bench["levels"],
-        "llama.cpp": llama,
+        "serve": served_json(served),
+        "bench": [level.to_dict() for level in bench.levels],
+        "llama.cpp": llama.to_dict() if llama is not None else skipped,
         "fabric": fabric,
     }
+
+
+def served_json(served: ServeResult) -> dict[str, Any]:
+    """What halo serve --json prints of a server (its NCCL/RCCL verdict aside)."""
+    return {k: v for k, v in served.__dict__.items() if k != "verdict"}
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """The supervisor's states seen after the engine was killed, until it served again."""
+
+    states: list[str]
+    seconds: float
+    restarts: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"states": list(self.states), "seconds": self.seconds, "restarts": self.restarts}
+
+
+@dataclass(frozen=True)
+class TuneDemo:
+    """halo tune over llama.cpp's layouts, then halo run of the winner, then again."""
+
+    tuned: Tuned
+    first: RunResult
+    again: RunResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [row.to_dict() for row in self.tuned.rows],
+            "winner": self.tuned.winner(),
+            "run": self.first.__dict__,
+            "again": self.again.__dict__,
+        }
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine served in the lab and measured by bench serve (llama.cpp: its supervisor's
+    recovery and halo tune too)."""
+
+    served: ServeResult
+    bench: LoadRun
+    recovery: Recovery | None = None
+    tune: TuneDemo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "serve": served_json(self.served),
+            "bench": [level.to_dict() for level in self.bench.levels],
+            "recovery": self.recovery.to_dict() if self.recovery else None,
+        }
+        if self.tune is not None:
+            out["tune"] = self.tune.to_dict()
+        return out
 
 
 def _sync_models(cluster: Any, model: Path, gguf: bool, say: Callable[..., None]) -> dict[str, str]:
@@ -254,10 +315,10 @@ def _sync_models(cluster: Any, model: Path, gguf: bool, say: Callable[..., None]
     return names
 
 
-def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> dict[str, Any]:
+def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> EngineRun:
     """The same model as GGUF, served by llama.cpp over RPC on the same nodes, benchmarked
     the same way, then stopped."""
-    from halo_cluster.bench.serve_load import run as load
+    from halo_cluster.bench.serve_load import measure
     from halo_cluster.engines.request import serve_request
 
     request = serve_request(server.config, model=gguf, engine="llama.cpp", host=host, wait_s=120)
@@ -279,17 +340,13 @@ def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> dict[
             f"{path} ({v['name']}) {v['bytes_per_token'] or 0:,.0f} B" for path, v in paths.items()
         )
         say(f"  counters per generated token on {node}: {shown}")
-    bench = load(served.url, None, [1, 4], 8, 32, 32, None)
+    bench = measure(served.url, None, [1, 4], 8, 32, 32, None)
     recovery = _recovery(server, say) if served.supervisor else None
     say("halo stop: " + ("server stopped" if server.stop() else "no server was running"))
-    return {
-        "serve": {k: v for k, v in served.__dict__.items() if k != "verdict"},
-        "bench": bench["levels"],
-        "recovery": recovery,
-    }
+    return EngineRun(served, bench, recovery)
 
 
-def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]:
+def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> TuneDemo:
     """halo tune over llama.cpp's layouts (one node, the layers over both), each proven by
     the three witnesses beside the planner's prediction; then halo run, which serves the
     winner, and halo run again, which only checks it."""
@@ -336,12 +393,7 @@ def _tune(cluster: Any, model: Path, say: Callable[..., None]) -> dict[str, Any]
         say(f"halo run again: {'already serving' if again.already_running else 'started again'}")
     stopped = cluster_stop(cluster)
     say("halo stop: " + ("server stopped" if stopped else "no server was running"))
-    return {
-        "rows": [row.to_dict() for row in rows],
-        "winner": doc.winner(),
-        "run": first.__dict__,
-        "again": again.__dict__,
-    }
+    return TuneDemo(doc, first, again)
 
 
 def cluster_stop(cluster: Any) -> bool:
@@ -353,7 +405,7 @@ def cluster_stop(cluster: Any) -> bool:
 RECOVERY_BOUND_S = 180.0
 
 
-def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
+def _recovery(server: Any, say: Callable[..., None]) -> Recovery:
     """The supervisor at work: llama-server on the head killed, 'halo status' watched from
     'restarting' back to 'serving' (the engine restarted and proven by the supervisor on the
     head, not by this process)."""
@@ -388,31 +440,23 @@ def _recovery(server: Any, say: Callable[..., None]) -> dict[str, Any]:
             break
         time.sleep(0.5)
     took = round(time.monotonic() - started, 1)
-    return {"states": seen, "seconds": took, "restarts": found.restarts if found else None}
+    return Recovery(seen, took, found.restarts if found else None)
 
 
-def _side_by_side(
-    vllm: Any, vllm_bench: dict[str, Any], llama: dict[str, Any], say: Callable[..., None]
-) -> None:
+def _side_by_side(vllm: EngineRun, llama: EngineRun, say: Callable[..., None]) -> None:
     """One table in words: fabric bytes per token and output tok/s of both engines."""
 
-    def fabric(traffic: dict[str, Any]) -> str:
-        per = [
-            p["fabric"]["bytes_per_token"] or 0 for p in traffic["nodes"].values() if "fabric" in p
-        ]
+    def fabric(served: ServeResult) -> str:
+        nodes = served.traffic["nodes"].values()
+        per = [p["fabric"]["bytes_per_token"] or 0 for p in nodes if "fabric" in p]
         return f"{max(per, default=0) / 1024:.1f} KiB"
 
-    rates = {
-        "vLLM TP=2": [lv["output_tokens_per_s"] for lv in vllm_bench["levels"]],
-        "llama.cpp RPC": [lv["output_tokens_per_s"] for lv in llama["bench"]],
-    }
-    traffic = {"vLLM TP=2": vllm.traffic, "llama.cpp RPC": llama["serve"]["traffic"]}
     say(
         "same model, same two nodes: fabric bytes per token (busiest node), output tok/s at c1 / c4"
     )
-    for name in rates:
-        shown = " / ".join(f"{r:g}" for r in rates[name])
-        say(f"  {name:<14} {fabric(traffic[name]):>10} per token   {shown} tok/s")
+    for name, run in (("vLLM TP=2", vllm), ("llama.cpp RPC", llama)):
+        shown = " / ".join(f"{lv.output_tokens_per_s:g}" for lv in run.bench.levels)
+        say(f"  {name:<14} {fabric(run.served):>10} per token   {shown} tok/s")
 
 
 def _evidence(served: Any, say: Callable[..., None]) -> None:
