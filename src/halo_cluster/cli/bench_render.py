@@ -3,6 +3,9 @@ kind (serve, net, collective, tp), and the one line of a run that ended early.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import Any
+
 import click
 
 from halo_cluster.cli.output import table
@@ -54,39 +57,49 @@ def _lat(lat: dict[str, object]) -> str:
     return f"{lat['p50']:.1f} / {tail} ({lat['tool']})"
 
 
-def net_table(result: dict[str, object]) -> None:
+def _rows(result: dict[str, object], key: str) -> list[dict[str, Any]]:
+    """The list of row objects a result holds under ``key``."""
+    rows = result[key]
+    assert isinstance(rows, list)
+    return rows
+
+
+def _print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """A table of ``columns``, one row of cells each, printed."""
     from halo_cluster.cli.output import console
 
-    paths = result["paths"]
-    assert isinstance(paths, list)
-    grid = table(
-        "Fabric question: latency one way, bandwidth",
-        "pair",
-        "path",
-        "latency p50 / p99 µs",
-        "bandwidth Gb/s",
-        "% line",
-        "% PCIe",
-    )
-    for p in paths:
-        lat = p.get("latency_us")
-        shown = _lat(lat) if lat else "[red]failed[/]"
-        bw = p.get("bandwidth_gbps")
-        line, pcie = p.get("pct_line_rate"), p.get("pct_pcie")
-        path = p["path"]
-        if p.get("cable"):
-            path = f"link {p['cable']}"
-        elif p.get("hops"):
-            path = f"{path} ({p['hops']} hop{'s' if p['hops'] > 1 else ''})"
-        grid.add_row(
-            f"{p['node']} → {p['peer']}",
-            path,
-            shown,
-            f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
-            f"{line:.0f}" if line is not None else "-",
-            f"{pcie:.0f}" if pcie is not None else "-",
-        )
+    grid = table(title, *columns)
+    for cells in rows:
+        grid.add_row(*cells)
     console().print(grid)
+
+
+def _net_row(p: dict[str, Any]) -> list[str]:
+    lat = p.get("latency_us")
+    bw = p.get("bandwidth_gbps")
+    line, pcie = p.get("pct_line_rate"), p.get("pct_pcie")
+    path = p["path"]
+    if p.get("cable"):
+        path = f"link {p['cable']}"
+    elif p.get("hops"):
+        path = f"{path} ({p['hops']} hop{'s' if p['hops'] > 1 else ''})"
+    return [
+        f"{p['node']} → {p['peer']}",
+        path,
+        _lat(lat) if lat else "[red]failed[/]",
+        f"{bw:.2f} ({p.get('bandwidth_tool')})" if bw is not None else "-",
+        f"{line:.0f}" if line is not None else "-",
+        f"{pcie:.0f}" if pcie is not None else "-",
+    ]
+
+
+def net_table(result: dict[str, object]) -> None:
+    paths = _rows(result, "paths")
+    _print_table(
+        "Fabric question: latency one way, bandwidth",
+        ("pair", "path", "latency p50 / p99 µs", "bandwidth Gb/s", "% line", "% PCIe"),
+        map(_net_row, paths),
+    )
     names = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "link": "cable", "rdma": "RDMA"}
     summary = [
         f"{names[p['path']]} {p['latency_us']['p50']:.1f} µs" for p in paths if p.get("latency_us")
@@ -102,29 +115,25 @@ def net_table(result: dict[str, object]) -> None:
 
 
 def collective_table(result: dict[str, object]) -> None:
-    from halo_cluster.cli.output import console
     from halo_cluster.units import human_bytes
 
     transport = result.get("transport") or {}
     assert isinstance(transport, dict)
-    grid = table(
+    rows = _rows(result, "sweep")
+    _print_table(
         f"all-reduce, {result.get('world_size', '?')} ranks, {result.get('backend', '?')}"
         f" ({transport.get('transport')})",
-        "size",
-        "time µs",
-        "algbw GB/s",
-        "busbw GB/s",
+        ("size", "time µs", "algbw GB/s", "busbw GB/s"),
+        (
+            [
+                human_bytes(row["bytes"]),
+                f"{row['time_us']:.1f}",
+                f"{row['algbw_gbs']:.3f}",
+                f"{row['busbw_gbs']:.3f}",
+            ]
+            for row in rows
+        ),
     )
-    rows = result["sweep"]
-    assert isinstance(rows, list)
-    for row in rows:
-        grid.add_row(
-            human_bytes(row["bytes"]),
-            f"{row['time_us']:.1f}",
-            f"{row['algbw_gbs']:.3f}",
-            f"{row['busbw_gbs']:.3f}",
-        )
-    console().print(grid)
     fit = result.get("fit")
     if not fit and len(rows) > 1:
         click.echo(
@@ -140,30 +149,23 @@ def collective_table(result: dict[str, object]) -> None:
 
 
 def tp_table(result: dict[str, object]) -> None:
-    from halo_cluster.cli.output import console
-
     model = result.get("model") or {}
     assert isinstance(model, dict)
-    grid = table(
+    _print_table(
         f"{model.get('name')}: decode-step network replay on {result.get('world_size', '?')}"
         f" ranks ({result.get('backend', '?')})",
-        "batch",
-        "all-reduces / token",
-        "bytes each",
-        "network ms / token",
-        "ceiling tok/s",
+        ("batch", "all-reduces / token", "bytes each", "network ms / token", "ceiling tok/s"),
+        (
+            [
+                str(row["batch"]),
+                str(row["allreduces_per_token"]),
+                str(row["bytes_per_allreduce"]),
+                f"{row['network_ms_per_token']:.3f}",
+                f"{row.get('tokens_per_s_ceiling') or 0:.0f}",
+            ]
+            for row in _rows(result, "rows")
+        ),
     )
-    rows = result["rows"]
-    assert isinstance(rows, list)
-    for row in rows:
-        grid.add_row(
-            str(row["batch"]),
-            str(row["allreduces_per_token"]),
-            str(row["bytes_per_allreduce"]),
-            f"{row['network_ms_per_token']:.3f}",
-            f"{row.get('tokens_per_s_ceiling') or 0:.0f}",
-        )
-    console().print(grid)
 
 
 def fail(failure: BaseException, saved: str | None) -> int:
