@@ -17,6 +17,7 @@ Each failure names the node, the cable and the fix.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from halo_cluster.checks import Finding, fail, ok, warn
@@ -47,6 +48,10 @@ def fabric_checks(reports: Sequence[NodeReport], fabric: Fabric) -> list[Finding
             )
         )
     return found
+
+
+_ROUTES = "   # its fabric routes"
+_PLANNED = "   # the planned routes"
 
 
 def _setup(node: str) -> str:
@@ -252,13 +257,20 @@ def _identity(reached: Sequence[NodeReport], fabric: Fabric) -> Finding:
     return ok("fabric.identity", "every node holds its identity address")
 
 
+@dataclass
+class _Trouble:
+    """The paths with one kind of trouble: a line for each, and the fixes they call for."""
+
+    lines: list[str] = field(default_factory=list)
+    fixes: set[str] = field(default_factory=set)
+
+    def add(self, line: str, fix: str) -> None:
+        self.lines.append(line)
+        self.fixes.add(fix)
+
+
 def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
-    failed: list[str] = []
-    detour: list[str] = []
-    other: list[str] = []
-    detour_fixes: list[str] = []
-    silent_fixes: list[str] = []
-    rerouted: set[str] = set()
+    detour, failed, other = _Trouble(), _Trouble(), _Trouble()
     views = {r.node.name: r.links for r in reached}
     tried = 0
     for report in reached:
@@ -273,42 +285,24 @@ def _reach(reached: Sequence[NodeReport], fabric: Fabric) -> list[Finding]:
             dev = view.routes.get(peer) if view is not None else None
             target = f"{name} -> {peer} ({fabric.node(peer).identity})"
             if dev is not None and dev not in part.ifnames:
-                detour.append(f"{target}: over {dev}, not a fabric cable")
-                detour_fixes.append(_setup(name) + "   # its fabric routes")
+                detour.add(f"{target}: over {dev}, not a fabric cable", _setup(name) + _ROUTES)
             elif not answered:
-                failed.append(f"{target}: no answer to frames of {part.mtu} bytes")
-                silent_fixes.append(_why_silent(fabric, part, views, peer))
+                failed.add(
+                    f"{target}: no answer to frames of {part.mtu} bytes",
+                    _why_silent(fabric, part, views, peer),
+                )
             elif dev is not None and dev != route.dev:
-                other.append(f"{target}: over {dev}, halo plans {route.dev}")
-                rerouted.add(name)
-    found: list[Finding] = []
-    if detour:
-        found.append(
-            fail(
-                "fabric.reach",
-                f"{len(detour)} path(s) leave the fabric (a detour over another network)",
-                *detour,
-                fix=sorted(set(detour_fixes)),
-            )
-        )
-    if failed:
-        found.append(
-            fail(
-                "fabric.reach",
-                f"{len(failed)} of {tried} paths between identities fail",
-                *failed,
-                fix=sorted(set(silent_fixes)),
-            )
-        )
-    if other:
-        found.append(
-            warn(
-                "fabric.reach",
-                f"{len(other)} path(s) over another cable than planned",
-                *other,
-                fix=[_setup(n) + "   # the planned routes" for n in sorted(rerouted)],
-            )
-        )
+                other.add(f"{target}: over {dev}, halo plans {route.dev}", _setup(name) + _PLANNED)
+    troubles = (
+        (fail, detour, "path(s) leave the fabric (a detour over another network)"),
+        (fail, failed, f"of {tried} paths between identities fail"),
+        (warn, other, "path(s) over another cable than planned"),
+    )
+    found = [
+        severity("fabric.reach", f"{len(t.lines)} {what}", *t.lines, fix=sorted(t.fixes))
+        for severity, t, what in troubles
+        if t.lines
+    ]
     return found or [
         ok("fabric.reach", f"all {tried} paths between identities carry full-size frames")
     ]
