@@ -10,7 +10,7 @@ The primitives (SVG charts, tables) are in report/svg.py, the sections in report
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from halo_cluster import __version__
 from halo_cluster.report.sections import (
@@ -23,6 +23,14 @@ from halo_cluster.report.sections import (
     tune_section,
 )
 from halo_cluster.report.svg import esc
+from halo_cluster.schema import (
+    CollectiveBenchResult,
+    NetBenchResult,
+    RunResult,
+    Stamp,
+    TpBenchResult,
+    TuneResult,
+)
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #1a202c;
@@ -38,17 +46,23 @@ th { background: #edf2f7; } svg.chart { display: block; margin: 0.6em 0; backgro
 
 
 def render(results: Sequence[dict[str, Any]], title: str = "halo fabric report") -> str:
+    """The page of ``results``, each as bench/results.py ``load`` gave it (checked against
+    its kind's type in schema.py), a ``label`` added where the caller names it."""
     labelled = [(result_label(r, i), r) for i, r in enumerate(results)]
-    by_kind: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-    for label, result in labelled:
-        by_kind.setdefault(str(result.get("kind")), []).append((label, result))
+
+    def of(kind: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(label, r) for label, r in labelled if r.get("kind") == kind]
+
+    # each section reads its kind by the schema type that loading checked it against
     body = (
-        net_section(by_kind.get("net", []))
-        + collective_section(by_kind.get("collective", []))
-        + tp_section(by_kind.get("tp", []))
-        + tune_section(by_kind.get("tune", []))
-        + run_section(by_kind.get("run", []))
-        + stamp_section(labelled)
+        net_section([(label, cast(NetBenchResult, r)) for label, r in of("net")])
+        + collective_section(
+            [(label, cast(CollectiveBenchResult, r)) for label, r in of("collective")]
+        )
+        + tp_section([(label, cast(TpBenchResult, r)) for label, r in of("tp")])
+        + tune_section([(label, cast(TuneResult, r)) for label, r in of("tune")])
+        + run_section([(label, cast(RunResult, r)) for label, r in of("run")])
+        + stamp_section([(label, cast(Stamp, r)) for label, r in labelled])
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -1,5 +1,7 @@
-"""The report's sections, one per result kind (net, collective, tp) and the stamps of every
-result (plans, versions, host): loaded result objects in, HTML out."""
+"""The report's sections, one per result kind (net, collective, tp, tune, run) and the
+stamps of every result (plans, versions, host): loaded result objects in, HTML out. Each
+section reads its kind by the types schema.py declares, which loading checked
+(``check_result``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster.report.svg import bar_chart, esc, line_chart, table
-from halo_cluster.schema import stamp_hca
+from halo_cluster.schema import (
+    CollectiveBenchResult,
+    NetBenchResult,
+    NetPath,
+    RunResult,
+    Stamp,
+    TpBenchResult,
+    TuneResult,
+    stamp_hca,
+)
 from halo_cluster.witness.tokens import tokens_word
 
 PATH_NAMES = {"mgmt": "Ethernet (mgmt)", "fabric": "fabric TCP", "rdma": "RDMA"}
@@ -17,39 +28,39 @@ def result_label(result: dict[str, Any], index: int) -> str:
     return str(result.get("label") or f"#{index + 1} {result.get('created', '')}")
 
 
-def net_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def net_section(results: Sequence[tuple[str, NetBenchResult]]) -> str:
     latency: list[tuple[str, list[tuple[str, float]]]] = []
     bandwidth: list[tuple[str, list[tuple[str, float]]]] = []
     rows = []
     for label, result in results:
-        by_pair: dict[str, list[dict[str, Any]]] = {}
+        by_pair: dict[str, list[NetPath]] = {}
         for p in result.get("paths", []):
             by_pair.setdefault(f"{p['node']}↔{p['peer']}", []).append(p)
         for pair, paths in by_pair.items():
             group = f"{pair} ({label})" if len(results) > 1 else pair
             lat = [
-                (PATH_NAMES.get(p["path"], p["path"]), float(p["latency_us"]["p50"]))
+                (PATH_NAMES.get(p["path"], p["path"]), float(found["p50"]))
                 for p in paths
-                if p.get("latency_us")
+                if (found := p.get("latency_us"))
             ]
             bw = [
-                (PATH_NAMES.get(p["path"], p["path"]), float(p["bandwidth_gbps"]))
+                (PATH_NAMES.get(p["path"], p["path"]), float(rate))
                 for p in paths
-                if p.get("bandwidth_gbps") is not None
+                if (rate := p.get("bandwidth_gbps")) is not None
             ]
             if lat:
                 latency.append((group, lat))
             if bw:
                 bandwidth.append((group, bw))
             for p in paths:
-                lat_d = p.get("latency_us") or {}
+                lat_d = p.get("latency_us")
                 rows.append(
                     [
                         group,
                         PATH_NAMES.get(p["path"], p["path"]),
-                        lat_d.get("p50"),
-                        lat_d.get("p99"),
-                        lat_d.get("tool"),
+                        lat_d.get("p50") if lat_d else None,
+                        lat_d.get("p99") if lat_d else None,
+                        lat_d.get("tool") if lat_d else None,
                         p.get("bandwidth_gbps"),
                         p.get("bandwidth_tool"),
                         p.get("pct_line_rate"),
@@ -81,7 +92,7 @@ def net_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
-def collective_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def collective_section(results: Sequence[tuple[str, CollectiveBenchResult]]) -> str:
     if not results:
         return ""
     times, busbw, fits = [], [], []
@@ -91,14 +102,14 @@ def collective_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
         sweep = result.get("sweep", [])
         times.append((name, [(float(r["bytes"]), float(r["time_us"])) for r in sweep]))
         busbw.append((name, [(float(r["bytes"]), float(r["busbw_gbs"])) for r in sweep]))
-        fit = result.get("fit") or {}
+        fit = result.get("fit")
         fits.append(
             [
                 name,
                 result.get("world_size"),
-                fit.get("alpha_us"),
-                fit.get("beta_gbps"),
-                fit.get("max_rel_error"),
+                fit.get("alpha_us") if fit else None,
+                fit.get("beta_gbps") if fit else None,
+                fit.get("max_rel_error") if fit else None,
                 transport.get("transport"),
             ]
         )
@@ -114,13 +125,13 @@ def collective_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
-def tp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def tp_section(results: Sequence[tuple[str, TpBenchResult]]) -> str:
     if not results:
         return ""
     groups: list[tuple[str, list[tuple[str, float]]]] = []
     rows = []
     for label, result in results:
-        model = result.get("model", {})
+        model = result.get("model") or {}
         name = str(model.get("id") or model.get("name"))
         bars = []
         for row in result.get("rows", []):
@@ -152,7 +163,7 @@ def tp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
-def tune_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def tune_section(results: Sequence[tuple[str, TuneResult]]) -> str:
     """halo tune: per layout, the planner's predicted tokens/s beside the measured, at the
     lowest concurrency (a chart) and at every level (a table), with each row's cause."""
     if not results:
@@ -169,30 +180,31 @@ def tune_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
             measured = row.get("measured") or {}
             bars = [
                 (f"predicted c{first}", float(predicted[first])) if first in predicted else None,
-                (f"measured c{first}", float(measured[first]["tokens_per_s"] or 0.0))
+                (f"measured c{first}", float(measured[first].get("tokens_per_s") or 0.0))
                 if first in measured
                 else None,
             ]
             groups.append((name, [b for b in bars if b is not None]))
-            cells = [name]
+            cells: list[object] = [name]
             for level in levels:
                 cells.append(predicted.get(level))
-                cells.append((measured.get(level) or {}).get("tokens_per_s"))
+                at = measured.get(level)
+                cells.append(at.get("tokens_per_s") if at else None)
             cells.append(tokens_word(row.get("tokens")) or "")
             cells.append(row.get("engine_error") or row.get("error") or "")
             rows.append(cells)
         heads = [h for c in levels for h in (f"predicted c{c}", f"measured c{c}")]
-        winner = result.get("winner") or {}
+        winner = result.get("winner")
         parts.append(
             f"<h3>{esc(label)}: {esc(result.get('model'))}</h3>"
             + bar_chart(f"tune-{label}", f"tokens/s at concurrency {first}", "tok/s", groups)
             + table(["layout", *heads, "tokens", "note"], rows)
-            + f'<p class="note">winner: {esc(winner.get("reason"))}</p>'
+            + f'<p class="note">winner: {esc(winner["reason"] if winner else None)}</p>'
         )
     return "".join(parts)
 
 
-def run_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def run_section(results: Sequence[tuple[str, RunResult]]) -> str:
     """halo run: the layout each run served and why, its tokens/s at concurrency 1
     predicted beside measured, and what the witnesses said."""
     if not results:
@@ -224,7 +236,7 @@ def run_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
     )
 
 
-def stamp_section(results: Sequence[tuple[str, dict[str, Any]]]) -> str:
+def stamp_section(results: Sequence[tuple[str, Stamp]]) -> str:
     parts = ["<h2>Plan stamp</h2>"]
     for label, result in results:
         nodes = result.get("nodes") or {}
