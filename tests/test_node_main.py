@@ -257,6 +257,21 @@ def test_serve_health_with_nothing_listening(capsys: pytest.CaptureFixture[str])
     assert (code, out, err.startswith("not healthy: "), err.count("\n")) == (1, "", True, 1)
 
 
+@pytest.mark.parametrize(
+    "argv", [["serve-probe", "--tokens", "2"], ["serve-tokens", "--tokens", "2", "--prompt=a"]]
+)
+def test_serve_requests_with_nothing_listening(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_main([*argv, "--port", str(free_port())], capsys)
+    assert (code, out, err.startswith("request failed: "), err.count("\n")) == (1, "", True, 1)
+
+
+def test_serve_tokens_without_a_prompt(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["serve-tokens", "--port", str(free_port()), "--tokens", "2"]
+    assert run_main(argv, capsys) == (2, "", "serve-tokens: no --prompt\n")
+
+
 # -- gguf-layers ------------------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from halo_cluster.jsonout import emit_json
 from halo_cluster.wire.answers import Counters, NodeInfo
@@ -43,28 +43,34 @@ def _serve_key() -> str | None:
     return os.environ.get(SERVE_KEY_ENV) or None  # never in argv
 
 
-def serve_health(args: argparse.Namespace) -> int:
-    from halo_cluster.node.serve_api import health
+class _Answer(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
 
+
+def _server_answer(ask: Callable[[], _Answer], failed: str) -> int:
+    """``ask()``'s answer from the node's server, as JSON; a connection or an answer that
+    fails is one line, ``failed`` and why, on stderr (exit code 1)."""
     try:
-        answer = health(args.host, args.port, _serve_key())
+        answer = ask()
     except (OSError, ValueError) as err:
-        sys.stderr.write(f"not healthy: {err}\n")
+        sys.stderr.write(f"{failed}: {err}\n")
         return 1
     json.dump(answer.to_dict(), sys.stdout)
     return 0
+
+
+def serve_health(args: argparse.Namespace) -> int:
+    from halo_cluster.node.serve_api import health
+
+    return _server_answer(lambda: health(args.host, args.port, _serve_key()), "not healthy")
 
 
 def serve_probe(args: argparse.Namespace) -> int:
     from halo_cluster.node.serve_api import complete
 
-    try:
-        answer = complete(args.host, args.port, _serve_key(), args.tokens)
-    except (OSError, ValueError) as err:
-        sys.stderr.write(f"request failed: {err}\n")
-        return 1
-    json.dump(answer.to_dict(), sys.stdout)
-    return 0
+    return _server_answer(
+        lambda: complete(args.host, args.port, _serve_key(), args.tokens), "request failed"
+    )
 
 
 def serve_tokens(args: argparse.Namespace) -> int:
@@ -73,15 +79,12 @@ def serve_tokens(args: argparse.Namespace) -> int:
     if not args.prompt:
         sys.stderr.write("serve-tokens: no --prompt\n")
         return 2
-    try:
-        answer = greedy_answers(
+    return _server_answer(
+        lambda: greedy_answers(
             args.host, args.port, _serve_key(), args.prompt, args.tokens, args.top
-        )
-    except (OSError, ValueError) as err:
-        sys.stderr.write(f"request failed: {err}\n")
-        return 1
-    json.dump(answer.to_dict(), sys.stdout)
-    return 0
+        ),
+        "request failed",
+    )
 
 
 def gguf_layers(args: argparse.Namespace) -> int:
