@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,9 +89,33 @@ def plan(**options: Any) -> int:
     memory-bound compute and network, tokens/s (with the range of the measurements behind
     it) at batch 1 and at --batch, and the network's share — per link — with a
     recommendation."""
-    if options["list_models"]:
-        return _list(options["as_json"])
-    return _estimate(**options)
+    given = PlanOptions(**options)
+    if given.list_models:
+        return _list(given.as_json)
+    return _estimate(given)
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What ``halo plan`` was given, once, as its options name it."""
+
+    model: str | None
+    list_models: bool
+    hf_config: str | None
+    gguf_path: str | None
+    engine: str
+    nodes: int
+    gpus_per_node: int
+    hardware: str
+    memory_gib: float | None
+    memory_bw_gbs: float | None
+    quant: str | None
+    weights_gib: float | None
+    calibrate: str | None
+    context: int
+    batch: int
+    link_ids: tuple[str, ...]
+    as_json: bool
 
 
 def _positive(name: str, value: float | None) -> float | None:
@@ -102,31 +126,31 @@ def _positive(name: str, value: float | None) -> float | None:
     return value
 
 
-def _model(options: dict[str, Any]) -> tuple[ModelSpec, WeightBytes | None, str]:
+def _model(options: PlanOptions) -> tuple[ModelSpec, WeightBytes | None, str]:
     """The model spec, its GGUF weights if read from a file, and a note on the bytes."""
     from halo_cluster.capacity import catalog
     from halo_cluster.capacity.hf_config import model_from_hf_config
     from halo_cluster.errors import UsageError
 
-    if options["gguf_path"]:
+    if options.gguf_path:
         from halo_cluster.capacity.gguf_file import read_gguf
 
-        found = read_gguf(Path(options["gguf_path"]))
+        found = read_gguf(Path(options.gguf_path))
         return found.spec, found.weights, found.note
-    if options["hf_config"]:
-        return model_from_hf_config(Path(options["hf_config"])), None, ""
-    if options["model"]:
-        return catalog.find_model(options["model"]), None, ""
+    if options.hf_config:
+        return model_from_hf_config(Path(options.hf_config)), None, ""
+    if options.model:
+        return catalog.find_model(options.model), None, ""
     raise UsageError("name a MODEL (see 'halo plan --list'), or pass --hf-config or --gguf")
 
 
-def _hardware(options: dict[str, Any]) -> Hardware:
+def _hardware(options: PlanOptions) -> Hardware:
     from halo_cluster.capacity import catalog
     from halo_cluster.config import profiles_dir
 
-    hw = catalog.find_hardware(options["hardware"], profiles_dir())
-    memory = _positive("memory-gib", options["memory_gib"])
-    bandwidth = _positive("memory-bw-gbs", options["memory_bw_gbs"])
+    hw = catalog.find_hardware(options.hardware, profiles_dir())
+    memory = _positive("memory-gib", options.memory_gib)
+    bandwidth = _positive("memory-bw-gbs", options.memory_bw_gbs)
     if memory is not None:
         hw = replace(hw, memory_gib=memory, usable_memory_gib=memory)
     if bandwidth is not None:
@@ -135,17 +159,17 @@ def _hardware(options: dict[str, Any]) -> Hardware:
 
 
 def _weights(
-    options: dict[str, Any], spec: ModelSpec, gguf: WeightBytes | None, engine: Engine
+    options: PlanOptions, spec: ModelSpec, gguf: WeightBytes | None, engine: Engine
 ) -> tuple[str, WeightBytes]:
     """(the format name, the weight bytes) from --quant, --weights-gib, --gguf or the catalog."""
     from halo_cluster.capacity.quants import find_quant
     from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
     from halo_cluster.errors import UsageError
 
-    file_gib = _positive("weights-gib", options["weights_gib"])
+    file_gib = _positive("weights-gib", options.weights_gib)
     if file_gib is not None and file_gib > 100_000:
         raise UsageError(f"--weights-gib {file_gib:g} is not a plausible model size")
-    given = options["quant"]
+    given = options.quant
     release = engine.release_formats.get(spec.dtype, spec.dtype)
     fallback = engine.default_quant if file_gib is not None and gguf is None else release
     quant = find_quant(given or fallback)
@@ -158,7 +182,7 @@ def _weights(
     return quant.name, weights
 
 
-def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
+def _requests(options: PlanOptions) -> tuple[list[Request], str, str]:
     from halo_cluster.capacity import catalog
     from halo_cluster.capacity.calibration import read_serve_result
     from halo_cluster.capacity.engines import find_engine
@@ -166,30 +190,36 @@ def _requests(options: dict[str, Any]) -> tuple[list[Request], str, str]:
 
     spec, gguf, note = _model(options)
     hw = _hardware(options)
-    engine = find_engine(options["engine"])
+    engine = find_engine(options.engine)
     quant, weights = _weights(options, spec, gguf, engine)
-    calibration = read_serve_result(Path(options["calibrate"])) if options["calibrate"] else None
+    calibration = read_serve_result(Path(options.calibrate)) if options.calibrate else None
     from halo_cluster.config import profiles_dir
 
     links = [
-        catalog.find_link(link, profiles_dir()) for link in (options["link_ids"] or ("roce", "tcp"))
+        catalog.find_link(link, profiles_dir()) for link in (options.link_ids or ("roce", "tcp"))
     ]
-    if options["nodes"] == 1:  # one node crosses no link: one row per layout is enough
+    if options.nodes == 1:  # one node crosses no link: one row per layout is enough
         links = links[:1]
-    shared = {
-        "nodes": options["nodes"],
-        "gpus_per_node": options["gpus_per_node"],
-        "quant": quant,
-        "context": options["context"],
-        "batch": options["batch"],
-        "engine": engine,
-        "weights": weights,
-        "calibration": calibration,
-    }
-    return [Request(spec, hw, link, **shared) for link in links], quant, note
+    requests = [
+        Request(
+            spec,
+            hw,
+            link,
+            nodes=options.nodes,
+            gpus_per_node=options.gpus_per_node,
+            quant=quant,
+            context=options.context,
+            batch=options.batch,
+            engine=engine,
+            weights=weights,
+            calibration=calibration,
+        )
+        for link in links
+    ]
+    return requests, quant, note
 
 
-def _estimate(**options: Any) -> int:
+def _estimate(options: PlanOptions) -> int:
     from halo_cluster.capacity.estimate import layout_rows, node_steps, recommend
 
     requests, quant, note = _requests(options)
@@ -199,7 +229,7 @@ def _estimate(**options: Any) -> int:
     steps = {r.link.id: node_steps(r) for r in requests} if req.nodes > 1 else {}
     chosen = best.link if best is not None and best.link in steps else next(iter(steps), "")
     lines = _step_lines(steps.get(chosen, []), req.batch, chosen)
-    if options["as_json"]:
+    if options.as_json:
         document = _document(req, rows, best, reason, quant, note)
         document["nodes_added"] = {
             "link": chosen or None,
