@@ -183,7 +183,7 @@ def test_the_exporter_unit_runs_on_a_bare_node(workdir: Path) -> None:  # noqa: 
         "node1": (True, False),  # no systemd in a lab node
         "node2": (True, False),
     }
-    from halo_cluster.monitor.deploy import exec_start
+    from halo_cluster.runner.daemon import exec_start
 
     argv = exec_start(units["node1"]["unit"])
     assert argv == units["node1"]["argv"]

@@ -114,15 +114,18 @@ def test_with_systemd_as_root_it_is_an_enabled_unit(head: Path) -> None:
         "Wants=network-online.target\n"
         "StartLimitIntervalSec=300\n"
         "StartLimitBurst=5\n"
+        "\n"
         "[Service]\n"
         "Type=simple\n"
-        f'ExecStart=/bin/bash "{base}.sh"\n'
+        f"ExecStart=/bin/bash {base}.sh\n"
         "Restart=on-failure\n"
         "RestartSec=5\n"
         "KillMode=mixed\n"
+        "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )
+    assert not list((head / "units").glob(".*"))  # written beside, renamed into place
     assert calls(head) == [
         "systemctl daemon-reload",
         "systemctl enable --quiet halo-supervise-strix.service",

@@ -109,9 +109,10 @@ def _monitor(
 ) -> dict[str, Any]:
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
-    from halo_cluster.monitor.deploy import exec_start, exporter_units, install_units
+    from halo_cluster.monitor.deploy import exporter_units, install_units
     from halo_cluster.monitor.frame import build_frame, render_frame
     from halo_cluster.monitor.scrape import scrape
+    from halo_cluster.runner.daemon import exec_start
 
     config = load_config(Path(state.dir) / "halo.toml")
     local = LocalRunner()

@@ -13,19 +13,27 @@ from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.nodecode import NodeCode
+from halo_cluster.runner.daemon import NONE, Daemon, install_script
 from halo_cluster.wire.args import exporter_args
 
 UNIT_NAME = "halo-exporter.service"
-UNIT_DIR = "/etc/systemd/system"
 CODE_DIR = "/var/lib/halo"
 
 
 @dataclass(frozen=True)
 class ExporterUnit:
     node: str
-    argv: tuple[str, ...]
-    unit: str
+    daemon: Daemon
     code_path: str
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return self.daemon.argv
+
+    @property
+    def unit(self) -> str:
+        """The unit file, as installed."""
+        return self.daemon.text()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,54 +75,23 @@ def code_path(code: NodeCode) -> str:
     return f"{CODE_DIR}/node-{code.digest}.pyz"
 
 
-def unit_text(node: str, argv: Sequence[str]) -> str:
-    """The systemd unit: read-only access to sysfs/procfs is all the exporter needs."""
-    return (
-        f"# written by halo monitoring exporter-unit for {node}\n"
-        "[Unit]\n"
-        "Description=halo fabric exporter (RDMA and network counters, peer latency probes)\n"
-        "After=network-online.target\nWants=network-online.target\n\n"
-        "[Service]\nType=simple\n"
-        f"ExecStart={systemd_join(argv)}\n"
-        "Restart=on-failure\nRestartSec=5\n"
-        "DynamicUser=yes\nProtectSystem=strict\nProtectHome=yes\nPrivateTmp=yes\n"
-        "NoNewPrivileges=yes\nCapabilityBoundingSet=\nMemoryMax=128M\n\n"
-        "[Install]\nWantedBy=multi-user.target\n"
-    )
+def exporter_daemon(node: str, argv: Sequence[str]) -> Daemon:
+    """The exporter as a unit of the system's manager: read-only access to sysfs and procfs
+    is all it needs."""
+    return Daemon(
+        UNIT_NAME,
+        "halo fabric exporter (RDMA and network counters, peer latency probes)",
+        tuple(argv),
+        comment=f"written by halo monitoring exporter-unit for {node}",
+        service=("DynamicUser=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
+                 "NoNewPrivileges=yes", "CapabilityBoundingSet=", "MemoryMax=128M"),
+    )  # fmt: skip
 
 
-def systemd_join(argv: Sequence[str]) -> str:
-    """A command line as systemd reads ExecStart: words in double quotes where needed, with
-    backslash escapes, and ``%`` doubled (systemd's specifiers)."""
-    words = []
-    for word in argv:
-        text = word.replace("%", "%%")
-        if text and all(c.isalnum() or c in "/._-:=,@+" for c in text):
-            words.append(text)
-        else:
-            escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$")
-            words.append(f'"{escaped}"')
-    return " ".join(words)
-
-
-def systemd_split(line: str) -> list[str]:
-    """The inverse of ``systemd_join`` for what it writes (how the lab runs a unit's
-    command where no systemd runs)."""
-    words = shlex.split(line.replace("$$", "$"), posix=True)
-    return [w.replace("%%", "%") for w in words]
-
-
-def exec_start(unit: str) -> list[str]:
-    for line in unit.splitlines():
-        if line.startswith("ExecStart="):
-            return systemd_split(line[len("ExecStart=") :])
-    raise ValueError("no ExecStart line")
-
-
-def install_script(unit: ExporterUnit, code: NodeCode) -> str:
+def install_unit_script(unit: ExporterUnit, code: NodeCode) -> str:
     """``bash -s`` on the node (as root): the zipapp into /var/lib/halo (checked against its
-    hash), the unit into /etc/systemd/system, then enabled and started where systemd runs.
-    Prints ``started`` or ``no-systemd``."""
+    hash), then the unit installed as every halo daemon is (``runner.daemon``). Prints
+    ``started``, or ``no-systemd`` where systemd does not run."""
     return (
         "set -eu\n"
         f"install -d -m 755 {CODE_DIR}\n"
@@ -123,11 +100,9 @@ def install_script(unit: ExporterUnit, code: NodeCode) -> str:
         f"base64 -d > \"$tmp\" <<'HALO_CODE'\n{code.payload()}\nHALO_CODE\n"
         f'echo "{code.digest}  $tmp" | sha256sum -c --quiet -\n'
         f'chmod 644 "$tmp" && mv "$tmp" {shlex.quote(unit.code_path)}\n'
-        f"cat > {UNIT_DIR}/{UNIT_NAME} <<'HALO_UNIT'\n{unit.unit}HALO_UNIT\n"
-        "if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then\n"
-        f"  systemctl daemon-reload && systemctl enable --now {UNIT_NAME} >/dev/null\n"
-        f"  systemctl restart {UNIT_NAME}\n"
-        "  echo started\nelse\n  echo no-systemd\nfi\n"
+        "trap - EXIT\n"
+        f"{install_script(unit.daemon)}"
+        f'if [ "$mode" = {NONE} ]; then echo no-systemd; else echo started; fi\n'
     )
 
 
@@ -142,9 +117,7 @@ def exporter_units(
     units = []
     for node in nodes:
         argv = exporter_argv(config, node, code, listen_address(node, listen_on), port, interval)
-        units.append(
-            ExporterUnit(node.name, tuple(argv), unit_text(node.name, argv), code_path(code))
-        )
+        units.append(ExporterUnit(node.name, exporter_daemon(node.name, argv), code_path(code)))
     return units
 
 
@@ -156,7 +129,7 @@ def install_units(
     not a container's. A node that fails does not stop the others."""
 
     def install(unit: ExporterUnit) -> dict[str, Any]:
-        done = clients[unit.node].host_script(install_script(unit, code), timeout=120)
+        done = clients[unit.node].host_script(install_unit_script(unit, code), timeout=120)
         last = done.stdout.strip().splitlines()[-1:] if done.ok else []
         return {
             "installed": done.ok,

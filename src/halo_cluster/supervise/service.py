@@ -1,9 +1,9 @@
 """How the supervisor runs on the head (pure: the scripts that start and stop it there).
 
-Where the head runs systemd, the supervisor is a unit, ``halo-supervise-CLUSTER.service``:
-in the system manager when halo reaches the head as root, in the user's manager when that user
-has lingering on (``loginctl enable-linger``: else the manager, and the supervisor with it,
-ends at logout). systemd then restarts a supervisor that died (``Restart=on-failure``, at most
+Where the head runs systemd, the supervisor is a unit, ``halo-supervise-CLUSTER.service``,
+installed as every halo daemon is (``runner.daemon``): in the system manager when halo
+reaches the head as root, in the user's manager when that user has lingering on. systemd
+then restarts a supervisor that died (``Restart=on-failure``, at most
 5 times in 5 minutes) and starts it at boot, after which it finds the server gone and brings
 the group back. Elsewhere (no systemd, a container, a user without lingering) it is a detached
 process of its own group, as before. Either way it runs one wrapper script, 0700 in the head's
@@ -18,10 +18,9 @@ import secrets
 import shlex
 
 from halo_cluster.engines import scripts
+from halo_cluster.runner.daemon import NONE, SYSTEM, USER, Daemon, install_script, remove_script
 
-SYSTEM_UNITS = "/etc/systemd/system"
-USER_UNITS = '"${XDG_CONFIG_HOME:-$HOME/.config}/systemd/user"'
-MODES = ("systemd", "systemd-user", "detached")
+MODES = (SYSTEM, USER, "detached")
 ROLE = "supervise"  # its log and pid file: scripts.log_paths(cluster, ROLE)
 
 
@@ -41,7 +40,14 @@ def start_script(cluster: str, argv: list[str], base: str) -> str:
     log, pid = scripts.log_paths(cluster, ROLE)
     end = f"HALO_WRAPPER_{secrets.token_hex(8)}"  # a heredoc's end that argv cannot hold
     wrapper = shlex.quote(wrapper_path(base))
-    unit = shlex.quote(unit_name(cluster))
+    daemon = Daemon(
+        unit_name(cluster),
+        f"halo supervisor of cluster {_unit_word(cluster)}",
+        ("/bin/bash", wrapper_path(base)),
+        start_limit=(300, 5),
+        service=("KillMode=mixed",),
+        user_manager=True,
+    )
     return (
         "set -e\numask 077\n"
         f"w={wrapper}\n"
@@ -60,35 +66,9 @@ def start_script(cluster: str, argv: list[str], base: str) -> str:
         f"{end}\n"
         '} > "$w"\n'
         'chmod 700 "$w"\n'
-        f"unit={unit}\n"
-        "mode=detached\n"
-        "if [ -d /run/systemd/system ] && command -v systemctl > /dev/null 2>&1; then\n"
-        '  if [ "$(id -u)" = 0 ]; then\n'
-        f'    mode=systemd; ctl="systemctl"; dir={SYSTEM_UNITS}; wanted=multi-user.target\n'
-        '  elif [ "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)" = yes ]; '
-        "then\n"
-        f'    mode=systemd-user; ctl="systemctl --user"; dir={USER_UNITS}; wanted=default.target\n'
-        "  fi\n"
-        "fi\n"
-        'if [ "$mode" = detached ]; then\n'
-        '  cd; setsid bash "$w" > /dev/null 2>&1 < /dev/null &\n'
-        "else\n"
-        '  mkdir -p "$dir"\n'
-        "  {\n"
-        "    echo '[Unit]'\n"
-        "    echo 'Description=halo supervisor of cluster " + _unit_word(cluster) + "'\n"
-        '    if [ "$mode" = systemd ]; then\n'
-        "      echo 'After=network-online.target'; echo 'Wants=network-online.target'\n"
-        "    fi\n"
-        "    echo 'StartLimitIntervalSec=300'; echo 'StartLimitBurst=5'\n"
-        "    echo '[Service]'; echo 'Type=simple'\n"
-        '    printf \'ExecStart=/bin/bash "%s"\\n\' "$(printf %s "$w" | sed \'s/%/%%/g\')"\n'
-        "    echo 'Restart=on-failure'; echo 'RestartSec=5'; echo 'KillMode=mixed'\n"
-        "    echo '[Install]'; echo \"WantedBy=$wanted\"\n"
-        '  } > "$dir/$unit"\n'
-        "  $ctl daemon-reload\n"
-        '  $ctl enable --quiet "$unit"\n'
-        '  $ctl restart "$unit"\n'
+        f"{install_script(daemon)}"
+        f'if [ "$mode" = {NONE} ]; then\n'
+        '  mode=detached; cd; setsid bash "$w" > /dev/null 2>&1 < /dev/null &\n'
         "fi\n"
         'echo "mode=$mode"\n'
     )
@@ -102,18 +82,9 @@ def _unit_word(text: str) -> str:
 def stop_script(cluster: str) -> str:
     """On the head: the unit disabled and removed where there is one (so that no boot starts
     it again), then the supervisor's process group ended; exit 3 when nothing ran."""
-    unit = shlex.quote(unit_name(cluster))
     _log, pid = scripts.log_paths(cluster, ROLE)
     return (
-        f"unit={unit}\nsvc=3\n"
-        f'for f in {SYSTEM_UNITS}/"$unit" {USER_UNITS}/"$unit"; do\n'
-        '  [ -f "$f" ] || continue\n'
-        f'  case "$f" in {SYSTEM_UNITS}/*) ctl="systemctl" ;; *) ctl="systemctl --user" ;; esac\n'
-        '  if $ctl is-active --quiet "$unit" 2>/dev/null; then svc=0; fi\n'
-        '  $ctl disable --now "$unit" > /dev/null 2>&1 || true\n'
-        '  rm -f "$f"\n'
-        "  $ctl daemon-reload > /dev/null 2>&1 || true\n"
-        "done\n"
+        f"{remove_script(unit_name(cluster))}"
         f"{scripts.kill_group(pid, none='$svc')}"
         'rm -f "$pidfile"\n'
         '[ "$svc" = 0 ] && ran=0\n'
