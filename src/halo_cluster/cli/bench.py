@@ -5,7 +5,7 @@ side in node/main.py, the ranked runs' orchestration in bench/run.py."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -18,6 +18,9 @@ from halo_cluster.cli.bench_render import (
 )
 from halo_cluster.cli.options import choice_option, config_option, range_option, result_options
 from halo_cluster.jsonout import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.bench.cluster import BenchCluster
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -159,6 +162,43 @@ def _progress(quiet: bool) -> Callable[[str], None]:
     return (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}", err=True))
 
 
+def _show(
+    result: dict[str, object],
+    saved: str | None,
+    as_json: bool,
+    render: Callable[[dict[str, object]], None],
+) -> None:
+    """A saved result: as JSON with where it was saved, or ``render``'s table and the path."""
+    if as_json:
+        emit_json({**result, "saved": saved})
+    else:
+        render(result)
+        click.echo(f"saved {saved}")
+
+
+def _ranked(
+    config_path: str | None,
+    spec: dict[str, object],
+    steps: int,
+    timeout: float,
+    out: str | None,
+    as_json: bool,
+) -> tuple[dict[str, object], str | None, BenchCluster]:
+    """Run ``spec`` on the cluster's ranks (``steps`` sizes or batches, each within
+    ``timeout``): the result, where it was saved and the cluster. A run that ended early ends
+    the command: its one line, its exit code."""
+    from halo_cluster.bench.run import ranked_run
+
+    limit = timeout * (steps + 4) + 60
+    kind = str(spec["kind"])
+    result, saved, failure, cluster = ranked_run(
+        config_path, spec, limit, kind, out, _progress(as_json)
+    )
+    if failure is not None or result is None:
+        raise click.exceptions.Exit(fail(failure or RuntimeError("no result"), saved))
+    return result, saved, cluster
+
+
 @bench.command("net")
 @config_option("Cluster config (nodes, addresses).")
 @click.option("--pair", metavar="A,B", help="Measure this pair only (default: every pair).")
@@ -234,11 +274,7 @@ def bench_net(
     saved = save(result, out, "net", failure) if result.get("paths") or not failure else None
     if failure is not None:
         return fail(failure, saved)
-    if as_json:
-        emit_json({**result, "saved": saved})
-    else:
-        net_table(result)
-        click.echo(f"saved {saved}")
+    _show(result, saved, as_json, net_table)
     return 1 if any(p["errors"] for p in result["paths"]) else 0
 
 
@@ -280,8 +316,7 @@ def bench_collective(
     """All-reduce sweep on one Ray actor per GPU (per node without GPUs) through
     torch.distributed: time, algorithm and bus bandwidth per size, an α/β fit, and (NCCL/RCCL)
     the transport verdict from the ranks' own debug logs."""
-    from halo_cluster.bench.allreduce import SCHEMA, parse_sizes
-    from halo_cluster.bench.run import ranked_run
+    from halo_cluster.bench.allreduce import SCHEMA, fallback_error, parse_sizes
 
     chosen = parse_sizes(sizes)
     spec = {
@@ -293,22 +328,11 @@ def bench_collective(
         "warmup": warmup,
         "timeout": timeout,
     }
-    limit = timeout * (len(chosen) + 4) + 60
-    result, saved, failure, cluster = ranked_run(
-        config_path, spec, limit, "collective", out, _progress(as_json)
-    )
-    if failure is not None or result is None:
-        return fail(failure or RuntimeError("no result"), saved)
-    from halo_cluster.bench.allreduce import fallback_error
-
+    result, saved, cluster = _ranked(config_path, spec, len(chosen), timeout, out, as_json)
     transport = result["transport"]
     assert isinstance(transport, dict)
     refusal = fallback_error(any(p.is_rdma for p in cluster.plans.values()), transport)
-    if as_json:
-        emit_json({**result, "saved": saved})
-    else:
-        collective_table(result)
-        click.echo(f"saved {saved}")
+    _show(result, saved, as_json, collective_table)
     if refusal and not allow_fallback:
         from halo_cluster.printable import printable
 
@@ -344,7 +368,6 @@ def bench_tp(
     from pathlib import Path
 
     from halo_cluster.bench.allreduce import TP_SCHEMA
-    from halo_cluster.bench.run import ranked_run
     from halo_cluster.capacity.catalog import find_model
     from halo_cluster.capacity.hf_config import model_from_hf_config
 
@@ -369,15 +392,6 @@ def bench_tp(
         "timeout": timeout,
         "tp": tp,
     }
-    limit = timeout * (len(levels) + 4) + 60
-    result, saved, failure, _cluster = ranked_run(
-        config_path, spec, limit, "tp", out, _progress(as_json)
-    )
-    if failure is not None or result is None:
-        return fail(failure or RuntimeError("no result"), saved)
-    if as_json:
-        emit_json({**result, "saved": saved})
-        return 0
-    tp_table(result)
-    click.echo(f"saved {saved}")
+    result, saved, _cluster = _ranked(config_path, spec, len(levels), timeout, out, as_json)
+    _show(result, saved, as_json, tp_table)
     return 0
