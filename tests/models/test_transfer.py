@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from halo_cluster.errors import ModelError
 from halo_cluster.modelstore.manifest import FileEntry, Manifest
 from halo_cluster.modelstore.transfer import (
+    HashAnswer,
     Held,
     ModelState,
     PipeDone,
@@ -20,6 +21,7 @@ from halo_cluster.modelstore.transfer import (
     PipeSpec,
     RouteHop,
     StreamFile,
+    parse_hash_answer,
     parse_model_state,
     parse_pipe_event,
     parse_pipe_spec,
@@ -41,6 +43,20 @@ def test_a_state_reads_back() -> None:
     )
     assert parse_model_state(json.loads(json.dumps(state.to_dict()))) == state
     assert parse_model_state(state.to_dict()).complete
+
+
+def test_a_hash_answer_reads_back() -> None:
+    answer = HashAnswer(MANIFEST, {"w": "/src/w", "config.json": "/src/c"}, {"w": {10: "c" * 64}})
+    assert parse_hash_answer(json.loads(json.dumps(answer.to_dict()))) == answer
+
+
+@given(JSON)
+def test_anything_is_a_hash_answer_or_one_modelerror(value: Any) -> None:
+    document = {**HashAnswer(MANIFEST, {}, {}).to_dict(), **value} if isinstance(value, dict) else value
+    try:
+        parse_hash_answer(document)
+    except ModelError as err:
+        assert "\n" not in str(err)
 
 
 def test_a_spec_reads_back_with_its_secrets_out_of_its_repr() -> None:

@@ -19,10 +19,10 @@ from halo_cluster.modelstore.manifest import (
     Manifest,
     default_name,
     make_manifest,
-    manifest_from,
     prefix_sha256,
     source_files,
 )
+from halo_cluster.modelstore.transfer import HashAnswer, parse_hash_answer
 from halo_cluster.wire.commands import MODEL_HASH
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
@@ -48,15 +48,7 @@ class Source:
                 for rel, sizes in asked.items()
             }
         flat = [f"{rel}:{n}" for rel, sizes in sorted(asked.items()) for n in sorted(sizes)]
-        answer = _hash_on_node(cluster, self.node, self.path, self.manifest.name, flat)
-        got = answer.get("prefixes")
-        if not isinstance(got, dict):
-            return {}
-        return {
-            rel: {int(n): str(sha) for n, sha in sizes.items()}
-            for rel, sizes in got.items()
-            if isinstance(sizes, dict)
-        }
+        return _hash_on_node(cluster, self.node, self.path, self.manifest.name, flat).prefixes
 
 
 def resolve_source(
@@ -68,13 +60,8 @@ def resolve_source(
     known = {n.name for n in cluster.config.nodes}
     if colon and node in known and rest:
         answer = _hash_on_node(cluster, node, rest, name or "", [])
-        manifest = manifest_from(answer.get("manifest"), f"{node}: model-hash")
-        files = answer.get("files")
-        if not isinstance(files, dict):
-            raise ModelError(f"{node}: model-hash sent no file list")
-        label = f"{node}:{manifest.source}"
-        real = {str(k): str(v) for k, v in files.items()}
-        return Source(label, node, rest, real, _relabel(manifest, label))
+        label = f"{node}:{answer.manifest.source}"
+        return Source(label, node, rest, answer.files, _relabel(answer.manifest, label))
     if os.path.exists(text):
         return _local(text, os.path.abspath(text), name, progress)
     if REPO_ID.match(text.split("@", 1)[0]):
@@ -92,15 +79,16 @@ def _relabel(manifest: Manifest, source: str) -> Manifest:
 
 def _hash_on_node(
     cluster: Cluster, node: str, path: str, name: str, prefixes: list[str]
-) -> dict[str, object]:
+) -> HashAnswer:
     client = cluster.client(node)
     argv = MODEL_HASH.argv(
         store=cluster.config.models.dir, name=name or None, prefix=prefixes, path=path
     )
     answer = client.call_json(*argv, timeout=HASH_TIMEOUT_S)
-    if not isinstance(answer, dict):
-        raise ModelError(f"{node}: model-hash answered no object")
-    return answer
+    try:
+        return parse_hash_answer(answer)
+    except ModelError as err:
+        raise ModelError(f"{node}: {err}") from None
 
 
 def local_cache() -> HashCache:

@@ -117,6 +117,46 @@ def parse_model_state(value: Any) -> ModelState:
     )
 
 
+# -- model-hash -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HashAnswer:
+    """A node's ``model-hash``: the manifest of a model it holds outside its store, each
+    file's real path there, and the sha256 of the prefixes asked for (rel -> size -> sha256:
+    a partial elsewhere, checked before it resumes)."""
+
+    manifest: Manifest
+    files: dict[str, str]
+    prefixes: dict[str, dict[int, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "manifest": self.manifest.to_dict(),
+            "files": dict(self.files),
+            "prefixes": {
+                rel: {str(n): sha for n, sha in sizes.items()}
+                for rel, sizes in self.prefixes.items()
+            },
+        }
+
+
+def parse_hash_answer(value: Any) -> HashAnswer:
+    """A node's ``model-hash`` answer (parsed JSON)."""
+    data = _object(value, "model-hash")
+    files = _object(data.get("files"), "model-hash files")
+    prefixes = {}
+    for rel, sizes in _object(data.get("prefixes") or {}, "model-hash prefixes").items():
+        where = f"model-hash prefix {rel}"
+        prefixes[str(rel)] = {
+            _int(int(n) if str(n).isdigit() else None, where): _text(sha, where)
+            for n, sha in _object(sizes, where).items()
+        }
+    return HashAnswer(
+        manifest_from(data.get("manifest"), "model-hash manifest"),
+        {str(rel): _text(path, f"model-hash file {rel}") for rel, path in files.items()},
+        prefixes,
+    )
+
+
 # -- model-pipe: the spec and the route ------------------------------------------------------
 @dataclass(frozen=True)
 class StreamFile:

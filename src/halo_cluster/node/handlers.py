@@ -230,7 +230,7 @@ def model_store(args: argparse.Namespace) -> int:
 def model_hash(args: argparse.Namespace) -> int:
     from halo_cluster.node.models import hash_source
 
-    emit_json(hash_source(args.store, args.path, args.name or "", args.prefix))
+    emit_json(hash_source(args.store, args.path, args.name or "", args.prefix).to_dict())
     return 0
 
 

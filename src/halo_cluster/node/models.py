@@ -7,7 +7,6 @@ import json
 import os
 import sys
 import threading
-from typing import Any
 
 from halo_cluster.errors import ModelError, UsageError
 from halo_cluster.jsonout import emit_json
@@ -20,12 +19,12 @@ from halo_cluster.modelstore.manifest import (
 )
 from halo_cluster.modelstore.pipe import relay
 from halo_cluster.modelstore.store import HASHES, Store
-from halo_cluster.modelstore.transfer import PipeEvent, parse_pipe_spec
+from halo_cluster.modelstore.transfer import HashAnswer, PipeEvent, parse_pipe_spec
 
 MAX_SPEC = 64 << 20
 
 
-def hash_source(store: str, path: str, name: str, prefixes: list[str]) -> dict[str, Any]:
+def hash_source(store: str, path: str, name: str, prefixes: list[str]) -> HashAnswer:
     """The manifest of the model at ``path`` on this node (hashes kept in the store's cache),
     and the sha256 of the prefixes asked for (a partial elsewhere, checked before it resumes)."""
     files, entry = source_files(path)
@@ -33,14 +32,14 @@ def hash_source(store: str, path: str, name: str, prefixes: list[str]) -> dict[s
     where = os.path.abspath(path)
     manifest = make_manifest(name or default_name(path), files, entry, where, cache)
     real = dict(files)
-    asked: dict[str, dict[str, str]] = {}
+    asked: dict[str, dict[int, str]] = {}
     for item in prefixes:
         rel, _, size_text = item.rpartition(":")
         if rel not in real or not size_text.isdigit():
             raise UsageError(f"--prefix {item!r}: use REL:SIZE for a file of the model")
         size = int(size_text)
-        asked.setdefault(rel, {})[str(size)] = prefix_sha256(real[rel], size)
-    return {"manifest": manifest.to_dict(), "files": real, "prefixes": asked}
+        asked.setdefault(rel, {})[size] = prefix_sha256(real[rel], size)
+    return HashAnswer(manifest, real, asked)
 
 
 def pipe(spec_text: str) -> int:
