@@ -259,7 +259,7 @@ def test_a_chain_writes_and_forwards_and_every_node_verifies(tmp_path: Path) -> 
         for rel, data in FILES.items():
             assert (tmp_path / node / "tiny" / rel).read_bytes() == data
         assert not (tmp_path / node / "tiny" / ".halo" / "partial").exists()
-        assert store.verify("tiny")["differ"] == []
+        assert store.verify("tiny").differ == ()
 
 
 def test_a_partial_resumes_from_its_prefix_and_a_bad_prefix_fails_only_its_file(
@@ -356,12 +356,12 @@ def test_verify_names_a_changed_file_and_takes_the_model_out_of_service(tmp_path
         path.write_bytes(data)
     store.present("tiny")  # hashed, as the transfer's own writes are
     store.complete(manifest)
-    assert store.listing()[0]["changed"] == [] and store.verify("tiny")["differ"] == []
+    assert store.listing()[0].changed == () and store.verify("tiny").differ == ()
     with open(store.final("tiny", "config.json"), "r+b") as handle:
         handle.write(b"X")
-    assert Store(store.root).listing()[0]["changed"] == ["config.json"]
+    assert Store(store.root).listing()[0].changed == ("config.json",)
     found = Store(store.root).verify("tiny")
-    assert [d["path"] for d in found["differ"]] == ["config.json"]
+    assert [d.path for d in found.differ] == ["config.json"]
     assert Store(store.root).manifest("tiny") is None  # not servable until synced again
     with pytest.raises(ModelError, match=r"model tiny is incomplete .*: sync it first"):
         Store(store.root).verify("tiny")

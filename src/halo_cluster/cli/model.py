@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from halo_cluster.cli.options import config_option, json_option
 from halo_cluster.jsonout import emit_json
+
+if TYPE_CHECKING:
+    from halo_cluster.models.stores import Copy
 
 MIB = 1 << 20
 
@@ -160,37 +163,32 @@ def _print_sync(data: dict[str, Any]) -> None:
 def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int:
     """Every model in the nodes' stores: on each node same (as the others), different,
     incomplete, missing, or unreachable. Reads no file's content (see 'verify')."""
-    from halo_cluster.models.stores import model_table, store_listing
+    from halo_cluster.models.stores import Unreadable, model_table, store_listing
 
     cluster = _cluster(config_path, True)
     chosen = _nodes(cluster, nodes)
     listing = store_listing(cluster, chosen)
     rows = model_table(listing)
-    errors = {n: v["error"] for n, v in listing.items() if "error" in v}
+    errors = {n: v.error for n, v in listing.items() if isinstance(v, Unreadable)}
     if as_json:
-        emit_json({"store": cluster.config.models.dir, "models": rows, "unreachable": errors})
+        models = [row.to_dict() for row in rows]
+        emit_json({"store": cluster.config.models.dir, "models": models, "unreachable": errors})
         return 0
-    from halo_cluster.cli.output import console, table
+    from halo_cluster.cli.output import console, plain, table
 
     grid = table(f"Models in {cluster.config.models.dir}", "model", "size", *chosen, "source")
     for row in rows:
-        size = "-" if row["size"] is None else f"{row['size'] / MIB:.1f} MiB"
-        grid.add_row(
-            row["name"],
-            size,
-            *(_state(row["nodes"][n]) for n in chosen),
-            row["source"] or "-",
-        )
+        size = "-" if row.size is None else f"{row.size / MIB:.1f} MiB"
+        states = (_state(row.nodes[n]) for n in chosen)
+        grid.add_row(plain(row.name), size, *states, plain(row.source or "-"))
     console().print(grid)
     for node, error in errors.items():
         click.echo(f"{node}: unreachable: {error}", err=True)
     return 0
 
 
-def _state(held: dict[str, Any]) -> str:
-    if held["state"] == "changed":
-        return f"{len(held['changed'])} file(s) changed"
-    return str(held["state"])
+def _state(copy: Copy) -> str:
+    return f"{len(copy.changed)} file(s) changed" if copy.state == "changed" else copy.state
 
 
 @model.command()
@@ -202,29 +200,26 @@ def verify(name: str, nodes: str | None, config_path: str | None, as_json: bool)
     """Re-read every file of NAME on every node (in parallel) against its manifest, and
     name each file that differs. Exit 1 when one differs or a node cannot tell."""
     from halo_cluster.cli.output import plain
+    from halo_cluster.models.stores import Unreadable
     from halo_cluster.models.stores import verify as verify_all
     from halo_cluster.modelstore.manifest import check_name
 
     check_name(name)
     cluster = _cluster(config_path, True)
     answers = verify_all(cluster, name, _nodes(cluster, nodes))
-    bad = False
     if as_json:
-        emit_json(answers)
+        emit_json({node: answer.to_dict() for node, answer in answers.items()})
+    bad = False
     for node, answer in answers.items():
-        if "error" in answer:
+        if isinstance(answer, Unreadable):
             bad = True
-            if not as_json:
-                click.echo(f"{node}: {plain(answer['error'])}")
-            continue
-        differ = answer.get("differ") or []
-        bad = bad or bool(differ)
-        if as_json:
-            continue
-        if not differ:
-            click.echo(f"{node}: {answer['files']} file(s) verified")
-        for item in differ:
-            click.echo(f"{node}: DIFFERS {plain(item['path'])}: {plain(item['reason'])}")
+            lines = [f"{node}: {plain(answer.error)}"]
+        else:
+            bad = bad or bool(answer.differ)
+            lines = [f"{node}: DIFFERS {plain(d.path)}: {plain(d.reason)}" for d in answer.differ]
+            lines = lines or [f"{node}: {answer.files} file(s) verified"]
+        if not as_json:
+            click.echo("\n".join(lines))
     return 1 if bad else 0
 
 
@@ -236,16 +231,23 @@ def verify(name: str, nodes: str | None, config_path: str | None, as_json: bool)
 def rm(name: str, nodes: str | None, config_path: str | None, as_json: bool) -> int:
     """Remove NAME from the nodes' stores (partials too). Exit 1 when a node could not."""
     from halo_cluster.cli.output import plain
-    from halo_cluster.models.stores import remove
+    from halo_cluster.models.stores import Unreadable, remove
     from halo_cluster.modelstore.manifest import check_name
 
     check_name(name)
     cluster = _cluster(config_path, True)
     answers = remove(cluster, name, _nodes(cluster, nodes))
+    said = {
+        node: a.to_dict() if isinstance(a, Unreadable) else {"removed": a.removed}
+        for node, a in answers.items()
+    }
     if as_json:
-        emit_json(answers)
+        emit_json(said)
     else:
         for node, answer in answers.items():
-            what = answer.get("error") or ("removed" if answer["removed"] else "not there")
+            what = (
+                answer.error if isinstance(answer, Unreadable)
+                else "removed" if answer.removed else "not there"
+            )  # fmt: skip
             click.echo(f"{node}: {plain(what)}")
-    return 1 if any("error" in a for a in answers.values()) else 0
+    return 1 if any(isinstance(a, Unreadable) for a in answers.values()) else 0

@@ -4,98 +4,136 @@ into each node's path, refused with one line when a node that reads it lacks it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.answers import (
+    Listing,
+    Removed,
+    Verified,
+    parse_listing,
+    parse_removed,
+    parse_verified,
+)
 from halo_cluster.modelstore.manifest import NAME
 from halo_cluster.wire.commands import MODEL_LIST, MODEL_RM, MODEL_VERIFY
 
 VERIFY_TIMEOUT_S = 6 * 3600.0
 
 
-def store_listing(cluster: Cluster, nodes: list[str]) -> dict[str, Any]:
-    """{node: {"models": [...]} or {"error": ...}} (no hashing: one round trip per node)."""
-    store = cluster.config.models.dir
-    out: dict[str, Any] = {}
-    for outcome in fan_out(
-        nodes, lambda n: cluster.client(n).call_json(*MODEL_LIST.argv(store=store))
-    ):
-        if outcome.error is not None:
-            out[outcome.item] = {"error": str(outcome.error)}
-        else:
-            value = outcome.value if isinstance(outcome.value, dict) else {}
-            out[outcome.item] = {"models": value.get("models") or []}
-    return out
+@dataclass(frozen=True)
+class Unreadable:
+    """A node that gave no answer, or one that does not read (that node's alone)."""
+
+    error: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"error": self.error}
 
 
-def model_table(listing: dict[str, Any]) -> list[dict[str, Any]]:
+T = TypeVar("T")
+
+
+def _ask(
+    cluster: Cluster, nodes: list[str], argv: list[str], parse: Callable[[Any], T],
+    timeout: float = 60.0,
+) -> dict[str, T | Unreadable]:  # fmt: skip
+    """Every node at once; each answer read by ``parse``, or that node's ``Unreadable``."""
+
+    def one(node: str) -> T | Unreadable:
+        answer = cluster.client(node).call_json(*argv, timeout=timeout)
+        try:
+            return parse(answer)
+        except ModelError as err:
+            return Unreadable(f"{node}: an answer halo cannot read: {err}")
+
+    return {
+        o.item: Unreadable(str(o.error)) if o.error is not None else cast("T | Unreadable", o.value)
+        for o in fan_out(nodes, one)
+    }
+
+
+def store_listing(cluster: Cluster, nodes: list[str]) -> dict[str, Listing | Unreadable]:
+    """What each node's store holds (no hashing: one round trip per node)."""
+    return _ask(cluster, nodes, MODEL_LIST.argv(store=cluster.config.models.dir), parse_listing)
+
+
+@dataclass
+class Copy:
+    """One node's copy of a model, as ``halo model ls`` shows it."""
+
+    state: str  # same, different, incomplete, changed, missing, unreachable
+    complete: bool = False
+    digest: str | None = None
+    files: int | None = None
+    changed: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"complete": self.complete, "digest": self.digest, "files": self.files,
+                "changed": list(self.changed), "state": self.state}  # fmt: skip
+
+
+@dataclass
+class ModelRow:
+    """A model across the nodes: each node's copy, and the content most complete copies
+    hold (the reference: the others differ)."""
+
+    name: str
+    nodes: dict[str, Copy]
+    size: int | None = None
+    source: str | None = None
+    digest: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "nodes": {n: c.to_dict() for n, c in self.nodes.items()},
+                "size": self.size, "source": self.source, "digest": self.digest}  # fmt: skip
+
+
+def model_table(listing: dict[str, Listing | Unreadable]) -> list[ModelRow]:
     """One row per model: on which nodes it is complete, and whether they all hold the same
     content (the digest most nodes hold is the reference; the others differ)."""
-    names: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ModelRow] = {}
     for node, held in listing.items():
-        for model in held.get("models") or []:
-            row = names.setdefault(
-                model["name"], {"name": model["name"], "nodes": {}, "size": None, "source": None}
-            )
-            row["nodes"][node] = {
-                "complete": bool(model.get("complete")),
-                "digest": model.get("digest"),
-                "files": model.get("files"),
-                "changed": model.get("changed") or [],
-            }
-            if model.get("complete"):
-                row["size"] = model.get("size")
-                row["source"] = model.get("source")
-    for row in names.values():
-        digests = [n["digest"] for n in row["nodes"].values() if n["complete"]]
-        reference = max(set(digests), key=digests.count) if digests else None
+        for model in [] if isinstance(held, Unreadable) else held.models:
+            row = rows.setdefault(model.name, ModelRow(model.name, {}))
+            row.nodes[node] = Copy("", model.complete, model.digest, model.files,
+                                   model.changed or ())  # fmt: skip
+            if model.complete:
+                row.size, row.source = model.size, model.source
+    for row in rows.values():
+        digests = [c.digest for c in row.nodes.values() if c.complete]
+        row.digest = max(set(digests), key=digests.count) if digests else None
         for node in listing:
-            held = row["nodes"].get(node)
-            if "error" in listing[node]:
-                state = "unreachable"
-            elif held is None:
-                state = "missing"
-            elif not held["complete"]:
-                state = "incomplete"
-            elif held["changed"]:
-                state = "changed"
-            else:
-                state = "same" if held["digest"] == reference else "different"
-            row["nodes"].setdefault(
-                node, {"complete": False, "digest": None, "files": None, "changed": []}
-            )
-            row["nodes"][node]["state"] = state
-        row["digest"] = reference
-    return sorted(names.values(), key=lambda r: r["name"])
+            copy = row.nodes.setdefault(node, Copy("missing"))
+            copy.state = _state(copy, isinstance(listing[node], Unreadable), row.digest)
+    return sorted(rows.values(), key=lambda r: r.name)
 
 
-def verify(cluster: Cluster, name: str, nodes: list[str]) -> dict[str, Any]:
-    """Every node re-reads every file of ``name`` (in parallel): {node: answer or error}."""
-    store = cluster.config.models.dir
-    argv = MODEL_VERIFY.argv(store=store, name=name)
-    out: dict[str, Any] = {}
-    for outcome in fan_out(
-        nodes, lambda n: cluster.client(n).call_json(*argv, timeout=VERIFY_TIMEOUT_S)
-    ):
-        out[outcome.item] = (
-            {"error": str(outcome.error)} if outcome.error is not None else outcome.value
-        )
-    return out
+def _state(copy: Copy, unreachable: bool, reference: str | None) -> str:
+    if unreachable:
+        return "unreachable"
+    if copy.state == "missing":
+        return "missing"
+    if not copy.complete:
+        return "incomplete"
+    if copy.changed:
+        return "changed"
+    return "same" if copy.digest == reference else "different"
 
 
-def remove(cluster: Cluster, name: str, nodes: list[str]) -> dict[str, Any]:
-    store = cluster.config.models.dir
-    argv = MODEL_RM.argv(store=store, name=name)
-    out: dict[str, Any] = {}
-    for outcome in fan_out(nodes, lambda n: cluster.client(n).call_json(*argv)):
-        if outcome.error is not None:
-            out[outcome.item] = {"error": str(outcome.error)}
-        else:
-            out[outcome.item] = {"removed": bool((outcome.value or {}).get("removed"))}
-    return out
+def verify(cluster: Cluster, name: str, nodes: list[str]) -> dict[str, Verified | Unreadable]:
+    """Every node re-reads every file of ``name`` (in parallel)."""
+    argv = MODEL_VERIFY.argv(store=cluster.config.models.dir, name=name)
+    return _ask(cluster, nodes, argv, parse_verified, VERIFY_TIMEOUT_S)
+
+
+def remove(cluster: Cluster, name: str, nodes: list[str]) -> dict[str, Removed | Unreadable]:
+    argv = MODEL_RM.argv(store=cluster.config.models.dir, name=name)
+    return _ask(cluster, nodes, argv, parse_removed)
 
 
 # -- serving a model by name ------------------------------------------------------------------
@@ -125,17 +163,16 @@ def resolve(cluster: Cluster, name: str, readers: list[str]) -> Resolved | None:
     name is then the engine's own (a Hugging Face id such as ``gpt2``)."""
     # every node listed: one that is not a reader may still name where the model came from
     listing = store_listing(cluster, [n.name for n in cluster.config.nodes])
-    rows = {row["name"]: row for row in model_table(listing)}
-    row = rows.get(name)
-    if row is None and not any("error" in listing[n] for n in readers):
+    row = next((r for r in model_table(listing) if r.name == name), None)
+    if row is None and not any(isinstance(listing[n], Unreadable) for n in readers):
         return None
     store = cluster.config.models.dir
-    fix_source = (row or {}).get("source") or "SOURCE"
+    fix_source = (row.source if row else None) or "SOURCE"
     for node in readers:
         held = listing[node]
-        if "error" in held:
-            raise ModelError(f"{node}: cannot read its model store: {held['error']}")
-        state = (row or {}).get("nodes", {}).get(node, {}).get("state", "missing")
+        if isinstance(held, Unreadable):
+            raise ModelError(f"{node}: cannot read its model store: {held.error}")
+        state = row.nodes[node].state if row else "missing"
         if state == "same":
             continue
         what = {
@@ -148,10 +185,8 @@ def resolve(cluster: Cluster, name: str, readers: list[str]) -> Resolved | None:
             f"{node} {what}: run 'halo model sync {fix_source} --name {name} --nodes {node}'"
         )
     assert row is not None
-    entry = ""
-    for model in listing[readers[0]]["models"]:
-        if model["name"] == name:
-            entry = model.get("entry") or ""
-            path = str(model["path"])
-    path = f"{path}/{entry}" if entry else path
-    return Resolved(name, path, str(row["digest"]), str(row["source"] or ""))
+    first = listing[readers[0]]
+    assert isinstance(first, Listing)
+    model = next(m for m in first.models if m.name == name)
+    path = f"{model.path}/{model.entry}" if model.entry else model.path
+    return Resolved(name, path, str(row.digest), row.source or "")

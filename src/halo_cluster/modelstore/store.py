@@ -20,6 +20,7 @@ import stat
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.modelstore.answers import Differs, StoredModel, Verified
 from halo_cluster.modelstore.manifest import (
     HashCache,
     Manifest,
@@ -149,24 +150,19 @@ class Store:
             check_name(name), self.root, self.model_dir(name), self.manifest(name), held, partial
         )
 
-    def listing(self) -> list[dict[str, Any]]:
+    def listing(self) -> list[StoredModel]:
         """Every model in the store, without hashing anything: complete or not, its size."""
         out = []
         for name in self.names():
             manifest = self.manifest(name)
-            out.append(
-                {
-                    "name": name,
-                    "complete": manifest is not None,
-                    "digest": manifest.digest if manifest else None,
-                    "size": manifest.size if manifest else None,
-                    "files": len(manifest.files) if manifest else None,
-                    "source": manifest.source if manifest else None,
-                    "entry": manifest.entry if manifest else None,
-                    "path": self.model_dir(name),
-                    "changed": self._changed(name, manifest) if manifest else None,
-                }
-            )
+            path = self.model_dir(name)
+            if manifest is None:
+                out.append(StoredModel(name, path, False))
+                continue
+            out.append(StoredModel(
+                name, path, True, manifest.digest, manifest.size, len(manifest.files),
+                manifest.source, manifest.entry, tuple(self._changed(name, manifest)),
+            ))  # fmt: skip
         return out
 
     def _changed(self, name: str, manifest: Manifest) -> list[str]:
@@ -184,7 +180,7 @@ class Store:
                 changed.append(entry.path)
         return changed
 
-    def verify(self, name: str) -> dict[str, Any]:
+    def verify(self, name: str) -> Verified:
         """Every file of the model read again (no cache): which differ from its manifest."""
         manifest = self.manifest(name)
         if manifest is None:
@@ -198,19 +194,14 @@ class Store:
             try:
                 size, sha = self.cache.hash(full)
             except ModelError as err:
-                differ.append({"path": entry.path, "reason": str(err).split(": ", 1)[-1]})
+                differ.append(Differs(entry.path, str(err).split(": ", 1)[-1]))
                 continue
             if size != entry.size or sha != entry.sha256:
-                differ.append({"path": entry.path, "reason": f"sha256 {sha[:12]}…, {size} B"})
+                differ.append(Differs(entry.path, f"sha256 {sha[:12]}…, {size} B"))
         self.cache.save()
         if differ:  # never served again as it is; the next sync sends only these files
             self.invalidate(name)
-        return {
-            "name": name,
-            "digest": manifest.digest,
-            "files": len(manifest.files),
-            "differ": differ,
-        }
+        return Verified(name, manifest.digest, len(manifest.files), tuple(differ))
 
     # -- changing ---------------------------------------------------------------------------
     def invalidate(self, name: str) -> None:

@@ -10,6 +10,7 @@ import threading
 
 from halo_cluster.errors import ModelError, UsageError
 from halo_cluster.jsonout import emit_json
+from halo_cluster.modelstore.answers import Listing, Removed
 from halo_cluster.modelstore.manifest import (
     HashCache,
     default_name,
@@ -92,12 +93,12 @@ def run(command: str, store: str, name: str = "") -> None:
     """model-list, model-state, model-verify, model-rm: their answer on stdout."""
     here = Store(store)
     if command == "model-list":
-        emit_json({"store": here.root, "models": here.listing()})
+        emit_json(Listing(here.root, tuple(here.listing())).to_dict())
     elif command == "model-state":
         emit_json(here.state(name).to_dict())
     elif command == "model-verify":
-        emit_json(here.verify(name))
+        emit_json(here.verify(name).to_dict())
     elif command == "model-rm":
-        emit_json({"name": name, "removed": here.remove(name)})
+        emit_json(Removed(name, here.remove(name)).to_dict())
     else:  # pragma: no cover - the dispatcher names only these
         raise ModelError(f"{command}: not a model command")

@@ -1,0 +1,165 @@
+"""A node's answers about its model store, as typed values with one parser each, used by both
+sides: what it holds (``model-list``: a ``Listing`` of ``StoredModel``s), a re-read of one model
+(``model-verify``: ``Verified``), a removal (``model-rm``: ``Removed``). The node writes
+``to_dict()``; the controller reads each node's answer back with the parser, so one node's
+malformed answer is that node's error and never the others'.
+
+Standard library only, Python 3.9. A malformed answer is one ``ModelError``, one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.errors import ModelError
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ModelError(f"{where}: not a JSON object")
+    return value
+
+
+def _text(value: Any, where: str, none: bool = False) -> str | None:
+    if value is None and none:
+        return None
+    if not isinstance(value, str):
+        raise ModelError(f"{where}: not a string")
+    return value
+
+
+def _count(value: Any, where: str, none: bool = False) -> int | None:
+    if value is None and none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelError(f"{where}: not a whole number of 0 or more")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ModelError(f"{where}: not a list")
+    return value
+
+
+# -- model-list -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StoredModel:
+    """A model in a node's store, as its manifest says (nothing hashed): complete or not;
+    ``changed``: the files whose size, mtime or inode moved since they were verified."""
+
+    name: str
+    path: str
+    complete: bool
+    digest: str | None = None
+    size: int | None = None
+    files: int | None = None
+    source: str | None = None
+    entry: str | None = None
+    changed: tuple[str, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "complete": self.complete, "digest": self.digest,
+            "size": self.size, "files": self.files, "source": self.source,
+            "entry": self.entry, "path": self.path,
+            "changed": None if self.changed is None else list(self.changed),
+        }  # fmt: skip
+
+
+def _stored(value: Any, where: str) -> StoredModel:
+    data = _object(value, where)
+    name = _text(data.get("name"), f"{where} name")
+    where = f"{where} {name}"
+    changed = data.get("changed")
+    return StoredModel(
+        str(name),
+        str(_text(data.get("path"), f"{where} path")),
+        bool(data.get("complete")),
+        _text(data.get("digest"), f"{where} digest", none=True),
+        _count(data.get("size"), f"{where} size", none=True),
+        _count(data.get("files"), f"{where} files", none=True),
+        _text(data.get("source"), f"{where} source", none=True),
+        _text(data.get("entry"), f"{where} entry", none=True),
+        None
+        if changed is None
+        else tuple(str(_text(c, f"{where} changed")) for c in _list(changed, f"{where} changed")),
+    )
+
+
+@dataclass(frozen=True)
+class Listing:
+    store: str
+    models: tuple[StoredModel, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"store": self.store, "models": [m.to_dict() for m in self.models]}
+
+
+def parse_listing(value: Any) -> Listing:
+    """A node's ``model-list`` answer (parsed JSON)."""
+    data = _object(value, "model-list")
+    models = _list(data.get("models", []), "model-list models")
+    return Listing(
+        str(_text(data.get("store", ""), "model-list store")),
+        tuple(_stored(m, "model-list model") for m in models),
+    )
+
+
+# -- model-verify ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Differs:
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Verified:
+    """Every file of a model read again: those that differ from its manifest."""
+
+    name: str
+    digest: str
+    files: int
+    differ: tuple[Differs, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "files": self.files,
+                "differ": [d.to_dict() for d in self.differ]}  # fmt: skip
+
+
+def parse_verified(value: Any) -> Verified:
+    """A node's ``model-verify`` answer (parsed JSON)."""
+    data = _object(value, "model-verify")
+    differ = []
+    for item in _list(data.get("differ", []), "model-verify differ"):
+        found = _object(item, "model-verify differ")
+        path = str(_text(found.get("path"), "model-verify differ path"))
+        differ.append(Differs(path, str(_text(found.get("reason"), "model-verify differ reason"))))
+    return Verified(
+        str(_text(data.get("name"), "model-verify name")),
+        str(_text(data.get("digest"), "model-verify digest")),
+        int(_count(data.get("files"), "model-verify files") or 0),
+        tuple(differ),
+    )
+
+
+# -- model-rm ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Removed:
+    name: str
+    removed: bool  # False: there was nothing of that name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "removed": self.removed}
+
+
+def parse_removed(value: Any) -> Removed:
+    """A node's ``model-rm`` answer (parsed JSON)."""
+    data = _object(value, "model-rm")
+    removed = data.get("removed")
+    if not isinstance(removed, bool):
+        raise ModelError("model-rm removed: not true or false")
+    return Removed(str(_text(data.get("name"), "model-rm name")), removed)
