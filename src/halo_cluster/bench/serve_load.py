@@ -492,20 +492,3 @@ def measure(
         seed,
         tuple(results),
     )
-
-
-def run(
-    url: str,
-    model: str | None,
-    levels: list[int],
-    prompts: int,
-    input_len: int,
-    output_len: int,
-    key: str | None,
-    progress: Callable[[str], None] | None = None,
-    seed: int | None = None,
-    warmup: int = 1,
-) -> dict[str, Any]:
-    """``measure``'s run in its JSON form (``halo.bench.serve/1``, unstamped)."""
-    found = measure(url, model, levels, prompts, input_len, output_len, key, progress, seed, warmup)
-    return found.to_dict()

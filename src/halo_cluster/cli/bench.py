@@ -94,7 +94,7 @@ def bench_serve(
 
     from halo_cluster.bench import results
     from halo_cluster.bench.endpoint import Endpoint, reach
-    from halo_cluster.bench.serve_load import run
+    from halo_cluster.bench.serve_load import measure
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
     from halo_cluster.errors import HaloError, UsageError
@@ -122,18 +122,10 @@ def bench_serve(
             endpoint = stack.enter_context(reach(config, say))
         target = url or (endpoint.url if endpoint else "")
         try:
-            result = run(
-                target,
-                model,
-                levels,
-                prompts,
-                input_len,
-                output_len,
-                secret(key_env),
-                say,
-                seed,
-                warmup,
-            )
+            result = measure(
+                target, model, levels, prompts, input_len, output_len, secret(key_env), say,
+                seed, warmup,
+            ).to_dict()  # fmt: skip
         except HaloError as err:
             where = f"{endpoint.route.node}'s server" if endpoint else target
             raise HaloError(f"{where}: {err}") from None

@@ -12,34 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import ModelError
-
-
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ModelError(f"{where}: not a JSON object")
-    return value
-
-
-def _text(value: Any, where: str, none: bool = False) -> str | None:
-    if value is None and none:
-        return None
-    if not isinstance(value, str):
-        raise ModelError(f"{where}: not a string")
-    return value
-
-
-def _count(value: Any, where: str, none: bool = False) -> int | None:
-    if value is None and none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelError(f"{where}: not a whole number of 0 or more")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise ModelError(f"{where}: not a list")
-    return value
+from halo_cluster.modelstore import fields
 
 
 # -- model-list -------------------------------------------------------------------------------
@@ -68,22 +41,22 @@ class StoredModel:
 
 
 def _stored(value: Any, where: str) -> StoredModel:
-    data = _object(value, where)
-    name = _text(data.get("name"), f"{where} name")
+    data = fields.obj(value, where)
+    name = fields.text(data.get("name"), f"{where} name")
     where = f"{where} {name}"
     changed = data.get("changed")
     return StoredModel(
-        str(name),
-        str(_text(data.get("path"), f"{where} path")),
+        name,
+        fields.text(data.get("path"), f"{where} path"),
         bool(data.get("complete")),
-        _text(data.get("digest"), f"{where} digest", none=True),
-        _count(data.get("size"), f"{where} size", none=True),
-        _count(data.get("files"), f"{where} files", none=True),
-        _text(data.get("source"), f"{where} source", none=True),
-        _text(data.get("entry"), f"{where} entry", none=True),
+        fields.maybe_text(data.get("digest"), f"{where} digest"),
+        fields.maybe_whole(data.get("size"), f"{where} size"),
+        fields.maybe_whole(data.get("files"), f"{where} files"),
+        fields.maybe_text(data.get("source"), f"{where} source"),
+        fields.maybe_text(data.get("entry"), f"{where} entry"),
         None
         if changed is None
-        else tuple(str(_text(c, f"{where} changed")) for c in _list(changed, f"{where} changed")),
+        else tuple(fields.text(c, f"{where} changed") for c in fields.items(changed, where)),
     )
 
 
@@ -98,10 +71,10 @@ class Listing:
 
 def parse_listing(value: Any) -> Listing:
     """A node's ``model-list`` answer (parsed JSON)."""
-    data = _object(value, "model-list")
-    models = _list(data.get("models", []), "model-list models")
+    data = fields.obj(value, "model-list")
+    models = fields.items(data.get("models", []), "model-list models")
     return Listing(
-        str(_text(data.get("store", ""), "model-list store")),
+        fields.text(data.get("store", ""), "model-list store"),
         tuple(_stored(m, "model-list model") for m in models),
     )
 
@@ -132,16 +105,16 @@ class Verified:
 
 def parse_verified(value: Any) -> Verified:
     """A node's ``model-verify`` answer (parsed JSON)."""
-    data = _object(value, "model-verify")
+    data = fields.obj(value, "model-verify")
     differ = []
-    for item in _list(data.get("differ", []), "model-verify differ"):
-        found = _object(item, "model-verify differ")
-        path = str(_text(found.get("path"), "model-verify differ path"))
-        differ.append(Differs(path, str(_text(found.get("reason"), "model-verify differ reason"))))
+    for item in fields.items(data.get("differ", []), "model-verify differ"):
+        found = fields.obj(item, "model-verify differ")
+        path = fields.text(found.get("path"), "model-verify differ path")
+        differ.append(Differs(path, fields.text(found.get("reason"), "model-verify reason")))
     return Verified(
-        str(_text(data.get("name"), "model-verify name")),
-        str(_text(data.get("digest"), "model-verify digest")),
-        int(_count(data.get("files"), "model-verify files") or 0),
+        fields.text(data.get("name"), "model-verify name"),
+        fields.text(data.get("digest"), "model-verify digest"),
+        fields.whole(data.get("files"), "model-verify files"),
         tuple(differ),
     )
 
@@ -158,8 +131,8 @@ class Removed:
 
 def parse_removed(value: Any) -> Removed:
     """A node's ``model-rm`` answer (parsed JSON)."""
-    data = _object(value, "model-rm")
+    data = fields.obj(value, "model-rm")
     removed = data.get("removed")
     if not isinstance(removed, bool):
         raise ModelError("model-rm removed: not true or false")
-    return Removed(str(_text(data.get("name"), "model-rm name")), removed)
+    return Removed(fields.text(data.get("name"), "model-rm name"), removed)

@@ -15,39 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.modelstore import fields
 from halo_cluster.modelstore.manifest import Manifest, manifest_from
 
 MAX_LINE = 1 << 20  # an event or a route: one line, bounded
-
-
-def _object(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ModelError(f"{where}: not a JSON object")
-    return value
-
-
-def _int(value: Any, where: str, default: int | None = None) -> int:
-    if value is None and default is not None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelError(f"{where}: not a whole number of 0 or more")
-    return value
-
-
-def _text(value: Any, where: str, default: str | None = None) -> str:
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, str):
-        raise ModelError(f"{where}: not a string")
-    return value
-
-
-def _number(value: Any, where: str, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ModelError(f"{where}: not a number")
-    return float(value)
 
 
 # -- model-state ----------------------------------------------------------------------------
@@ -65,12 +36,12 @@ class Held:
 
 def _held(value: Any, where: str) -> dict[str, Held]:
     out = {}
-    for rel, item in _object(value if value is not None else {}, where).items():
-        entry = _object(item, f"{where} {rel}")
+    for rel, item in fields.obj(value if value is not None else {}, where).items():
+        entry = fields.obj(item, f"{where} {rel}")
         digest = entry.get("sha256")
         out[str(rel)] = Held(
-            _int(entry.get("size"), f"{where} {rel} size"),
-            None if digest is None else _text(digest, f"{where} {rel} sha256"),
+            fields.whole(entry.get("size"), f"{where} {rel} size"),
+            None if digest is None else fields.text(digest, f"{where} {rel} sha256"),
         )
     return out
 
@@ -105,12 +76,12 @@ class ModelState:
 
 def parse_model_state(value: Any) -> ModelState:
     """A node's ``model-state`` answer (parsed JSON)."""
-    data = _object(value, "model-state")
+    data = fields.obj(value, "model-state")
     held = data.get("manifest")
     return ModelState(
-        _text(data.get("name"), "model-state name"),
-        _text(data.get("store"), "model-state store", ""),
-        _text(data.get("path"), "model-state path", ""),
+        fields.text(data.get("name"), "model-state name"),
+        fields.text(data.get("store"), "model-state store", ""),
+        fields.text(data.get("path"), "model-state path", ""),
         None if held is None else manifest_from(held, "model-state manifest"),
         _held(data.get("files"), "model-state files"),
         _held(data.get("partials"), "model-state partials"),
@@ -141,18 +112,18 @@ class HashAnswer:
 
 def parse_hash_answer(value: Any) -> HashAnswer:
     """A node's ``model-hash`` answer (parsed JSON)."""
-    data = _object(value, "model-hash")
-    files = _object(data.get("files"), "model-hash files")
+    data = fields.obj(value, "model-hash")
+    files = fields.obj(data.get("files"), "model-hash files")
     prefixes = {}
-    for rel, sizes in _object(data.get("prefixes") or {}, "model-hash prefixes").items():
+    for rel, sizes in fields.obj(data.get("prefixes") or {}, "model-hash prefixes").items():
         where = f"model-hash prefix {rel}"
         prefixes[str(rel)] = {
-            _int(int(n) if str(n).isdigit() else None, where): _text(sha, where)
-            for n, sha in _object(sizes, where).items()
+            fields.whole(int(n) if str(n).isdigit() else None, where): fields.text(sha, where)
+            for n, sha in fields.obj(sizes, where).items()
         }
     return HashAnswer(
         manifest_from(data.get("manifest"), "model-hash manifest"),
-        {str(rel): _text(path, f"model-hash file {rel}") for rel, path in files.items()},
+        {str(rel): fields.text(path, f"model-hash file {rel}") for rel, path in files.items()},
         prefixes,
     )
 
@@ -193,12 +164,12 @@ def parse_route(value: Any) -> tuple[RouteHop, ...]:
         raise ModelError("the route is not a list of hops")
     out = []
     for item in value:
-        hop = _object(item, "a hop of the route")
+        hop = fields.obj(item, "a hop of the route")
         out.append(
             RouteHop(
-                _text(hop.get("address"), "a hop's address"),
-                _int(hop.get("port"), "a hop's port"),
-                _text(hop.get("secret"), "a hop's secret"),
+                fields.text(hop.get("address"), "a hop's address"),
+                fields.whole(hop.get("port"), "a hop's port"),
+                fields.text(hop.get("secret"), "a hop's secret"),
             )
         )
     return tuple(out)
@@ -252,38 +223,40 @@ class PipeSpec:
 def parse_pipe_spec(text: str) -> PipeSpec:
     """``model-pipe``'s spec, from the environment."""
     try:
-        data = _object(json.loads(text), "the spec")
+        data = fields.obj(json.loads(text), "the spec")
     except (ValueError, RecursionError):
         raise ModelError("the spec is not JSON") from None
-    source = _object(data.get("input") or {}, "the spec's input")
+    source = fields.obj(data.get("input") or {}, "the spec's input")
     files = source.get("files")
     stream = data.get("stream") or []
     if not isinstance(stream, list):
         raise ModelError("the spec's stream is not a list")
-    want = _object(data.get("want") or {}, "the spec's want")
+    want = fields.obj(data.get("want") or {}, "the spec's want")
+    listen = None if files is not None else fields.text(source.get("listen"), "the spec's listen")
+    read = None if files is None else fields.obj(files, "files")
     return PipeSpec(
-        run=_text(data.get("run"), "the spec's run", ""),
-        store=_text(data.get("store"), "the spec's store", ""),
+        run=fields.text(data.get("run"), "the spec's run", ""),
+        store=fields.text(data.get("store"), "the spec's store", ""),
         target=bool(data.get("target")),
         manifest=manifest_from(data.get("manifest"), "the spec's manifest"),
         stream=tuple(
             StreamFile(
-                _text(f.get("path"), "a stream file's path"),
-                _int(f.get("size"), "a stream file's size"),
-                _text(f.get("sha256"), "a stream file's sha256", ""),
-                _int(f.get("offset"), "a stream file's offset", 0),
+                fields.text(f.get("path"), "a stream file's path"),
+                fields.whole(f.get("size"), "a stream file's size"),
+                fields.text(f.get("sha256"), "a stream file's sha256", ""),
+                fields.whole(f.get("offset"), "a stream file's offset", 0),
             )
-            for f in (_object(item, "a stream file") for item in stream)
+            for f in (fields.obj(item, "a stream file") for item in stream)
         ),
-        want={str(k): _int(v, f"want {k}") for k, v in want.items()},
-        listen=None if files is not None else _text(source.get("listen"), "the spec's listen"),
-        secret=_text(source.get("secret"), "the spec's secret", ""),
+        want={str(k): fields.whole(v, f"want {k}") for k, v in want.items()},
+        listen=listen,
+        secret=fields.text(source.get("secret"), "the spec's secret", ""),
         files=None
-        if files is None
-        else {str(k): _text(v, f"source file {k}") for k, v in _object(files, "files").items()},
+        if read is None
+        else {str(k): fields.text(v, f"source file {k}") for k, v in read.items()},
         route=parse_route(data.get("route") or []),
-        wait_s=_number(data.get("wait_s"), "the spec's wait_s", 120.0),
-        idle_s=_number(data.get("idle_s"), "the spec's idle_s", 60.0),
+        wait_s=fields.number(data.get("wait_s"), "the spec's wait_s", 120.0),
+        idle_s=fields.number(data.get("idle_s"), "the spec's idle_s", 60.0),
     )
 
 
@@ -324,19 +297,19 @@ class PipeDone:
 
 
 def _done(data: dict[str, Any]) -> PipeDone:
-    failed = _object(data.get("failed") or {}, "done's failed")
+    failed = fields.obj(data.get("failed") or {}, "done's failed")
     complete = data.get("complete")
     error, forward_error = data.get("error"), data.get("forward_error")
     return PipeDone(
-        tuple(_text(v, "a verified file") for v in data.get("verified") or []),
-        {str(k): _text(v, f"failed {k}") for k, v in failed.items()},
-        None if error is None else _text(error, "done's error"),
+        tuple(fields.text(v, "a verified file") for v in data.get("verified") or []),
+        {str(k): fields.text(v, f"failed {k}") for k, v in failed.items()},
+        None if error is None else fields.text(error, "done's error"),
         bool(data.get("forwarded", True)),
-        None if forward_error is None else _text(forward_error, "done's forward_error"),
+        None if forward_error is None else fields.text(forward_error, "done's forward_error"),
         None if complete is None else bool(complete),
-        _int(data.get("received"), "done's received", 0),
-        _int(data.get("written"), "done's written", 0),
-        _number(data.get("seconds"), "done's seconds", 0.0),
+        fields.whole(data.get("received"), "done's received", 0),
+        fields.whole(data.get("written"), "done's written", 0),
+        fields.number(data.get("seconds"), "done's seconds", 0.0),
     )
 
 
@@ -399,16 +372,16 @@ def parse_pipe_event(line: str) -> PipeEvent | None:
         verified = data.get("verified")
         return PipeEvent(
             kind,
-            address=None if address is None else _text(address, "address"),
-            port=_int(data.get("port"), "port", 0),
-            peer=None if peer is None else _text(peer, "peer"),
-            received=_int(data.get("received"), "received", 0),
-            written=_int(data.get("written"), "written", 0),
-            total=_int(data.get("total"), "total", 0),
-            seconds=_number(data.get("seconds"), "seconds", 0.0),
-            path=None if path is None else _text(path, "path"),
+            address=None if address is None else fields.text(address, "address"),
+            port=fields.whole(data.get("port"), "port", 0),
+            peer=None if peer is None else fields.text(peer, "peer"),
+            received=fields.whole(data.get("received"), "received", 0),
+            written=fields.whole(data.get("written"), "written", 0),
+            total=fields.whole(data.get("total"), "total", 0),
+            seconds=fields.number(data.get("seconds"), "seconds", 0.0),
+            path=None if path is None else fields.text(path, "path"),
             verified=None if verified is None else bool(verified),
-            reason=None if reason is None else _text(reason, "reason"),
+            reason=None if reason is None else fields.text(reason, "reason"),
         )
     except ModelError:
         return None
