@@ -209,6 +209,7 @@ def test_no_rdma_node_complete() -> None:
         "amd_memory": {"gttsize_mib": None, "ttm_pages_limit": None},
         "container": None,
         "versions": {},
+        "power": [],
         "warnings": [],
     }
 

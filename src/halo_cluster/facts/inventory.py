@@ -6,6 +6,7 @@ from halo_cluster.facts.hardware import read_devices, read_gpus, read_pci_links
 from halo_cluster.facts.host import read_amd_memory, read_container, read_firewall, read_rdma_core
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.net import read_interfaces
+from halo_cluster.facts.power import read_power
 from halo_cluster.facts.rdma import read_rdma_devices
 from halo_cluster.facts.root import Root
 from halo_cluster.facts.system import (
@@ -41,6 +42,7 @@ def collect_inventory(path: str = "/", versions: bool = False) -> Inventory:
         amd_memory=read_amd_memory(root),
         container=read_container(root),
         versions=software_versions() if versions else {},
+        power=read_power(root),
         warnings=tuple(root.warnings),
     )
 

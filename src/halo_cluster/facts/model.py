@@ -130,6 +130,30 @@ class AmdMemory:
     ttm_pages_limit: int | None
 
 
+GAUGE, COUNTER = "power", "energy"  # a power source: watts now, or joules since a start
+
+
+@dataclass(frozen=True)
+class PowerReading:
+    """One source's value: watts (``kind`` power) or joules (``kind`` energy, a counter
+    that wraps at ``wrap_j`` when the source says where)."""
+
+    source: str  # "hwmon3/power1_average", "intel-rapl:0/energy_uj", "amd-smi gpu 0"
+    tool: str  # "amdgpu", "rapl", "amd-smi"
+    domain: str  # what it measures: "gpu" (amdgpu's SoC/GPU rail), "package-0", "psys"
+    kind: str  # GAUGE or COUNTER
+    value: float
+    wrap_j: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "tool": self.tool, "domain": self.domain,
+                "kind": self.kind, "value": self.value, "wrap_j": self.wrap_j}  # fmt: skip
+
+    @property
+    def unit(self) -> str:
+        return "W" if self.kind == GAUGE else "J"
+
+
 @dataclass(frozen=True)
 class Inventory:
     hostname: str | None
@@ -147,6 +171,7 @@ class Inventory:
     amd_memory: AmdMemory = field(default=AmdMemory(None, None))
     container: str | None = None
     versions: Mapping[str, str | None] = field(default_factory=dict)
+    power: tuple[PowerReading, ...] = field(default=())  # facts.power: each source, read once
     warnings: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
