@@ -85,6 +85,9 @@ class Hardware:
     # per engine, the figures halo measured on this machine (a profile from 'halo lab
     # profile'): engine id -> the Tuning fields, as the engine data files write them
     measured: tuple[tuple[str, object], ...] = ()
+    # what one node draws while it decodes (W), for tokens per joule, and where it is from
+    typical_watts: float | None = None
+    watts_source: str = ""
 
 
 STACKS = ("tcp", "rdma")  # how bytes cross a link: the kernel's TCP, or RDMA verbs

@@ -17,6 +17,7 @@ from halo_cluster.jsonout import emit_json
 if TYPE_CHECKING:
     from halo_cluster.capacity.engines import Engine
     from halo_cluster.capacity.estimate import Request, Row
+    from halo_cluster.capacity.power import Draw
     from halo_cluster.capacity.spec import Hardware, ModelSpec
     from halo_cluster.capacity.weights import WeightBytes
 
@@ -81,6 +82,15 @@ if TYPE_CHECKING:
     "'lab' (measured by 'halo lab profile') or a bench collective result .json; repeatable.",
 )
 @click.option(
+    "--watts",
+    is_flag=False,
+    flag_value="hardware",
+    default=None,
+    metavar="[W|RESULT.json]",
+    help="Tokens per joule for each layout: alone, the hardware profile's typical draw per "
+    "node; or watts per node; or a halo bench serve result that measured the nodes' power.",
+)
+@click.option(
     "--json", "as_json", is_flag=True, help="Print {model, hardware, rows, recommendation} as JSON."
 )
 def plan(**options: Any) -> int:
@@ -115,6 +125,7 @@ class PlanOptions:
     context: int
     batch: int
     link_ids: tuple[str, ...]
+    watts: str | None
     as_json: bool
 
 
@@ -229,8 +240,13 @@ def _estimate(options: PlanOptions) -> int:
     steps = {r.link.id: node_steps(r) for r in requests} if req.nodes > 1 else {}
     chosen = best.link if best is not None and best.link in steps else next(iter(steps), "")
     lines = _step_lines(steps.get(chosen, []), req.batch, chosen)
+    draw = _draw(options.watts, req.hardware) if options.watts else None
     if options.as_json:
         document = _document(req, rows, best, reason, quant, note)
+        if draw is not None:
+            document["power"] = draw.to_dict()
+            for row, shown in zip(rows, document["rows"], strict=True):
+                shown.update(_per_joule(req, row, draw))
         document["nodes_added"] = {
             "link": chosen or None,
             "lines": lines,
@@ -238,7 +254,7 @@ def _estimate(options: PlanOptions) -> int:
         }
         emit_json(document)
         return 0
-    _render(req, rows, reason, quant, note)
+    _render(req, rows, reason, quant, note, draw)
     if lines:
         from halo_cluster.cli.output import console, safe
 
@@ -247,6 +263,30 @@ def _estimate(options: PlanOptions) -> int:
         for line in lines:
             out.print(safe(f"  {line}"))
     return 0
+
+
+def _draw(watts: str, hardware: Hardware) -> Draw:
+    from halo_cluster.capacity.hf_config import read_json_object
+    from halo_cluster.capacity.power import given_draw, measured_draw
+
+    draw = given_draw(watts, hardware)
+    if draw is not None:
+        return draw
+    return measured_draw(read_json_object(Path(watts), "a bench serve result"), watts)
+
+
+def _per_joule(req: Request, row: Row, draw: Draw) -> dict[str, float | int]:
+    """Tokens per joule at --batch and at batch 1, over the nodes the layout runs on."""
+    from halo_cluster.capacity.power import nodes_used, tokens_per_joule
+
+    nodes = nodes_used(row.tp, row.pp, req.gpus_per_node)
+    return {
+        "nodes_used": nodes,
+        "tokens_per_joule": round(tokens_per_joule(row.tokens_per_s, nodes, draw), 4),
+        "tokens_per_joule_batch1": round(
+            tokens_per_joule(row.tokens_per_s_batch1, nodes, draw), 4
+        ),
+    }
 
 
 def _step_lines(steps: list[Any], batch: int, link: str) -> list[str]:
@@ -283,7 +323,9 @@ def _document(
     }
 
 
-def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -> None:
+def _render(
+    req: Request, rows: list[Row], reason: str, quant: str, note: str, draw: Draw | None
+) -> None:
     from rich.text import Text
 
     from halo_cluster.cli.output import console, safe
@@ -293,8 +335,10 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
         f"context {req.context}, batch {req.batch}",
         *("layout", "link", "fits", "weights/node", "KV/node", "max ctx", "compute ms"),
         *("network ms", "tok/s (range)", "tok/s b=1", "network"),
+        *(("tok/J", "tok/J b=1") if draw else ()),
     )
     for r in rows:
+        joule = _per_joule(req, r, draw) if draw else {}
         grid.add_row(
             r.layout,
             r.link,
@@ -307,7 +351,9 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
             f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}–{r.tokens_per_s_high:.1f})",
             f"{r.tokens_per_s_batch1:.2f}",
             f"{r.network_share:.1%}",
-        )
+            *((f"{joule['tokens_per_joule']:.3f}", f"{joule['tokens_per_joule_batch1']:.3f}")
+              if draw else ()),
+        )  # fmt: skip
     out = console()
     out.print(grid)
     source = rows[0].efficiency_source if rows else ""
@@ -316,6 +362,9 @@ def _render(req: Request, rows: list[Row], reason: str, quant: str, note: str) -
     out.print(safe(f"weights: {weights}" + (f" ({note})" if note else "")))
     out.print(safe(f"efficiency: {source}"))
     out.print(safe(f"recommendation: {reason}"))
+    if draw is not None:
+        out.print(safe(f"power: {draw.watts_per_node:g} W per node while decoding, {draw.source}; "
+                       "tokens per joule over the nodes each layout runs on"))  # fmt: skip
 
 
 def _list(as_json: bool) -> int:
