@@ -159,6 +159,7 @@ def _render_hardware(out: Console, inv: Inventory) -> None:
             _gib(gpu.gtt_total_bytes),
         )
     out.print(gpus if inv.gpus else "GPUs: none found (KFD topology, /proc/driver/nvidia)")
+    _render_power(out, inv)
     dev = inv.devices
     out.print(
         safe(
@@ -166,6 +167,20 @@ def _render_hardware(out: Console, inv: Inventory) -> None:
             f"kfd {'yes' if dev.kfd else 'no'}; dri {', '.join(dev.dri) or 'none'}"
         )
     )
+
+
+def _render_power(out: Console, inv: Inventory) -> None:
+    if not inv.power:
+        out.print("Power: no source (amdgpu hwmon, RAPL powercap): energy per token cannot be "
+                  "measured on this node")  # fmt: skip
+        return
+    grid = table("Power", "source", "tool", "domain", "reading")
+    for reading in inv.power:
+        value = f"{reading.value:.2f} {reading.unit}"
+        if reading.kind == "energy":  # a counter (facts.model.COUNTER)
+            value += " (counter" + (f", wraps at {reading.wrap_j:.0f} J)" if reading.wrap_j else ")")
+        grid.add_row(safe(reading.source), reading.tool, safe(reading.domain), value)
+    out.print(grid)
 
 
 def _gib(value: int | None) -> str:
