@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from halo_cluster import __version__
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.facts.model import PathCounters
+from halo_cluster.facts.model import PathCounters, PowerReading
 from halo_cluster.node import net_probe, ray_nodes
 from halo_cluster.node.main import main
 from halo_cluster.wire import (
     Counters,
     NodeInfo,
+    Power,
     RayNode,
     ServeHealth,
     ServeProbe,
@@ -39,6 +40,7 @@ from halo_cluster.wire import (
     parse_inventory,
     parse_node_info,
     parse_ping,
+    parse_power,
     parse_ray_nodes,
     parse_serve_health,
     parse_serve_probe,
@@ -79,6 +81,50 @@ def test_counters(capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_counters(out) == Counters(
         {}, ("no interface holds 10.9.9.9 (fabric)", "no RDMA port mlx5_9/1")
     )
+
+
+def test_power(capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(["power", "--root", STRIX], capsys)
+    answer = parse_power(out)
+    assert answer == Power(
+        (
+            PowerReading("hwmon3/power1_average", "amdgpu", "gpu", "power", 74.0),
+            PowerReading("hwmon3/power1_input", "amdgpu", "gpu", "power", 61.25),
+            PowerReading(
+                "intel-rapl:0/energy_uj", "rapl", "package-0", "energy", 51234.56789, 65532.610987
+            ),
+        ),
+        (),
+    )
+    assert answer.to_dict() == json.loads(out)
+    odd = parse_power(printed(["power", "--root", str(ROOTS / "odd-content")], capsys))
+    assert odd.readings == (PowerReading("hwmon1/power1_input", "amdgpu", "gpu", "power", 12.0),)
+    assert len(odd.warnings) == 3 and "a negative power or energy reading" in odd.warnings[0]
+    # a root without sources (as a lab node): no reading, no warning
+    assert parse_power(printed(["power", "--root", str(ROOTS / "no-rdma")], capsys)) == Power(())
+
+
+@settings(deadline=None)
+@given(
+    readings=st.lists(
+        st.builds(
+            PowerReading,
+            st.text(max_size=20),
+            st.sampled_from(["amdgpu", "rapl", "amd-smi"]),
+            st.text(max_size=20),
+            st.sampled_from(["power", "energy"]),
+            st.floats(0, 1e12, allow_nan=False),
+            st.none() | st.floats(0, 1e12, allow_nan=False),
+        ),
+        max_size=5,
+    ),
+    warnings=st.lists(st.text(max_size=20), max_size=3),
+)
+def test_a_power_answer_reads_back_as_it_was_printed(
+    readings: list[PowerReading], warnings: list[str]
+) -> None:
+    answer = Power(tuple(readings), tuple(warnings))
+    assert parse_power(json.dumps(answer.to_dict())) == answer
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -385,6 +431,35 @@ GARBAGE = [
         '{"nodes": {"n": {"steps": [{}], "reboot_needed": false, "applied": []}}}',
         "setup: no nodes['n'].steps[0].id (got keys [])",
     ),
+    (parse_power, '{"readings": []}', "power: no warnings (got keys ['readings'])"),
+    (
+        parse_power,
+        '{"readings": [{"source": "s", "tool": "rapl", "domain": "psys", "kind": "heat", '
+        '"value": 1, "wrap_j": null}], "warnings": []}',
+        "power: readings[0].kind is not 'power' or 'energy' (got 'heat')",
+    ),
+    (
+        parse_power,
+        '{"readings": [{"source": "s", "tool": "rapl", "domain": "psys", "kind": "energy", '
+        '"value": -1, "wrap_j": null}], "warnings": []}',
+        "power: readings[0].value is not a finite number >= 0 (got -1.0)",
+    ),
+    (
+        parse_power,
+        '{"readings": [{"source": "s", "tool": "rapl", "domain": "psys", "kind": "energy", '
+        '"value": 1, "wrap_j": "big"}], "warnings": []}',
+        "power: readings[0].wrap_j is not a number or null (got 'big')",
+    ),
+    (
+        parse_power,
+        '{"readings": [{"source": 7}], "warnings": []}',
+        "power: readings[0].source is not a string (got 7)",
+    ),
+    (
+        parse_power,
+        '{"readings": [' + ", ".join(["{}"] * 300) + '], "warnings": []}',
+        "power: readings has more than 256 (got 300)",
+    ),
     (parse_node_info, '{"halo": "0.1"}', "node-info: no python (got keys ['halo'])"),
     (parse_node_info, "[" * 100_000, "node-info: not JSON (got '" + "[" * 59 + ")"),
     (
@@ -405,6 +480,7 @@ def test_garbage_is_one_line(parse: Callable[[str], object], text: str, message:
 
 PARSERS = [
     parse_counters,
+    parse_power,
     parse_serve_health,
     parse_serve_probe,
     parse_serve_tokens,
@@ -445,6 +521,17 @@ def test_any_answer_is_read_or_refused_in_one_line(text: str) -> None:
         {"paths": st.dictionaries(st.text(max_size=4), JSON, max_size=3), "warnings": JSON}
     )
     | st.lists(st.fixed_dictionaries({"address": JSON, "alive": JSON, "resources": JSON}))
+    | st.fixed_dictionaries(
+        {
+            "readings": st.lists(
+                st.fixed_dictionaries(
+                    {k: JSON for k in ("source", "tool", "domain", "kind", "value", "wrap_j")}
+                ),
+                max_size=3,
+            ),
+            "warnings": JSON,
+        }
+    )
     | st.fixed_dictionaries({"nodes": st.dictionaries(st.text(max_size=4), JSON, max_size=2)})
     | st.fixed_dictionaries(
         {

@@ -88,6 +88,12 @@ def test_counters(
 
 
 @settings(deadline=None)
+@given(root=ROOT)
+def test_power(root: str | None) -> None:
+    assert parsed(wire.power_args(root)) == {"command": "power", "root": or_default(root, "/")}
+
+
+@settings(deadline=None)
 @given(host=VALUE, port=PORT, tokens=st.integers(1, 4096))
 def test_serve_health_and_probe(host: str, port: int, tokens: int) -> None:
     assert parsed(wire.serve_health_args(host, port)) == {
@@ -277,7 +283,7 @@ def test_serve_tokens(host: str, port: int, prompts: list[str], tokens: int, top
 
 def test_every_command_has_its_builder_tested() -> None:
     tested = {
-        "inventory", "counters", "serve-health", "serve-probe", "serve-tokens", "gguf-layers",
+        "inventory", "counters", "power", "serve-health", "serve-probe", "serve-tokens", "gguf-layers",
         "ray-nodes",
         "net-probe", "bench-driver", "setup", "exporter", "node-info", "model-list",
         "model-state", "model-verify", "model-rm", "model-hash", "model-pipe", "model-stop",

@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from halo_cluster.jsonout import emit_json
-from halo_cluster.wire.answers import Counters, NodeInfo
+from halo_cluster.wire.answers import Counters, NodeInfo, Power
 from halo_cluster.wire.commands import BENCH_SPEC_ENV, MODEL_SPEC_ENV, SERVE_KEY_ENV
 
 if TYPE_CHECKING:
+    from halo_cluster.facts.model import PowerReading
     from halo_cluster.monitor.run import ExporterSpec
 
 Handler = Callable[[argparse.Namespace], int]
@@ -37,6 +38,44 @@ def counters(args: argparse.Namespace) -> int:
     paths = read_paths(reader, args.fabric, args.mgmt, args.rdma, args.link or ())
     json.dump(Counters(paths, tuple(reader.warnings)).to_dict(), sys.stdout)
     return 0
+
+
+AMD_SMI = ("amd-smi", "metric", "--power", "--json")
+AMD_SMI_TIMEOUT_S = 5.0  # it answers in about a second; a hung one costs one sample
+
+
+def power(args: argparse.Namespace) -> int:
+    from halo_cluster.facts.power import read_power
+    from halo_cluster.facts.root import Root
+
+    reader = Root(args.root)
+    readings = read_power(reader)
+    warnings = list(reader.warnings)
+    if args.root == "/":  # amd-smi reads this machine, never a fixture root
+        found, said = _amd_smi_power()
+        readings, warnings = (*readings, *found), warnings + said
+    json.dump(Power(tuple(readings), tuple(warnings)).to_dict(), sys.stdout)
+    return 0
+
+
+def _amd_smi_power() -> tuple[tuple[PowerReading, ...], list[str]]:
+    """amd-smi's readings where it is installed (its absence is no warning); a run that
+    fails, hangs or prints garbage is one warning and no reading."""
+    import shutil
+
+    from halo_cluster.errors import ParseError
+    from halo_cluster.facts.power import parse_amd_smi_power
+    from halo_cluster.runner.local import LocalRunner
+
+    if shutil.which(AMD_SMI[0]) is None:
+        return (), []
+    done = LocalRunner().run(AMD_SMI, timeout=AMD_SMI_TIMEOUT_S)  # its output capped there
+    if not done.ok:
+        return (), [f"{' '.join(AMD_SMI)}: {done.error_text()[:200]}"]
+    try:
+        return parse_amd_smi_power(done.stdout), []
+    except ParseError as err:
+        return (), [f"{' '.join(AMD_SMI)}: {str(err)[:200]}"]
 
 
 def _serve_key() -> str | None:
@@ -262,6 +301,7 @@ def supervise(args: argparse.Namespace) -> int:
 HANDLERS: dict[str, Handler] = {
     "inventory": inventory,
     "counters": counters,
+    "power": power,
     "serve-health": serve_health,
     "serve-probe": serve_probe,
     "serve-tokens": serve_tokens,

@@ -16,7 +16,14 @@ from typing import Any
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import WireError
-from halo_cluster.facts.model import Inventory, PathCounters, inventory_from_dict
+from halo_cluster.facts.model import (
+    COUNTER,
+    GAUGE,
+    Inventory,
+    PathCounters,
+    PowerReading,
+    inventory_from_dict,
+)
 from halo_cluster.modelstore.gguf_header import MAX_BLOCKS
 
 
@@ -130,6 +137,52 @@ def parse_counters(text: str) -> Counters:
         )
     warnings = _strings("counters", _get("counters", data, "warnings", "list"), "warnings")
     return Counters(paths, warnings)
+
+
+# -- power -------------------------------------------------------------------------------------
+MAX_READINGS = 256  # a node's power sources: a few (two GPUs, two packages, psys)
+MAX_NAME = 200  # a source's, tool's or domain's name
+
+
+@dataclass(frozen=True)
+class Power:
+    """``power``: the node's power sources, each read once (``facts/power.py``: watts of a
+    gauge, joules of a counter), and what could not be read."""
+
+    readings: tuple[PowerReading, ...]
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"readings": [r.to_dict() for r in self.readings], "warnings": list(self.warnings)}
+
+
+def parse_power(text: str) -> Power:
+    data = _object("power", _load("power", text))
+    readings = _get("power", data, "readings", "list")
+    if len(readings) > MAX_READINGS:
+        raise _fail("power", "readings", f"has more than {MAX_READINGS}", len(readings))
+    found = tuple(_reading(value, f"readings[{i}]") for i, value in enumerate(readings))
+    warnings = _strings("power", _get("power", data, "warnings", "list"), "warnings")
+    return Power(found, warnings)
+
+
+def _reading(value: Any, where: str) -> PowerReading:
+    data = _object("power", value, where)
+    names = []
+    for key in ("source", "tool", "domain"):
+        name = _get("power", data, key, "str", where)
+        if len(name) > MAX_NAME:
+            raise _fail("power", f"{where}.{key}", "is too long for a name", name)
+        names.append(name)
+    kind = _get("power", data, "kind", "str", where)
+    if kind not in (GAUGE, COUNTER):
+        raise _fail("power", f"{where}.kind", f"is not {GAUGE!r} or {COUNTER!r}", kind)
+    amount = _get("power", data, "value", "number", where)
+    wrap = _get("power", data, "wrap_j", "number?", where)
+    for key, number in (("value", amount), ("wrap_j", wrap)):
+        if number is not None and not 0 <= number < float("inf"):
+            raise _fail("power", f"{where}.{key}", "is not a finite number >= 0", number)
+    return PowerReading(names[0], names[1], names[2], kind, amount, wrap)
 
 
 # -- serve-health, serve-probe -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from halo_cluster.wire.commands import (
     INVENTORY,
     NET_PROBE,
     NODE_INFO,
+    POWER,
     RAY_NODES,
     SERVE_HEALTH,
     SERVE_PROBE,
@@ -37,6 +38,11 @@ def counters_args(
     """The byte counters of the paths: interfaces by address, the RDMA port (device, port);
     ``links``: a routed fabric's cables by name, added up as the fabric path."""
     return COUNTERS.argv(root=root, fabric=fabric, mgmt=mgmt, rdma=rdma, link=list(links))
+
+
+def power_args(root: str | None = None) -> list[str]:
+    """The node's power readings, read once (``answers.parse_power``)."""
+    return POWER.argv(root=root)
 
 
 def serve_health_args(host: str, port: int) -> list[str]:

@@ -75,6 +75,8 @@ _SECONDS = Arg("--seconds", FLOAT, 5.0)
 MAX_COUNT = 1 << 20  # --size, --streams
 
 INVENTORY = Command("inventory", (ROOT, _JSON, Arg("--versions", FLAG)))
+# the node's power sources read once (facts/power.py; amd-smi's too where it is installed)
+POWER = Command("power", (ROOT,))
 COUNTERS = Command(
     "counters",
     # --link: a routed fabric's cables by name (their bytes add up to the fabric path)
@@ -169,6 +171,7 @@ SUPERVISE = Command("supervise", (Arg("--spec", required=True, help="the spec fi
 COMMANDS = (
     INVENTORY,
     COUNTERS,
+    POWER,
     SERVE_HEALTH,
     SERVE_PROBE,
     SERVE_TOKENS,
