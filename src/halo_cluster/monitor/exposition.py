@@ -36,9 +36,19 @@ METRICS: dict[str, tuple[str, str]] = {
     "halo_pcie_link_width": ("gauge", "Negotiated PCIe link width (lanes)."),
     "halo_gpu_gtt_used_bytes": ("gauge", "GPU GTT (system memory) in use."),
     "halo_gpu_vram_used_bytes": ("gauge", "GPU VRAM in use."),
+    "halo_node_power_watts": (
+        "gauge",
+        "Power a source of the node reports (amdgpu hwmon power1_average, power1_input).",
+    ),
+    "halo_node_energy_joules_total": (
+        "counter",
+        "Energy a counter of the node has counted (RAPL energy_uj, amdgpu energy1_input), "
+        "its wraps added up so it never goes down.",
+    ),
     "halo_scrape_errors_total": (
         "counter",
-        "Counter files that could not be read, and devices that vanished.",
+        "Counter files that could not be read, devices that vanished, and energy counters "
+        "that went down with no known range.",
     ),
     "halo_probe_rtt_seconds": ("summary", "TCP echo round trip to a peer, per path."),
     "halo_probe_failures_total": ("counter", "Probes that got no answer."),

@@ -14,6 +14,10 @@ A file kept open is the file as it was opened: one replaced by rename (or delete
 written anew) would keep its old value. So each sample looks at every directory holding
 open files (one stat each: a rename or a new file moves its mtime); where one changed, its
 open files are compared with their names by inode, and reopened when they differ.
+
+Power sources (``facts.power``: amdgpu's hwmon, RAPL through powercap) are files like the
+others: a gauge in microwatts becomes watts; an energy counter in microjoules becomes a
+running total of joules that never goes down (see ``EnergyTotal``), kept across discoveries.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from dataclasses import dataclass, field
 
 from halo_cluster.errors import HaloError, ParseError
 from halo_cluster.facts import parsers as p
+from halo_cluster.facts.energy import counter_increase
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.facts.model import Inventory
+from halo_cluster.facts.model import COUNTER, GAUGE, Inventory
+from halo_cluster.facts.power import HWMON, POWERCAP, parse_micro
 from halo_cluster.facts.rdma import byte_totals
 from halo_cluster.facts.root import Root
 from halo_cluster.monitor.snapshot import Key, Labels, Snapshot
@@ -57,6 +63,9 @@ _DOWN_STATES = ("down", "lowerlayerdown", "notpresent", "dormant")
 PORT_STATES = {"DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
 RDMA_DIR, NET_DIR, DRM_DIR = "sys/class/infiniband", "sys/class/net", "sys/class/drm"
 TX_BYTES, RX_BYTES = "halo_rdma_port_transmit_bytes_total", "halo_rdma_port_receive_bytes_total"
+WATTS, JOULES = "halo_node_power_watts", "halo_node_energy_joules_total"
+POWER_DIRS = {"amdgpu": HWMON, "rapl": POWERCAP}  # a reading's tool -> where its source lives
+MICRO_KINDS = frozenset(("microwatts", "microjoules"))
 RESCAN_S = 10.0
 SETTLED_NS = 2_000_000_000  # a directory changed this recently may change again unseen
 READ_BYTES = 256  # a counter file holds one number
@@ -82,13 +91,36 @@ class _Source:
 
     rel: str
     key: Key
-    kind: str  # counter / gauge / state / operstate / words (PMA data, ×4)
+    kind: str  # counter / gauge / state / operstate / words (PMA data, ×4) / micro{watts,joules}
     group: str  # the device directory whose disappearance drops this source
     host: str = ""  # the host path, its links resolved inside the root at discovery
     fd: int = -1  # kept open (within the budget), else -1: opened for each read
     port: Labels = ()  # the RDMA port whose byte totals this counter feeds
     family: str = ""  # with ``port``: "counters" (PMA) or "hw_counters"
     counter: str = ""  # with ``port``: the counter's file name
+    wrap_j: float | None = None  # microjoules: where the counter wraps, when the source says
+
+
+class EnergyTotal:
+    """Joules an energy counter has counted, as a total that never goes down: each reading
+    adds its increase over the one before (``facts.energy.counter_increase``: a decrease is
+    one wrap where the range is known). A decrease of unknown range adds nothing: the total
+    goes on from the new reading, and ``add`` says so (the sampler counts it as an error).
+    The first reading is the total as the source counts it."""
+
+    __slots__ = ("last_j", "total_j")
+
+    def __init__(self, first_j: float) -> None:
+        self.last_j = self.total_j = first_j
+
+    def add(self, reading_j: float, wrap_j: float | None) -> bool:
+        """Take a new reading; False where it went down and its range is unknown."""
+        step = counter_increase(self.last_j, reading_j, wrap_j)
+        self.last_j = reading_j
+        if step is None:
+            return False
+        self.total_j += step
+        return True
 
 
 @dataclass
@@ -112,6 +144,8 @@ class Sampler:
         self.static: dict[Key, float] = {}
         self.ports: dict[Labels, bool] = {}  # RDMA port -> has a PMA (counters/port_xmit_data)
         self.scrape_errors = 0
+        self.energy_restarts = 0  # energy counters that went down with no known range
+        self.energy: dict[Key, EnergyTotal] = {}  # kept across discoveries: never goes down
         self.discoveries = 0
         self._signature: object = None
         self._dirs: dict[str, list[_Source]] = {}  # directory -> its files kept open
@@ -159,7 +193,7 @@ class Sampler:
     def signature(self) -> object:
         """What discovery depends on, read cheaply: RDMA devices with their ports,
         interfaces with their ifindex (a re-created interface gets a new one), DRM cards,
-        and where every one of their links points."""
+        hwmon devices and powercap zones, and where every RDMA and interface link points."""
         root = Root(self.root.path)  # a fresh one: its warnings are not kept
         rdma = tuple(
             (
@@ -173,7 +207,8 @@ class Sampler:
             (name, root.resolve(f"{NET_DIR}/{name}"), root.read(f"{NET_DIR}/{name}/ifindex"))
             for name in root.listdir(NET_DIR)
         )
-        return rdma, net, tuple(root.listdir(DRM_DIR))
+        power = tuple(root.listdir(HWMON)), tuple(root.listdir(POWERCAP))
+        return rdma, net, tuple(root.listdir(DRM_DIR)), power
 
     def rescan(self) -> bool:
         """Discover again when the node changed (or a file went missing); True when it did."""
@@ -242,6 +277,10 @@ class Sampler:
                 continue
             if number is None:
                 continue
+            if source.kind in MICRO_KINDS:
+                if not self._power(source, number, values):
+                    errors += 1
+                continue
             if source.port:
                 port = ports[source.port]
                 family = port.counters if source.family == "counters" else port.hw_counters
@@ -256,6 +295,23 @@ class Sampler:
         self.scrape_errors += errors + len(gone)
         values[("halo_scrape_errors_total", ())] = float(self.scrape_errors)
         return Snapshot(time.monotonic(), values, errors, tuple(sorted(gone)))
+
+    def _power(self, source: _Source, micro: int | float, values: dict[Key, float]) -> bool:
+        """A power source's series: watts, or the running total of joules (False where the
+        counter went down with no known range)."""
+        if source.kind == "microwatts":
+            values[source.key] = micro / 1e6
+            return True
+        joules = micro / 1e6
+        total = self.energy.get(source.key)
+        kept = True
+        if total is None:
+            total = self.energy[source.key] = EnergyTotal(joules)
+        elif not total.add(joules, source.wrap_j):
+            self.energy_restarts += 1
+            kept = False
+        values[source.key] = total.total_j
+        return kept
 
     def _read(self, source: _Source) -> bytes:
         if source.fd >= 0:
@@ -365,7 +421,29 @@ def _sources_of(
                 ("mem_info_vram_used", "halo_gpu_vram_used_bytes"),
             ):
                 sources.append(_Source(f"{group}/{name}", (metric, labels), "gauge", group))
+    sources += _power_sources(inv)
     return sources, static, ports
+
+
+def _power_sources(inv: Inventory) -> list[_Source]:
+    """The power sources the inventory read, as files: a reading's source is its hwmon
+    device or powercap zone and attribute (``hwmon3/power1_average``,
+    ``intel-rapl:0/energy_uj``). A source that is no file (amd-smi's) is not sampled."""
+    sources = []
+    for reading in inv.power:
+        base = POWER_DIRS.get(reading.tool)
+        if base is None or reading.kind not in (GAUGE, COUNTER):
+            continue
+        device = reading.source.split("/", 1)[0]
+        labels: Labels = (("source", reading.source), ("domain", reading.domain))
+        rel, group = f"{base}/{reading.source}", f"{base}/{device}"
+        if reading.kind == GAUGE:
+            sources.append(_Source(rel, (WATTS, labels), "microwatts", group))
+        else:
+            sources.append(
+                _Source(rel, (JOULES, labels), "microjoules", group, wrap_j=reading.wrap_j)
+            )
+    return sources
 
 
 def _jailed_dir(root: Root, rel: str) -> str | None:
@@ -417,7 +495,7 @@ def _belongs(key: Key, names: set[str]) -> bool:
 def _number(kind: str, raw: bytes) -> int | float | None:
     """Most files hold a bare integer: int() takes the bytes as they are (the per-second hot
     path); anything else goes through the parsers. A counter is 0 to 2^64 - 1."""
-    if kind in ("counter", "gauge", "words"):
+    if kind in ("counter", "gauge", "words", "microwatts", "microjoules"):
         try:
             number = int(raw)
         except ValueError:
@@ -429,6 +507,11 @@ def _number(kind: str, raw: bytes) -> int | float | None:
 
 
 def _value(kind: str, text: str) -> int | float | None:
+    if kind in MICRO_KINDS:
+        micro = parse_micro(text)
+        if micro > MAX_COUNTER:
+            raise ParseError("not a 64-bit counter", text)
+        return micro
     if kind == "state":
         return float(PORT_STATES.get(p.parse_numbered_name(text), 0))
     if kind == "operstate":
