@@ -21,6 +21,23 @@ def test_grafana_dashboard_uses_real_metrics() -> None:
     assert len(dashboard["panels"]) >= 6
 
 
+def test_grafana_dashboard_shows_watts_per_source_and_the_rate_of_joules() -> None:
+    dashboard = json.loads((CONTRIB / "grafana" / "halo-fabric.json").read_text())
+    power = {
+        target["expr"]: (panel["fieldConfig"]["defaults"]["unit"], target["legendFormat"])
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        if "halo_node_" in target["expr"]
+    }
+    legend = "{{node}} {{domain}} {{source}}"
+    assert power == {
+        "halo_node_power_watts": ("watt", legend),
+        "rate(halo_node_energy_joules_total[$__rate_interval])": ("watt", legend),
+    }
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
 def test_systemd_unit_runs_the_exporter_on_localhost() -> None:
     unit = (CONTRIB / "systemd" / "halo-exporter.service").read_text()
     assert "ExecStart=" in unit and " exporter " in unit and "--listen 127.0.0.1:9877" in unit
