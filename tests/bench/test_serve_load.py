@@ -185,6 +185,7 @@ def test_summarize_a_level() -> None:
         "tokens_from": "usage",
         "input_tokens": 128,
         "wall_s": 0.05,
+        "energy": None,  # not measured: no meter
     }
     empty = {"p50": None, "p90": None, "p99": None, "mean": None}
     assert summarize(1, [Sample(error="x")], 0.0).to_dict() == {
@@ -202,6 +203,7 @@ def test_summarize_a_level() -> None:
         "tokens_from": "chunks",
         "input_tokens": None,
         "wall_s": 0.0,
+        "energy": None,
     }
 
 
@@ -426,6 +428,8 @@ def test_server_without_usage_is_counted_in_chunks(tmp_path: Path) -> None:
         )
     assert done.returncode == 0, done.stderr
     assert "the server reported no usage: output tokens are counted chunks" in done.stderr
+    # no cluster: no nodes to read power from, and no number
+    assert "energy: not measured (no nodes known: --url without a cluster config)" in done.stdout
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["tokens_from"] == "chunks" and saved["levels"][0]["output_tokens"] == 15
 
@@ -463,6 +467,14 @@ def test_config_with_a_reachable_address_goes_direct(tmp_path: Path) -> None:
     data = json.loads(done.stdout)
     assert data["endpoint"] == {"via": "direct", "node": "head", "server": f"127.0.0.1:{port}"}
     assert data["url"] == f"http://127.0.0.1:{port}" and data["levels"][0]["errors"] == 0
+    # the head (nobody@head.invalid) does not answer its power command: that node's problem
+    energy = data["levels"][0]["energy"]
+    assert (energy["coverage"], energy["joules"], energy["joules_per_token"]) == (
+        "0 of 1 nodes measured",
+        None,
+        None,
+    )
+    assert energy["nodes"][0]["problem"].startswith("no answer: head: power failed: ")
 
 
 @pytest.fixture

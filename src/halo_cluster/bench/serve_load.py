@@ -11,6 +11,8 @@ output tokens/s — measured the way ``vllm bench serve`` measures them:
   instead, and the result says so (``tokens_from``);
 - TPOT = (end-to-end − TTFT) / (tokens − 1); output tokens/s = all output tokens / the wall
   time of the level, from the first request sent to the last one done;
+- with a ``Meter`` (bench/energy.py), every node's energy over each level's timed window,
+  read outside the timed part, and per output token;
 - one untimed warm-up request first (``warmup``; 0 for none, as ``vllm bench serve`` by
   default); then every request gets its own random prompt of
   ``input_len`` tokens (bench/serve_prompts.py), ``max_tokens = output_len`` and
@@ -29,9 +31,10 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from halo_cluster.bench.energy import LevelEnergy, Meter
 from halo_cluster.bench.serve_prompts import Prompt, random_text, workload
 from halo_cluster.client.fanout import POLL_S
 from halo_cluster.errors import HaloError
@@ -158,6 +161,7 @@ class Level:
     tokens_from: str  # "usage" | "chunks"
     input_tokens: int | None
     wall_s: float
+    energy: LevelEnergy | None = None  # None: not measured (no nodes known)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -175,6 +179,7 @@ class Level:
             "tokens_from": self.tokens_from,
             "input_tokens": self.input_tokens,
             "wall_s": self.wall_s,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
 
@@ -455,8 +460,10 @@ def measure(
     progress: Callable[[str], None] | None = None,
     seed: int | None = None,
     warmup: int = 1,
+    meter: Meter | None = None,
 ) -> LoadRun:
-    """The load at each concurrency level in turn (the module's docstring says how)."""
+    """The load at each concurrency level in turn (the module's docstring says how);
+    with ``meter``, each level's energy over its timed window."""
     say = progress or (lambda _m: None)
     client = Client(url, key)
     try:
@@ -474,11 +481,19 @@ def measure(
             say("warm-up request")
             warm = random_text(rng, batch[0].words)  # not a workload prompt: nothing to cache
             stream_request(client, completion_body(model, warm, output_len))
+        if meter is not None:
+            say("power: asking every node for its power sources")
+            for node, problem in meter.probe().items():
+                say(f"power: {node}: {problem}")
         results = []
         for index, concurrency in enumerate(levels):
             say(f"concurrency {concurrency}: {prompts} requests")
             chosen = batch[index * prompts : (index + 1) * prompts]
-            results.append(run_level(client, model, concurrency, chosen, output_len))
+            with meter.window() if meter else contextlib.nullcontext() as window:
+                level = run_level(client, model, concurrency, chosen, output_len)
+            if window is not None:
+                level = replace(level, energy=window.energy(level.output_tokens))
+            results.append(level)
     finally:
         client.close()
     return LoadRun(

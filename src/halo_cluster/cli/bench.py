@@ -21,6 +21,8 @@ from halo_cluster.jsonout import emit_json
 
 if TYPE_CHECKING:
     from halo_cluster.bench.cluster import BenchCluster
+    from halo_cluster.bench.energy import Meter
+    from halo_cluster.config import Config
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -94,7 +96,9 @@ def bench_serve(
 
     from halo_cluster.bench import results
     from halo_cluster.bench.endpoint import Endpoint, reach
+    from halo_cluster.bench.energy import NO_SOURCE
     from halo_cluster.bench.serve_load import measure
+    from halo_cluster.cli.output import plain
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
     from halo_cluster.errors import HaloError, UsageError
@@ -115,6 +119,7 @@ def bench_serve(
             # what halo serve proved about the server measured here
             proof = state.to_dict().get("serve")
     say = _progress(as_json)
+    meter = _meter(config)
     with contextlib.ExitStack() as stack:
         endpoint: Endpoint | None = None
         if not url:
@@ -122,13 +127,14 @@ def bench_serve(
             endpoint = stack.enter_context(reach(config, say))
         target = url or (endpoint.url if endpoint else "")
         try:
-            result = measure(
+            run = measure(
                 target, model, levels, prompts, input_len, output_len, secret(key_env), say,
-                seed, warmup,
-            ).to_dict()  # fmt: skip
+                seed, warmup, meter,
+            )  # fmt: skip
         except HaloError as err:
             where = f"{endpoint.route.node}'s server" if endpoint else target
             raise HaloError(f"{where}: {err}") from None
+    result = run.to_dict()
     if endpoint is not None:
         result["endpoint"] = endpoint.to_dict()
     if proof:
@@ -146,8 +152,30 @@ def bench_serve(
     if endpoint is not None and endpoint.via == "ssh-tunnel":
         shown = f"{endpoint.to_dict()['server']} on {endpoint.route.node} (SSH tunnel)"
     serve_table(result, shown)
+    if meter is None:
+        click.echo(NOT_MEASURED)
+    for level in run.levels if meter is not None else ():
+        said = level.energy.line() if level.energy else NOT_MEASURED
+        click.echo(f"concurrency {level.concurrency}: {said}")
+    if meter is not None:  # a node not measured for another reason than no source: why
+        for node, problem in meter.problems.items():
+            if problem != NO_SOURCE:
+                click.echo(f"  {node}: {plain(problem)}")
     click.echo(f"saved {saved}")
     return 0 if ok else 1
+
+
+NOT_MEASURED = "energy: not measured (no nodes known: --url without a cluster config)"
+
+
+def _meter(config: Config | None) -> Meter | None:
+    """Every node's power over each level's window, where the cluster is known."""
+    from halo_cluster.bench.energy import Meter, node_reader
+    from halo_cluster.client.node import ssh_clients
+
+    if config is None:
+        return None
+    return Meter([node.name for node in config.nodes], node_reader(ssh_clients(config)))
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
