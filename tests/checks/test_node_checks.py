@@ -42,6 +42,7 @@ def test_healthy_strix_passes() -> None:
         "dev.infiniband": "ok",
         "limits.memlock": "ok",
         "firewall.trusted": "ok",
+        "power.sources": "ok",
     }
 
 
@@ -68,6 +69,7 @@ def test_misconfigured_strix_fails_where_it_should() -> None:
         "dev.infiniband": "fail",
         "limits.memlock": "fail",
         "firewall.trusted": "warn",
+        "power.sources": "ok",
     }
 
 
@@ -94,6 +96,16 @@ def test_fixes_follow_the_distribution() -> None:
     ubuntu = {f.check: f for f in doctor_local(str(ROOTS / "connectx-roce")).all_findings()}
     assert ubuntu["firewall.trusted"].fix == ("sudo ufw allow in on ens1f0np0",)
     assert ubuntu["kernel.pcie_aspm"].fix[-2:] == ("sudo update-grub", "sudo reboot")
+
+
+def test_power_sources_are_a_finding_of_their_own() -> None:
+    found = {r: {f.check: f for f in doctor_local(str(ROOTS / r)).all_findings()}["power.sources"]
+             for r in ("strix-e810", "no-rdma", "odd-content")}  # fmt: skip
+    assert found["strix-e810"].summary == "amdgpu gpu power, amdgpu gpu power, rapl package-0 energy"
+    assert found["no-rdma"].severity == "info" and "not measured" in found["no-rdma"].summary
+    odd = found["odd-content"]
+    assert odd.severity == "warn" and odd.summary.startswith("3 power reading(s) unreadable")
+    assert odd.evidence[0].startswith("/sys/class/hwmon/hwmon1/power1_average")
 
 
 def test_rdma_failures() -> None:

@@ -12,6 +12,7 @@ GIB = 2**30
 MIB = 2**20
 GTT_HEADROOM_MIB = 4096  # left to the OS when the iGPU may take the rest
 CARVEOUT_MAX_BYTES = 2 * GIB
+POWER_PATHS = ("/sys/class/hwmon/", "/sys/class/powercap/")  # where facts.power reads
 
 
 def _cmdline(ctx: NodeContext) -> list[str]:
@@ -187,6 +188,25 @@ def check_firewall(ctx: NodeContext) -> Finding:
     )
 
 
+def check_power(ctx: NodeContext) -> Finding:
+    """Whether energy per token can be measured here: the power sources read, or why not
+    (none, or one the kernel would not let halo read: RAPL's counter is often root's)."""
+    unreadable = [w for w in ctx.inv.warnings if w.startswith(POWER_PATHS)]
+    if unreadable:
+        return warn(
+            "power.sources",
+            f"{len(unreadable)} power reading(s) unreadable: energy per token may go unmeasured",
+            *unreadable,
+            fix=["# RAPL's energy_uj is readable by root alone: run halo's node commands as "
+                 "root, or give your user read access to it with a udev rule"],
+        )  # fmt: skip
+    if not ctx.inv.power:
+        return info("power.sources", "no power source (amdgpu hwmon, RAPL): energy per token "
+                    "is not measured on this node")  # fmt: skip
+    names = ", ".join(f"{r.tool} {r.domain} {r.kind}" for r in ctx.inv.power)
+    return ok("power.sources", names)
+
+
 def platform_checks(ctx: NodeContext) -> list[Finding]:
     findings = []
     if ctx.inv.rdma or ctx.apus:
@@ -197,7 +217,7 @@ def platform_checks(ctx: NodeContext) -> list[Finding]:
             findings += [check_gtt(ctx), check_carveout(ctx)]
     if ctx.inv.rdma:
         findings.append(check_dev_infiniband(ctx))
-    findings += [check_memlock(ctx), check_firewall(ctx)]
+    findings += [check_memlock(ctx), check_firewall(ctx), check_power(ctx)]
     return findings
 
 
