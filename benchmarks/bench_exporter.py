@@ -1,12 +1,16 @@
 """`halo exporter` against Prometheus's own node_exporter on the same generated root.
 
-Targets (issue: monitoring): /metrics scrape p50 <= node_exporter's (infiniband, netdev and
-netclass collectors only, --path.sysfs/--path.procfs at the same root), measured alternately
+Targets (issue: monitoring): /metrics scrape p50 <= node_exporter's (infiniband, netdev,
+netclass, hwmon and rapl collectors only, --path.sysfs/--path.procfs at the same root: the root
+has an amdgpu hwmon with two power gauges and three RAPL zones, which halo exposes as
+halo_node_power_watts and halo_node_energy_joules_total), measured alternately
 in one run; exporter CPU <= 1 % of a core at one scrape per second; RSS <= 60 MB; 50 concurrent
 scrapers for 30 s with zero errors. Issue 16 (an exporter that lives as long as the node): the
 open descriptors of both exporters, and for both the slowest scrape while 2000 connections send
 half a request and hang up (target: under one scrape interval, 1 s, with no failed scrape).
-Writes benchmarks/results/exporter.json.
+Writes benchmarks/results/exporter.json. The machine's load average is recorded at the start
+and the end: a run on a machine busy with other work (a 1-minute load above its CPU count at
+either end) is marked not valid (``valid``), and its figures are not to be committed.
 
     .venv/bin/python benchmarks/bench_exporter.py [--scrapes 200] [--soak-s 30]
 """
@@ -37,6 +41,7 @@ from rootkit import GidEntry, Port, RootBuilder, counters_text, gid_from_ipv4  #
 
 HALO = str(Path(sys.executable).parent / "halo")
 DEVICES, PORTS, HW_COUNTERS, INTERFACES = 8, 2, 60, 16
+RAPL_ZONES = (("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "core"), ("intel-rapl:1", "psys"))
 PMA = [
     "port_xmit_data",
     "port_rcv_data",
@@ -113,12 +118,30 @@ def build_root(path: str) -> None:
                 ports=ports,
                 extra_files={"board_id": "MT_0000000838\n", "hca_type": "MT4129\n"},
             )
+    power_sources(b)
     b.file(
         "proc/net/dev",
         "Inter-|   Receive                                                |  Transmit\n"
         " face |bytes    packets errs drop fifo frame compressed multicast|"
         "bytes    packets errs drop fifo colls carrier compressed\n" + "\n".join(dev_lines) + "\n",
     )
+
+
+def power_sources(b: RootBuilder) -> None:
+    """An amdgpu hwmon with its two power gauges, and RAPL zones with their counters."""
+    gpu = b.pci_device("pci0000:00/0000:00:08.1/0000:c3:00.0", driver="amdgpu")
+    hwmon = f"{gpu}/hwmon/hwmon3"
+    for attr, value in (("name", "amdgpu"), ("power1_average", "74000000"),
+                        ("power1_input", "61250000")):  # fmt: skip
+        b.file(f"{hwmon}/{attr}", value + "\n")
+    b.link("sys/class/hwmon/hwmon3", hwmon)
+    for i, (zone, name) in enumerate(RAPL_ZONES):
+        path = f"sys/devices/virtual/powercap/intel-rapl/{zone}"
+        b.file(f"{path}/name", name + "\n")
+        b.file(f"{path}/energy_uj", f"{51_234_567_890 + i * 1_000_000}\n")
+        b.file(f"{path}/max_energy_range_uj", "65532610987\n")
+        b.file(f"{path}/enabled", "1\n")
+        b.link(f"sys/class/powercap/{zone}", path)
 
 
 def free_port() -> int:
@@ -241,6 +264,7 @@ def main() -> None:
     node_exporter = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if node_exporter is None:
         raise SystemExit("install prometheus-node-exporter (Debian) to compare")
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as root:
         build_root(root)
         hp, np_ = free_port(), free_port()
@@ -258,6 +282,8 @@ def main() -> None:
                 "--collector.infiniband",
                 "--collector.netdev",
                 "--collector.netclass",
+                "--collector.hwmon",
+                "--collector.rapl",
                 f"--web.listen-address=127.0.0.1:{np_}",
             ],
             stdout=subprocess.DEVNULL,
@@ -307,19 +333,26 @@ def main() -> None:
             node.terminate()
             halo.wait(timeout=10)
             node.wait(timeout=10)
+    load_end = os.getloadavg()[0]
     p50 = {name: statistics.median(values) for name, values in times.items()}
+    cpus = os.cpu_count() or 1
     out = {
         "benchmark": "exporter",
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "system": platform.platform(),
+            "load_1m_start": round(load_start, 2),
+            "load_1m_end": round(load_end, 2),
         },
+        "valid": load_start <= cpus and load_end <= cpus,
         "root_shape": {
             "rdma_devices": DEVICES,
             "ports_per_device": PORTS,
             "hw_counters_per_port": HW_COUNTERS,
             "interfaces": INTERFACES,
+            "power_gauges": 2,
+            "energy_counters": len(RAPL_ZONES),
         },
         "scrape_ms": {
             name: {
