@@ -180,6 +180,33 @@ class Percentiles(TypedDict, total=False):
     p99: float | None
 
 
+class NodeJoules(TypedDict, total=False):
+    """One node's energy over a timed window (facts/energy.py ``NodeEnergy.to_dict``)."""
+
+    node: str
+    seconds: float
+    joules: float | None
+    watts: float | None
+    method: Literal["energy counter", "power samples"] | None
+    sources: list[str]
+    problem: str | None  # why no number: "no power source", a node that did not answer
+
+
+class _WindowEnergyNeeded(TypedDict):
+    coverage: str  # "2 of 3 nodes measured"
+    nodes: list[NodeJoules]
+
+
+class WindowEnergy(_WindowEnergyNeeded, total=False):
+    """Every node's energy over one timed window (bench/energy.py ``LevelEnergy``): null
+    joules where no node has a source, never a made-up number."""
+
+    tokens: int  # output tokens of the window
+    joules: float | None
+    joules_per_token: float | None
+    watts: dict[str, list[list[float]]]  # node -> [seconds from the start, watts]
+
+
 class ServeLevel(TypedDict, total=False):
     concurrency: int
     requests: int
@@ -195,6 +222,7 @@ class ServeLevel(TypedDict, total=False):
     itl_ms: Percentiles
     tpot_ms: Percentiles
     e2e_ms: Percentiles
+    energy: WindowEnergy | None  # null: not measured (no nodes known)
 
 
 class ServeBenchResult(Stamp, total=False):
@@ -223,6 +251,7 @@ class TuneLevel(TypedDict, total=False):
     tpot_ms_p50: float | None
     ttft_ms_p50: float | None
     errors: int
+    energy: WindowEnergy | None
 
 
 class TuneRow(TypedDict, total=False):
@@ -266,6 +295,7 @@ class RunResult(Stamp, total=False):
     proven: str | None
     problems: list[str]
     stopped: bool
+    energy: WindowEnergy | None  # the short bench at concurrency 1
 
 
 # evaluated at run time: no X | Y (Python 3.9)

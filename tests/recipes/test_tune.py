@@ -25,7 +25,15 @@ from tests.cluster.test_serve import VLLM, Node, cluster, vllm_table
 SERVE = ServeConfig(model="/m", sections=vllm_table())
 FILES = ModelFiles("tiny", served={"vllm": "/m"})
 MEASURED = {"1": tune.LevelRate(50.0, 20.0, 30.0, 0)}
-MEASURED_JSON = {"1": {"tokens_per_s": 50.0, "tpot_ms_p50": 20.0, "ttft_ms_p50": 30.0, "errors": 0}}
+MEASURED_JSON = {
+    "1": {
+        "tokens_per_s": 50.0,
+        "tpot_ms_p50": 20.0,
+        "ttft_ms_p50": 30.0,
+        "errors": 0,
+        "energy": None,
+    }
+}
 
 
 def nodes() -> dict[str, Node]:

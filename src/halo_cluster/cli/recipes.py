@@ -178,7 +178,7 @@ def _render(doc: Tuned) -> None:
     from halo_cluster.witness.tokens import tokens_word
 
     levels = [str(c) for c in doc.workload.levels]
-    heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}")]
+    heads = [h for c in levels for h in (f"pred c{c}", f"meas c{c}", f"J/tok c{c}")]
     grid = table(f"halo tune {doc.model} ({doc.objective})", "layout", *heads, "tokens", "note")
     for row in doc.rows:
         predicted = row.predicted_tokens_per_s or {}
@@ -187,11 +187,32 @@ def _render(doc: Tuned) -> None:
             rate = row.rate(c)
             cells.append(_cell(predicted.get(c)))
             cells.append(_cell(rate.tokens_per_s if rate else None))
+            per = rate.joules_per_token if rate else None
+            cells.append("-" if per is None else f"{per:.3f}")
         word = tokens_word(row.tokens)
         said = "DIFFERENT" if word == "different" else word or "-"
         grid.add_row(row.layout.name, *cells, said, safe(row.error or ""))
     console().print(grid)
+    for line in _energy_lines(doc, levels):
+        click.echo(line)
     click.echo(f"winner: {doc.reason}")
+
+
+def _energy_lines(doc: Tuned, levels: list[str]) -> list[str]:
+    """Each measured layout's energy line per level; one line where none has a number."""
+    found = [
+        (row.layout.name, c, rate.energy)
+        for row in doc.rows
+        for c in levels
+        if (rate := row.rate(c)) is not None and rate.energy is not None
+    ]
+    if not found:
+        return []
+    if all(energy.joules_per_token is None for _n, _c, energy in found):
+        lines = {energy.line() for _n, _c, energy in found}
+        if len(lines) == 1:  # the same for every layout: said once
+            return [lines.pop()]
+    return [f"{name} c{c}: {energy.line()}" for name, c, energy in found]
 
 
 @click.command("run")
@@ -214,7 +235,8 @@ def _render(doc: Tuned) -> None:
     "as_json",
     is_flag=True,
     help="Print {model, layout, reason, url, api_key_env, already_running, "
-    "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands, saved} as JSON.",
+    "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands, energy, saved} "
+    "as JSON.",
 )
 def run_command(
     model: str,
@@ -240,7 +262,7 @@ def run_command(
     out = run(cluster, model, layout, engine, results_dir(), _say(as_json), wait_s)
     saved = _save(cluster, out.to_result(cluster.config.name), None, "run")
     if as_json:
-        emit_json({**out.__dict__, "saved": str(saved)})
+        emit_json({**out.to_json(), "saved": str(saved)})
         return 1 if out.stopped else 0
     _render_run(out)
     click.echo(f"saved {saved}")
@@ -266,5 +288,6 @@ def _render_run(out: Any) -> None:
             f"tokens/s at concurrency 1: predicted {predicted}, measured "
             f"{out.measured_tokens_per_s:g}"
         )
+        click.echo(out.energy_line)
         click.echo(f"proven: {out.serve.get('proven') or 'no'}")
     click.echo("next: " + "; ".join(out.commands))

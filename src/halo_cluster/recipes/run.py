@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import read_state
@@ -33,6 +33,9 @@ from halo_cluster.recipes.predict import ModelFiles, predict
 from halo_cluster.recipes.tune import Workload, copy_model, locate_model, short_bench
 from halo_cluster.serving.bringup import Serving, layout_label
 from halo_cluster.serving.reference import find_reference
+
+if TYPE_CHECKING:
+    from halo_cluster.bench.energy import LevelEnergy
 
 RUN_WORKLOAD = Workload(levels=(1,), prompts=4, input_len=64, output_len=32)
 
@@ -50,6 +53,18 @@ class RunResult:
     serve: dict[str, Any] = field(default_factory=dict)
     stopped: bool = False
     commands: list[str] = field(default_factory=list)
+    energy: LevelEnergy | None = None  # the short bench's, at concurrency 1
+
+    @property
+    def energy_line(self) -> str:
+        """The energy of the measured bench for people (never a made-up number)."""
+        if self.energy is None:
+            return "energy: not measured (no bench ran)"
+        return self.energy.line()
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``halo run --json`` prints (with ``saved`` added)."""
+        return {**self.__dict__, "energy": None if self.energy is None else self.energy.to_dict()}
 
     def to_result(self, cluster: str) -> dict[str, Any]:
         """The body of its result file (``halo.run/1``; the stamp is added when saved)."""
@@ -69,6 +84,7 @@ class RunResult:
             "proven": self.serve.get("proven"),
             "problems": list(self.serve.get("problems") or []),
             "stopped": self.stopped,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
 
@@ -212,4 +228,5 @@ def run(
         return out
     measured = short_bench(cluster, RUN_WORKLOAD, progress)
     out.measured_tokens_per_s = measured["1"].tokens_per_s
+    out.energy = measured["1"].energy
     return out

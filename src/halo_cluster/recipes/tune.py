@@ -29,6 +29,7 @@ from halo_cluster.serving.bringup import Serving
 from halo_cluster.serving.result import ServeResult
 
 if TYPE_CHECKING:
+    from halo_cluster.bench.energy import LevelEnergy
     from halo_cluster.bench.serve_load import Level
 
 SCHEMA = SCHEMAS["tune"]  # halo.tune/1
@@ -48,23 +49,33 @@ class Workload:
 
 @dataclass(frozen=True)
 class LevelRate:
-    """A layout's short bench at one concurrency: its rate, medians and errors."""
+    """A layout's short bench at one concurrency: its rate, medians, errors and the
+    cluster's energy over its timed window (None: not measured)."""
 
     tokens_per_s: float | None
     tpot_ms_p50: float | None
     ttft_ms_p50: float | None
     errors: int
+    energy: LevelEnergy | None = None
 
     @classmethod
     def of(cls, level: Level) -> LevelRate:
-        return cls(level.output_tokens_per_s, level.tpot_ms.p50, level.ttft_ms.p50, level.errors)
+        return cls(
+            level.output_tokens_per_s, level.tpot_ms.p50, level.ttft_ms.p50, level.errors,
+            level.energy,
+        )  # fmt: skip
 
-    def to_dict(self) -> dict[str, float | int | None]:
+    @property
+    def joules_per_token(self) -> float | None:
+        return None if self.energy is None else self.energy.joules_per_token
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "tokens_per_s": self.tokens_per_s,
             "tpot_ms_p50": self.tpot_ms_p50,
             "ttft_ms_p50": self.ttft_ms_p50,
             "errors": self.errors,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
 
@@ -217,11 +228,14 @@ def witnessed(row: TuneRow, result: ServeResult) -> TuneRow:
 def short_bench(
     cluster: Cluster, work: Workload, progress: Callable[[str], None]
 ) -> dict[str, LevelRate]:
-    """bench serve's load on the served endpoint: per level ("1"), tokens/s and medians."""
+    """bench serve's load on the served endpoint: per level ("1"), tokens/s, medians and
+    every node's energy over the level's timed window."""
     from halo_cluster.bench.endpoint import reach
+    from halo_cluster.bench.energy import Meter, node_reader
     from halo_cluster.bench.serve_load import measure
 
     config = cluster.config
+    meter = Meter([node.name for node in config.nodes], node_reader(cluster.clients))
     with reach(config, progress) as endpoint:
         result = measure(
             endpoint.url,
@@ -234,6 +248,7 @@ def short_bench(
             progress,
             seed=0,
             warmup=1,
+            meter=meter,
         )
     return {str(level.concurrency): LevelRate.of(level) for level in result.levels}
 

@@ -4,7 +4,8 @@ no script and nothing fetched, so it opens anywhere (a mail attachment, an air-g
 Pure: ``render(results)`` takes loaded result objects and returns the page. Every chart is an
 ``<svg class="chart" data-chart="…">``; every string from a result is escaped.
 
-The primitives (SVG charts, tables) are in report/svg.py, the sections in report/sections.py.
+The primitives (SVG charts, tables) are in report/svg.py, the sections in report/sections.py,
+the energy per output token in report/energy.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from halo_cluster import __version__
+from halo_cluster.report.energy import energy_section
 from halo_cluster.report.sections import (
     collective_section,
     net_section,
@@ -62,6 +64,7 @@ def render(results: Sequence[dict[str, Any]], title: str = "halo fabric report")
         + tp_section([(label, cast(TpBenchResult, r)) for label, r in of("tp")])
         + tune_section([(label, cast(TuneResult, r)) for label, r in of("tune")])
         + run_section([(label, cast(RunResult, r)) for label, r in of("run")])
+        + energy_section(labelled)
         + stamp_section([(label, cast(Stamp, r)) for label, r in labelled])
     )
     return (

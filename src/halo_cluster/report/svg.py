@@ -177,6 +177,59 @@ def line_chart(
     return "".join(parts)
 
 
+def time_chart(
+    chart_id: str,
+    title: str,
+    y_label: str,
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+) -> str:
+    """Lines over a linear x axis of seconds, y linear from 0 (watts over a run)."""
+    points = [(x, y) for _n, pts in series for x, y in pts]
+    if not points:
+        return ""
+    x_max = max(x for x, _y in points) or 1.0
+    y_max = nice_max(max(y for _x, y in points))
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + plot_w * x / x_max
+
+    def py(y: float) -> float:
+        return TOP + plot_h - plot_h * y / y_max
+
+    colour = {name: PALETTE[i % len(PALETTE)] for i, (name, _p) in enumerate(series)}
+    parts = [
+        f'<svg class="chart" data-chart="{esc(chart_id)}" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">',
+        f'<text x="{LEFT}" y="18" font-size="14" font-weight="bold">{esc(title)}</text>',
+    ]
+    for tick in range(5):
+        y, x = py(y_max * tick / 4), px(x_max * tick / 4)
+        parts.append(
+            f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e2e8f0"/>'
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{fmt(y_max * tick / 4)}</text>"
+            f'<text x="{x:.1f}" y="{TOP + plot_h + 16}" font-size="10" text-anchor="middle">'
+            f"{fmt(x_max * tick / 4)}</text>"
+        )
+    parts.append(
+        f'<text x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h + 32}" font-size="11" '
+        f'text-anchor="middle">seconds</text>'
+        f'<text x="14" y="{TOP + plot_h / 2:.0f}" font-size="11" '
+        f'transform="rotate(-90 14 {TOP + plot_h / 2:.0f})" text-anchor="middle">'
+        f"{esc(y_label)}</text>"
+    )
+    for name, pts in series:
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        parts.append(
+            f'<polyline class="line" fill="none" stroke="{colour[name]}" stroke-width="2" '
+            f'points="{path}"/>'
+        )
+    parts.append(_legend([n for n, _p in series], colour))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join(
