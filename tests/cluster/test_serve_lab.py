@@ -95,6 +95,12 @@ def test_real_engine_tp2_across_lab_nodes(
         levels = json.loads(bench.stdout)["levels"]
         assert [lv["errors"] for lv in levels] == [0, 0]
         assert all(lv.get("tokens_from") == "usage" and lv["output_tokens"] > 0 for lv in levels)
+        # lab nodes have no power source: said per node, and no number
+        assert all(
+            lv["energy"]["joules_per_token"] is None
+            and [n["problem"] for n in lv["energy"]["nodes"]] == ["no power source"] * 2
+            for lv in levels
+        )
         proof = json.loads(bench.stdout)["serve_proof"]  # stored with the bench result
         assert proof["proven"] == "socket" and proof["backend"] == "gloo"
         assert proof["bytes_per_token"]["node2"]["fabric"] > 4096

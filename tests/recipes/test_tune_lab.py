@@ -40,6 +40,13 @@ def test_tune_then_run_the_winner(
         for name, row in rows.items():
             assert row["error"] is None, (name, row["error"], row.get("engine_error"))
             assert row["measured"]["1"]["tokens_per_s"] > 0 and row["measured"]["1"]["errors"] == 0
+        # lab nodes have no power source: every layout says so, and no number
+        assert all(
+            row["measured"]["1"]["energy"]["joules_per_token"] is None
+            and {n["problem"] for n in row["measured"]["1"]["energy"]["nodes"]}
+            == {"no power source"}
+            for row in rows.values()
+        )
         assert rows["llama.cpp single"]["tokens"] == {"recorded": "llama.cpp on node1"}
         assert rows["vllm TP1"]["tokens"] == {"recorded": "vllm tp1 on node1"}
         assert rows["llama.cpp RPC2"]["tokens"]["ok"] and rows["vllm TP2"]["tokens"]["ok"]
