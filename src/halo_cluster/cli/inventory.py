@@ -178,7 +178,8 @@ def _render_power(out: Console, inv: Inventory) -> None:
     for reading in inv.power:
         value = f"{reading.value:.2f} {reading.unit}"
         if reading.kind == "energy":  # a counter (facts.model.COUNTER)
-            value += " (counter" + (f", wraps at {reading.wrap_j:.0f} J)" if reading.wrap_j else ")")
+            wraps = f", wraps at {reading.wrap_j:.0f} J" if reading.wrap_j else ""
+            value += f" (counter{wraps})"
         grid.add_row(safe(reading.source), reading.tool, safe(reading.domain), value)
     out.print(grid)
 
