@@ -128,6 +128,8 @@ def test_the_cluster_adds_measured_nodes_and_says_how_many() -> None:
     assert nothing.joules_per_token is None
     assert nothing.line() == "energy: no node has a power source (nothing measured)"
     assert json.loads(json.dumps(nothing.to_dict()))["joules_per_token"] is None
+    silent = ClusterEnergy((none, NodeEnergy("n3", 10.0, problem="no answer: timed out")), 350)
+    assert silent.line() == "energy: not measured (n3: no answer: timed out)"
 
 
 @given(st.lists(st.floats(0, 1e6), min_size=2, max_size=20), st.floats(1.0, 1e7))

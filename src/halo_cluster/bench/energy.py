@@ -29,6 +29,7 @@ from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient, escaped
 from halo_cluster.errors import NodeCallError
 from halo_cluster.facts.energy import (
+    NO_SOURCE,
     ClusterEnergy,
     NodeEnergy,
     Sample,
@@ -42,7 +43,6 @@ from halo_cluster.wire.args import power_args
 
 INTERVAL_S = 1.0  # between readings inside a window
 READ_TIMEOUT_S = 15.0  # one node's power command (amd-smi, where installed, takes ~1 s)
-NO_SOURCE = "no power source"
 
 Reader = Callable[[str], Power]  # a node's name -> its power answer (raises when it fails)
 

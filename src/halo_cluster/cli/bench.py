@@ -96,12 +96,12 @@ def bench_serve(
 
     from halo_cluster.bench import results
     from halo_cluster.bench.endpoint import Endpoint, reach
-    from halo_cluster.bench.energy import NO_SOURCE
     from halo_cluster.bench.serve_load import measure
     from halo_cluster.cli.output import plain
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
     from halo_cluster.errors import HaloError, UsageError
+    from halo_cluster.facts.energy import NO_SOURCE
 
     levels = _levels(concurrency)
     path = find_config(config_path) if (config_path or not url) else None

@@ -15,6 +15,7 @@ from typing import Any
 
 from halo_cluster.facts.model import COUNTER, PowerReading
 
+NO_SOURCE = "no power source"  # a node's problem when it has none (node_energy says so)
 TIERS = ("RAPL psys", "amdgpu energy", "amdgpu average power", "amdgpu power",
          "RAPL package", "amd-smi power")  # fmt: skip
 
@@ -73,7 +74,7 @@ def node_energy(node: str, samples: list[Sample]) -> NodeEnergy:
     seconds = samples[-1].at_s - samples[0].at_s if len(samples) > 1 else 0.0
     chosen = _tier(samples)
     if chosen is None:
-        return NodeEnergy(node, seconds, problem="no power source")
+        return NodeEnergy(node, seconds, problem=NO_SOURCE)
     sources = sorted({r.source for s in samples for r in s.readings if tier(r) == chosen})
     joules = 0.0
     for source in sources:
@@ -138,7 +139,10 @@ class ClusterEnergy:
     def line(self) -> str:
         """One line for people; no number where no node has a source."""
         if not self.measured:
-            return "energy: no node has a power source (nothing measured)"
+            others = [f"{n.node}: {n.problem}" for n in self.nodes if n.problem != NO_SOURCE]
+            if not others:
+                return "energy: no node has a power source (nothing measured)"
+            return "energy: not measured (" + "; ".join(others) + ")"
         per = self.joules_per_token
         per_text = "" if per is None else f", {per:.3f} J per output token"
         return f"energy: {self.joules:.1f} J over the window{per_text} ({self.coverage})"

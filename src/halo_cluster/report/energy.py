@@ -8,10 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from halo_cluster.facts.energy import NO_SOURCE
 from halo_cluster.report.svg import table, time_chart
 from halo_cluster.schema import WindowEnergy
-
-NO_SOURCE = "no power source"
 
 
 def windows(result: dict[str, Any]) -> list[tuple[str, WindowEnergy | None]]:
