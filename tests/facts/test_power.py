@@ -36,6 +36,13 @@ def test_strix_halo_reads_amdgpu_and_rapl() -> None:
     )  # fmt: skip
 
 
+def test_amdgpu_energy_counter_where_the_driver_has_one() -> None:
+    assert read_power(Root(str(ROOTS / "thunderbolt"))) == (
+        PowerReading("hwmon2/power1_input", "amdgpu", "gpu", GAUGE, 48.5),
+        PowerReading("hwmon2/energy1_input", "amdgpu", "gpu", COUNTER, 918273.645),
+    )
+
+
 def test_a_node_without_sources_has_none() -> None:
     root = Root(str(ROOTS / "no-rdma"))
     assert read_power(root) == () and root.warnings == []
