@@ -139,6 +139,20 @@ def halo(
     )
 
 
+def halo_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``halo ARGS`` in this process (exit code, stdout, stderr): the CLI's own behaviour,
+    without starting a Python (``halo`` above runs the installed one)."""
+    from halo_cluster.cli import main
+
+    code = 0
+    try:
+        main(list(args))
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def ping_answer(
     reached: bool | Callable[[str], bool] = True, ethtool: tuple[str, str] | None = None
 ) -> Callable[..., Result]:

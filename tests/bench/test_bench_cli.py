@@ -12,10 +12,10 @@ import pytest
 
 from halo_cluster.bench import run
 from halo_cluster.bench.cluster import BenchCluster
-from halo_cluster.cli import main
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import BenchError
 from tests.bench.test_results import collective_result, tp_result
+from tests.conftest import halo_here
 
 
 class Ranked:
@@ -40,14 +40,7 @@ class Ranked:
         return (*self.answer, BenchCluster(config, {}, [], {}))
 
 
-def halo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+halo = halo_here  # the CLI in this process (tests.conftest)
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from halo_cluster.cli import main
 from tests.bench.test_results import collective_result, net_result, tp_result
 from tests.capacity.test_calibration import serve_result
+from tests.conftest import halo_here
 
 GOOD = {
     "net": net_result,
@@ -81,14 +81,7 @@ def corpus() -> dict[str, str]:
     return files
 
 
-def halo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(args))
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+halo = halo_here  # the CLI in this process (tests.conftest)
 
 
 def one_line_or_shown(

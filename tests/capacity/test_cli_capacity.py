@@ -13,7 +13,7 @@ import gguf
 import numpy as np
 import pytest
 
-from halo_cluster.cli import main
+from tests.conftest import halo_here
 
 ROW_KEYS = {
     "layout",
@@ -37,13 +37,7 @@ ROW_KEYS = {
 }
 
 
-def halo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
+halo = halo_here  # the CLI in this process (tests.conftest)
 
 
 def plan_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
