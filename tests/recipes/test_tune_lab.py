@@ -65,6 +65,8 @@ def test_tune_then_run_the_winner(
         assert (first["layout"], first["already_running"]) == (winner, False)
         assert first["reason"].startswith("the winner of halo tune (tune-")
         assert first["measured_tokens_per_s"] > 0 and first["serve"]["problems"] == []
+        assert first["energy"]["joules_per_token"] is None  # no power source here: no number
+        assert {n["problem"] for n in first["energy"]["nodes"]} == {"no power source"}
         again = json.loads(
             halo("run", str(lab / "model"), "--config", str(config), "--json",
                  cwd=tmp_path, env=env, timeout=300).stdout
