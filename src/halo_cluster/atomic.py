@@ -6,6 +6,10 @@ create it here" from a failed write) and renames it when its ``with`` block ends
 an error; on an error the temporary file is removed and the target left as it was.
 The temporary file is created 0600 (``mkstemp``); ``mode`` sets the final permissions.
 
+``write_new`` is for a file under a name of halo's choosing that must be its own (a result
+named by the second it was saved): written whole, then linked into place only where the name
+is free, so two writers never overwrite each other and a reader never sees half a file.
+
 ``write_output`` is for a file someone named for output (``halo report -o``, ``--out``): the
 rename replaces a name, so it is used only where the name is a regular file or nothing; a
 link is written through, in place (``-o /dev/stdout > file`` must not turn the system's
@@ -80,6 +84,26 @@ def atomic_write(
     """Replace ``path`` with ``text`` atomically (see AtomicFile)."""
     with AtomicFile(path, mode=mode, prefix=prefix, encoding=encoding) as handle:
         handle.write(text)
+
+
+def write_new(path: str | os.PathLike[str], text: str, *, mode: int = 0o644) -> None:
+    """Create ``path`` holding ``text``, whole at once; FileExistsError (nothing written)
+    when the name is taken, whoever took it and however recently."""
+    target = os.fspath(path)
+    handle = AtomicFile(target, mode=mode)
+    try:
+        with handle.handle as out:
+            out.write(text)
+        os.chmod(handle.tmp, mode)
+        try:
+            os.link(handle.tmp, target)  # exclusive: fails when the name exists
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: reserve the name, then rename
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+            os.replace(handle.tmp, target)
+    finally:
+        handle._discard()
 
 
 def write_output(path: str | os.PathLike[str], text: str, mode: int = 0o644) -> bool:

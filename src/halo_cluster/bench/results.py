@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster import __version__
-from halo_cluster.atomic import write_output
+from halo_cluster.atomic import write_new, write_output
 from halo_cluster.bounded.jsonin import load_file
 from halo_cluster.errors import UsageError
 from halo_cluster.schema import VERSIONS, check_result, result_kind
@@ -38,14 +38,29 @@ def stamp(
     return stamped
 
 
+MAX_SAME_SECOND = 1000
+
+
 def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) -> Path:
+    """Write ``result`` to ``out`` (a file someone named: replaced), else to a new file in
+    ``results_dir`` named by kind and second, ``KIND-YYYYmmddTHHMMSS.json``; a name taken
+    (another run saved in that second) gets ``-2``, ``-3``…: never an overwrite."""
+    text = json.dumps(result, indent=2, allow_nan=False) + "\n"
     if out:
-        path = Path(out)
-    else:
-        moment = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-        path = results_dir / f"{kind}-{moment}.json"
-    write_file(path, json.dumps(result, indent=2, allow_nan=False) + "\n")
-    return path
+        write_file(Path(out), text)
+        return Path(out)
+    moment = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for count in range(1, MAX_SAME_SECOND + 1):
+        path = results_dir / (
+            f"{kind}-{moment}.json" if count == 1 else f"{kind}-{moment}-{count}.json"
+        )
+        try:
+            write_new(path, text)
+        except FileExistsError:
+            continue
+        return path
+    raise UsageError(f"{results_dir}: {MAX_SAME_SECOND} results of {kind} saved in one second?")
 
 
 def write_file(path: Path, text: str, mode: int = 0o644) -> bool:
