@@ -86,6 +86,19 @@ def _head_key(cluster: Cluster, base: str) -> str:
     return line
 
 
+# A member's authorized_keys (the file a link leads to, the link kept): sshd reads it at
+# every login, so it is never rewritten in place (a kill mid-write left half the keys). The
+# new keys go to a temporary file beside it, flushed, then one rename: the old keys or the
+# new ones, never part of either.
+_KEYS_FILE = 'f="$HOME/.ssh/authorized_keys"\n[ -L "$f" ] && f="$(readlink -f -- "$f")"\n'
+_OTHER_KEYS = 'grep -vF -- "$HALO_TAG" "$f"'
+_REPLACE_KEYS = (
+    't="$(mktemp "$f.halo-XXXXXX")"\ntrap \'rm -f -- "$t"\' EXIT\n'
+    '{{ {keep} || true; {add}; }} > "$t"\n'
+    'sync -- "$t" 2>/dev/null || true\nmv -f -- "$t" "$f"\ntrap - EXIT\n'
+)
+
+
 def _authorize(cluster: Cluster, member: NodeConfig, key_line: str) -> None:
     """The head's key in the member's ~/.ssh/authorized_keys, from the head's addresses only."""
     head = cluster.head
@@ -94,9 +107,8 @@ def _authorize(cluster: Cluster, member: NodeConfig, key_line: str) -> None:
         f'from="{",".join(sources)}",no-agent-forwarding,no-port-forwarding ' if sources else ""
     )
     script = exports({"HALO_TAG": key_tag(cluster), "HALO_KEY": restrict + key_line}) + (
-        "set -e\numask 077\nmkdir -p \"$HOME/.ssh\"\nf=\"$HOME/.ssh/authorized_keys\"\n"
-        'touch "$f"\n{ grep -vF -- "$HALO_TAG" "$f" || true; printf "%s\\n" "$HALO_KEY"; } '
-        '> "$f.halo-new"\ncat "$f.halo-new" > "$f"\nrm -f "$f.halo-new"\n'
+        "set -e\numask 077\nmkdir -p \"$HOME/.ssh\"\n" + _KEYS_FILE + 'touch "$f"\n'
+        + _REPLACE_KEYS.format(keep=_OTHER_KEYS, add='printf "%s\\n" "$HALO_KEY"')
     )  # fmt: skip
     done = cluster.client(member).script(script)
     if not done.ok:
@@ -347,11 +359,10 @@ def forget(cluster: Cluster) -> None:
     """The supervisor's key off every other node, its spec (with the API key) off the head."""
     head, tag = cluster.head, key_tag(cluster)
     script = exports({"HALO_TAG": tag}) + (
-        'f="$HOME/.ssh/authorized_keys"\n[ -f "$f" ] || exit 0\n'
+        "set -e\numask 077\n" + _KEYS_FILE + '[ -f "$f" ] || exit 0\n'
         'grep -qF -- "$HALO_TAG" "$f" || exit 0\n'
-        '{ grep -vF -- "$HALO_TAG" "$f" || true; } > "$f.halo-new"\n'
-        'cat "$f.halo-new" > "$f"\nrm -f "$f.halo-new"\n'
-    )
+        + _REPLACE_KEYS.format(keep=_OTHER_KEYS, add=":")
+    )  # fmt: skip
     others = [n for n in cluster.config.nodes if n.name != head.name]
     each(others, lambda n: cluster.client(n).script(script, 30))
     base = f"{scripts.STATE_DIR}/{ROLE}-{cluster.config.name}"
