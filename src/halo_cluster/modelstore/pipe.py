@@ -189,9 +189,13 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
     want = spec.want
     entries = manifest.by_path()
     store = Store(spec.store) if spec.store and spec.target else None
+    refused: str | None = None  # this node's store cannot take the model: it only forwards
     if store is not None:
-        store.ensure()
-        store.invalidate(manifest.name)
+        try:
+            store.ensure()
+            store.invalidate(manifest.name)
+        except ModelError as err:
+            refused = str(err)
     started = time.monotonic()
     verified: list[str] = []
     failed: dict[str, str] = {}
@@ -231,7 +235,7 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
         forward = _downstream(route, emit)
         if route and forward is None:
             forward_error = "could not connect"
-        disk_error: str | None = None
+        disk_error: str | None = refused
         for item in spec.stream:
             path, start, size = item.path, item.offset, item.size
             entry = entries.get(path)
@@ -282,6 +286,7 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
         if source is not None:
             source.close()
     complete: bool | None = None if store is None else False
+    error = error or refused
     if store is not None and error is None and not failed:
         error = _complete(store, manifest)
         complete = error is None
@@ -341,13 +346,18 @@ def _complete(store: Store, manifest: Manifest) -> str | None:
     """None when every file of the manifest is in place with its sha256 (the ones this hop
     did not receive were checked by the controller's plan; checked again here, by stat),
     and the store now marks the model complete; otherwise the reason."""
-    present = store.present(manifest.name, hash_stale=True)
+    try:
+        present = store.present(manifest.name, hash_stale=True)
+    except ModelError as err:  # a link put where the model is, while it was received
+        return str(err)
     for entry in manifest.files:
         found = present.get(entry.path)
         if found is None or found["sha256"] != entry.sha256:
             return f"{entry.path}: not in place after the transfer"
     try:
         store.complete(manifest)
+    except ModelError as err:
+        return str(err)
     except OSError as err:
         return f"cannot mark {manifest.name} complete: {err.strerror or err}"
     return None

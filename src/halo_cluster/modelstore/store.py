@@ -7,7 +7,13 @@
 
 A file is received as a partial, checked against its sha256, then renamed into place; the
 manifest goes in only when every file of it is there and verified, and goes out before any
-file of the model changes. Standard library only, Python 3.9 (nodes run it)."""
+file of the model changes.
+
+The store never reaches outside itself: a link where a model's directory, its ``.halo`` or a
+directory on the way to a file should be is never followed (it would delete, hash or write
+files of its target). Reading says so in one line (``list`` shows such a model incomplete);
+writing refuses it. A link in place of a file is only ever removed or replaced, as a link.
+Standard library only, Python 3.9 (nodes run it)."""
 
 from __future__ import annotations
 
@@ -61,6 +67,42 @@ class Store:
     def marker(self, name: str) -> str:
         return os.path.join(self.model_dir(name), META, "manifest.json")
 
+    def linked(self, name: str, rel: str = "") -> str | None:
+        """The first path from the model's directory down to ``rel``'s folder (``rel`` a
+        '/'-separated path inside the model) that is a link or not a directory; None when
+        every one that exists is a real directory. Nothing is followed."""
+        where = self.model_dir(name)
+        parts = [p for p in rel.split("/") if p]
+        for part in [None, *parts]:
+            if part is not None:
+                where = os.path.join(where, part)
+            try:
+                info = os.lstat(where)
+            except FileNotFoundError:
+                return None
+            except OSError:
+                return where
+            if not stat.S_ISDIR(info.st_mode):
+                return where
+        return None
+
+    def check(self, name: str, rel: str = "") -> None:
+        """ModelError, one line, when ``linked`` finds a link or a file on the way."""
+        found = self.linked(name, rel)
+        if found is not None:
+            raise ModelError(_not_halos(found))
+
+    def make_dirs(self, name: str, rel: str) -> None:
+        """The directories of ``rel`` (inside the model) made one at a time, never through
+        a link (a link or a file on the way is ModelError)."""
+        where = self.model_dir(name)
+        for part in ["", *[p for p in rel.split("/") if p]]:
+            where = os.path.join(where, part) if part else where
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(where, 0o755)
+            if not stat.S_ISDIR(os.lstat(where).st_mode):
+                raise ModelError(_not_halos(where))
+
     def ensure(self) -> None:
         """The store's directory, made when missing; one line when it cannot be."""
         try:
@@ -75,14 +117,20 @@ class Store:
     def manifest(self, name: str) -> Manifest | None:
         """The model's manifest when it is complete; None when it is not (or not there)."""
         path = self.marker(name)
+        if self.linked(name, META) is not None:
+            return None  # never read through a link: the store's word is its own
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
         except OSError:
             return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, then cannot be read
+            os.close(fd)
+            return None
         with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            try:
+                raw = handle.read(MAX_MANIFEST + 1)
+            except OSError:
                 return None
-            raw = handle.read(MAX_MANIFEST + 1)
         try:
             return manifest_from(json.loads(raw.decode("utf-8")), path)
         except (ValueError, RecursionError, ModelError):
@@ -102,10 +150,14 @@ class Store:
     def present(self, name: str, hash_stale: bool = True) -> dict[str, dict[str, Any]]:
         """The model's files on this node: {rel: {size, sha256}}; sha256 None when the file
         changed since it was last hashed and ``hash_stale`` is False."""
+        self.check(name)
         top = self.model_dir(name)
         found: dict[str, dict[str, Any]] = {}
         for folder, dirs, files in os.walk(top, followlinks=False):
             dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for link in [d for d in dirs if os.path.islink(os.path.join(folder, d))]:
+                dirs.remove(link)  # os.walk lists a linked directory: a stray entry, not ours
+                files.append(link)
             for fname in files:
                 if fname.startswith("."):
                     continue
@@ -127,6 +179,7 @@ class Store:
 
     def partials(self, name: str) -> dict[str, dict[str, Any]]:
         """Files being received: {rel: {size, sha256 of that prefix}}."""
+        self.check(name, f"{META}/partial")
         top = os.path.join(self.model_dir(name), META, "partial")
         found: dict[str, dict[str, Any]] = {}
         for folder, _dirs, files in os.walk(top, followlinks=False):
@@ -156,7 +209,7 @@ class Store:
         for name in self.names():
             manifest = self.manifest(name)
             path = self.model_dir(name)
-            if manifest is None:
+            if manifest is None or self.linked(name) is not None:
                 out.append(StoredModel(name, path, False))
                 continue
             out.append(StoredModel(
@@ -172,16 +225,19 @@ class Store:
         for entry in manifest.files:
             full = self.final(name, entry.path)
             try:
-                info = os.stat(full)
+                info = os.lstat(full)
             except OSError:
                 changed.append(entry.path)
                 continue
-            if self.cache.known(full, info) != entry.sha256:
+            folder = entry.path.rpartition("/")[0]
+            odd = self.linked(name, folder) is not None or not stat.S_ISREG(info.st_mode)
+            if odd or self.cache.known(full, info) != entry.sha256:
                 changed.append(entry.path)
         return changed
 
     def verify(self, name: str) -> Verified:
         """Every file of the model read again (no cache): which differ from its manifest."""
+        self.check(name)
         manifest = self.manifest(name)
         if manifest is None:
             where = self.model_dir(name)
@@ -191,6 +247,10 @@ class Store:
         for entry in manifest.files:
             full = self.final(name, entry.path)
             self.cache.forget(full)
+            odd = _odd(self, name, entry.path)
+            if odd is not None:
+                differ.append(Differs(entry.path, odd))
+                continue
             try:
                 size, sha = self.cache.hash(full)
             except ModelError as err:
@@ -205,7 +265,9 @@ class Store:
 
     # -- changing ---------------------------------------------------------------------------
     def invalidate(self, name: str) -> None:
-        """The model stops being complete (before any of its files changes)."""
+        """The model stops being complete (before any of its files changes); ModelError
+        when its directory or its ``.halo`` is a link (nothing is done through it)."""
+        self.check(name, META)
         try:
             os.unlink(self.marker(name))
         except FileNotFoundError:
@@ -217,13 +279,14 @@ class Store:
         """Mark ``manifest`` complete: files not in it removed, then the manifest written
         (fsynced, renamed into place) last."""
         name = manifest.name
+        self.check(name, f"{META}/partial")
         wanted = {f.path for f in manifest.files}
         for rel in list(self.present(name, hash_stale=False)):
-            if rel not in wanted:
+            if rel not in wanted:  # a link among them goes as a link: its target stays
                 os.unlink(self.final(name, rel))
         shutil.rmtree(os.path.join(self.model_dir(name), META, "partial"), ignore_errors=True)
         path = self.marker(name)
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        self.make_dirs(name, META)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
             json.dump(manifest.to_dict(), handle, indent=1)
@@ -255,7 +318,7 @@ class Receiving:
         self.size, self.sha, self.offset = size, sha, offset
         self.path = store.partial(name, rel)
         self.digest = hashlib.sha256()
-        os.makedirs(os.path.dirname(self.path), mode=0o755, exist_ok=True)
+        store.make_dirs(name, f"{META}/partial/{rel.rpartition('/')[0]}")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         self.handle = os.fdopen(fd, "r+b")
         if offset:
@@ -289,6 +352,30 @@ class Receiving:
                 f"not the source's {self.sha[:12]}…"
             )
         final = self.store.final(self.name, self.rel)
-        os.makedirs(os.path.dirname(final), mode=0o755, exist_ok=True)
-        os.replace(self.path, final)
+        self.store.make_dirs(self.name, self.rel.rpartition("/")[0])  # never through a link
+        os.replace(self.path, final)  # a link in the file's place is replaced, not followed
         self.store.cache.remember(final, os.stat(final), got)
+
+
+def _not_halos(path: str) -> str:
+    """The one line for a link (or a file) where the store keeps a directory."""
+    try:
+        what = f"a link to {os.readlink(path)}"
+    except OSError:
+        what = "not a directory"
+    return (
+        f"{path}: {what}, not a directory halo made; halo never follows it: remove it by hand "
+        "(or sync under another --name)"
+    )
+
+
+def _odd(store: Store, name: str, rel: str) -> str | None:
+    """Why a model's file is not a regular file of the store (None when it is one)."""
+    folder = store.linked(name, rel.rpartition("/")[0])
+    if folder is not None:
+        return f"under {os.path.relpath(folder, store.model_dir(name))}, a link or not a directory"
+    try:
+        info = os.lstat(store.final(name, rel))
+    except OSError:
+        return None  # missing: the hash says so
+    return None if stat.S_ISREG(info.st_mode) else "a link or not a regular file"
