@@ -1,0 +1,120 @@
+"""The setup of a cluster's nodes, from the controller: each node plans its own steps
+(``halo setup --local`` on the node, through its client), all nodes at once; then, when asked,
+every node with pending steps applies them, all at once. That is safe because each node's
+steps change only that node; a node that fails does not stop the others, and is named.
+
+A plan that did not come back from every node changes nothing anywhere (``require_plans``):
+the plan names each machine before any is changed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from halo_cluster.client.fanout import each
+from halo_cluster.client.node import NodeClient, escaped
+from halo_cluster.config import Config
+from halo_cluster.errors import HaloError, SetupError
+from halo_cluster.setup.steps import SetupOptions
+from halo_cluster.setup.targets import Machine, node_machine
+from halo_cluster.wire import Setup, parse_setup, setup_args
+
+PLAN_TIMEOUT_S = 120.0
+APPLY_TIMEOUT_S = 900.0  # packages and a kernel command line on a slow mirror
+
+
+@dataclass(frozen=True)
+class NodeSetup:
+    """One node's answer: its steps (after applying, when asked), or the error that came
+    instead."""
+
+    machine: Machine
+    answer: Setup | None = None
+    error: str | None = None
+
+    @property
+    def pending(self) -> list[str]:
+        if self.answer is None:
+            return []
+        return [s.id for s in self.answer.steps if not s.done and s.commands]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The node's entry in ``halo setup --json`` (docs/setup.md)."""
+        body = self.answer.to_dict()["nodes"][self.answer.host] if self.answer else None
+        return {
+            **self.machine.to_dict(),
+            "steps": body["steps"] if body else [],
+            "reboot_needed": body["reboot_needed"] if body else False,
+            "applied": body["applied"] if body else [],
+            "error": self.error,
+        }
+
+
+def plan_nodes(
+    config: Config,
+    clients: Mapping[str, NodeClient],
+    names: Sequence[str],
+    opts: SetupOptions,
+    steps: Sequence[str],
+) -> list[NodeSetup]:
+    """Every named node's plan (nothing changes), asked of all nodes at once."""
+    return each(names, lambda name: _ask(config, clients[name], opts, steps, None))
+
+
+def apply_nodes(
+    config: Config,
+    clients: Mapping[str, NodeClient],
+    plans: Sequence[NodeSetup],
+    opts: SetupOptions,
+    steps: Sequence[str],
+) -> list[NodeSetup]:
+    """The pending steps applied on every node that has any, all at once (a node with none
+    keeps its plan). Ctrl-C lets the nodes already applying finish their step."""
+    require_plans(plans)
+
+    def work(plan: NodeSetup) -> NodeSetup:
+        if not plan.pending:
+            return plan
+        return _ask(config, clients[plan.machine.name], opts, steps, plan.machine)
+
+    return each(plans, work, settle=True)
+
+
+def require_plans(plans: Sequence[NodeSetup]) -> None:
+    """A SetupError naming the nodes whose plan did not come back: then nothing is applied."""
+    failed = [p for p in plans if p.error is not None]
+    if failed:
+        first = failed[0].error
+        names = ", ".join(p.machine.name for p in failed)
+        raise SetupError(
+            f"no plan from {names} ({first}): nothing was changed; fix that, or leave "
+            "the node out by naming the others with --node"
+        )
+
+
+def _ask(
+    config: Config,
+    client: NodeClient,
+    opts: SetupOptions,
+    steps: Sequence[str],
+    planned: Machine | None,
+) -> NodeSetup:
+    """``setup --local`` on the node (its part of a routed fabric with it), applying when the
+    node was ``planned`` already; a failure is the node's error, not the run's."""
+    apply = planned is not None
+    mesh = config.mesh()
+    fabric = json.dumps(mesh.node(client.name).to_dict()) if mesh is not None else None
+    args = setup_args(
+        opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=apply, fabric=fabric
+    )
+    timeout = APPLY_TIMEOUT_S if apply else PLAN_TIMEOUT_S
+    try:
+        result = client.call(*args, timeout=timeout)
+        if not result.ok:
+            raise SetupError(f"setup failed: {escaped(result.error_text())}")
+        answer = parse_setup(result.stdout)
+    except HaloError as err:
+        return NodeSetup(planned or node_machine(config, client.name, None), error=str(err))
+    return NodeSetup(node_machine(config, client.name, answer.host), answer)
