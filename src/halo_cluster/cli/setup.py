@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from halo_cluster.cli.options import choice_option, config_option, range_option, root_option
+from halo_cluster.cli.options import (
+    CONFIG_HELP,
+    choice_option,
+    config_option,
+    range_option,
+    root_option,
+)
 from halo_cluster.cli.output import styled, table
 from halo_cluster.jsonout import emit_json
+from halo_cluster.printable import printable
 
 if TYPE_CHECKING:
+    from halo_cluster.config import Config
     from halo_cluster.setup.steps import SetupOptions
+
+CONFIG_PLACES = "--config FILE, ./halo.toml, $XDG_CONFIG_HOME/halo/halo.toml"
 
 STEP_IDS = [
     "packages",
@@ -37,16 +46,20 @@ STEP_IDS = [
     "names",
     multiple=True,
     metavar="NAME",
-    help="Set up these nodes of halo.toml over SSH.",
+    help="Only these nodes of the cluster config (default: every node).",
 )
-@click.option("--local", is_flag=True, help="Set up this machine (the default without --node).")
-@config_option("Cluster config for --node.")
-@root_option("Plan for the node below DIR.")
+@click.option(
+    "--local", is_flag=True, help="This machine only (the default without a cluster config)."
+)
+@config_option(CONFIG_HELP + " Its nodes are the machines set up.")
+@root_option("Plan for the files below DIR (this machine's view, never the nodes').")
 @choice_option("--distro", choices=["auto", "fedora", "ubuntu", "debian"], default="auto")
 @click.option(
     "--fabric-iface", metavar="IF", help="The fabric interface (default: the transport plan's)."
 )
-@click.option("--address", metavar="CIDR", help="Static fabric address, e.g. 192.168.100.1/30.")
+@click.option(
+    "--address", metavar="CIDR", help="Static fabric address of one machine, e.g. 192.168.100.1/30."
+)
 @range_option("--mtu", default=9000, low=1280, high=65520)
 @click.option(
     "--step", "steps", multiple=True, type=click.Choice(STEP_IDS), help="Only these steps."
@@ -55,12 +68,18 @@ STEP_IDS = [
     "--json",
     "as_json",
     is_flag=True,
-    help="Print {nodes: {name: {steps, reboot_needed, applied}}}.",
+    help="Print {target, config, nodes: {name: {hostname, address, node, steps, "
+    "reboot_needed, applied, error}}}.",
 )
 @click.option(
     "--apply", "do_apply", is_flag=True, help="Run the pending steps (nothing changes without it)."
 )
-@click.option("--yes", is_flag=True, help="Do not ask before applying.")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Do not ask before applying; needed to change a machine that is not a node of the "
+    "cluster config.",
+)
 def setup(
     names: tuple[str, ...],
     local: bool,
@@ -77,94 +96,158 @@ def setup(
 ) -> int:
     """Show (and with --apply, run) the host setup of the reference guide: packages, NIC
     firmware check, fabric address and MTU, firewall, kernel command line (GTT sized from
-    this node's memory), memlock and SSH key. Each step says whether it is done, the exact
+    each node's memory), memlock and SSH key. Each step says whether it is done, the exact
     commands, and whether a reboot follows. Running it twice changes nothing the second time.
+
+    With a cluster config (--config, or found), the machines are its nodes (--node: some of
+    them), each planned and applied over SSH, all at once; before anything changes, the plan
+    names each machine (hostname, address) and its pending steps. --local is this machine
+    (the default without a config); with a config, changing it when it is not one of the
+    config's nodes needs --yes.
 
     On nodes cabled point to point (links in halo.toml: a USB4 mesh or ring), the fabric steps
     replace the one interface's: every cable's /31 and MTU ([fabric]), the node's identity
     address (fabric_address) on its own interface, routes to every other node (static, or
     FRR's openfabric), and forwarding where a path crosses the node."""
+    from halo_cluster.errors import SetupError
     from halo_cluster.setup.steps import SetupOptions
 
     opts = SetupOptions(distro, fabric_iface, address, mtu, str(Path.home()).lstrip("/"))
-    only = set(steps) or None
-    if names and not local:
-        data = _remote(names, config_path, opts, steps, do_apply, yes)
+    config = _config(names, local, config_path, root)
+    if config is not None and not local:
+        target = "nodes"
+        data = _nodes(config, names, opts, steps, do_apply, yes, as_json)
     else:
-        data = {_hostname(root): _local(root, opts, only, do_apply, yes, quiet=as_json)}
+        target = "local"
+        data = _here(root, config, opts, set(steps) or None, do_apply, yes, as_json)
+    shown = {"target": target, "config": str(config.path) if config else None, "nodes": data}
     if as_json:
-        emit_json({"nodes": data})
+        emit_json(shown)
     else:
         _render(data)
+    failed = [name for name, node in data.items() if node["error"]]
+    if failed:
+        raise SetupError(f"setup failed on {', '.join(failed)}: {data[failed[0]]['error']}")
     return 0
 
 
-def _hostname(root: str) -> str:
-    from halo_cluster.facts.inventory import collect_inventory
+def _config(
+    names: tuple[str, ...], local: bool, config_path: str | None, root: str
+) -> Config | None:
+    """The cluster config whose nodes are set up (or that this machine must be a node of):
+    --config, else the one found; None without one, and for --root (a directory's files)."""
+    from halo_cluster.cli.options import require_config
+    from halo_cluster.config import find_config, load_config
+    from halo_cluster.errors import UsageError
 
-    return collect_inventory(root).hostname or "local"
+    if names and local:
+        raise UsageError("--local is this machine, --node names nodes of the config: give one")
+    if root != "/":
+        if names:
+            raise UsageError("--root plans for the files below DIR: drop --node, or drop --root")
+        return None
+    if names:
+        return require_config(config_path, "--node needs a cluster config: --config halo.toml")
+    path = find_config(config_path)
+    return load_config(path) if path is not None else None
 
 
-def _local(
-    root: str, opts: SetupOptions, only: set[str] | None, do_apply: bool, yes: bool, quiet: bool
+def _here(
+    root: str,
+    config: Config | None,
+    opts: SetupOptions,
+    only: set[str] | None,
+    do_apply: bool,
+    yes: bool,
+    quiet: bool,
 ) -> dict[str, Any]:
+    """This machine's entry (or the one whose files are below --root), named first."""
+    from halo_cluster.errors import UsageError
+    from halo_cluster.facts.inventory import collect_inventory
     from halo_cluster.setup.apply import setup_here
+    from halo_cluster.setup.targets import this_machine
+
+    machine = this_machine(collect_inventory(root), config)
+    if config is None and root == "/":
+        where = f"no cluster config ({CONFIG_PLACES}): this machine only, {machine.label()}"
+    elif config is None:
+        where = f"the files below {root}: {machine.label()}"
+    elif machine.node is None:
+        where = f"this machine, {machine.label()}, not a node of {config.path}"
+        if do_apply and not yes:
+            raise UsageError(
+                f"this machine, {machine.label()}, is not a node of {config.path}: pass --yes "
+                "to change it anyway, or drop --local to set up the config's nodes"
+            )
+    else:
+        where = f"this machine, {machine.label()}, node {machine.node} of {config.path}"
+    if do_apply or not quiet:
+        click.echo(where, err=True)
 
     def confirm(pending: list[str]) -> None:
+        click.echo(f"will change {machine.label()}: {', '.join(pending)}", err=True)
         if not yes:
-            click.confirm(f"apply {', '.join(pending)}?", abort=True, err=True)
+            click.confirm("apply these steps?", abort=True, err=True)
 
     progress = None if quiet else lambda m: click.echo(f"applying {m}", err=True)
-    return setup_here(root, opts, only, do_apply, confirm, progress)
+    done = setup_here(root, opts, only, do_apply, confirm, progress)
+    return {machine.name: {**machine.to_dict(), **done, "error": None}}
 
 
-def _remote(
+def _nodes(
+    config: Config,
     names: tuple[str, ...],
-    config_path: str | None,
     opts: SetupOptions,
     steps: tuple[str, ...],
     do_apply: bool,
     yes: bool,
+    quiet: bool,
 ) -> dict[str, Any]:
-    from halo_cluster.cli.options import require_config
+    """The config's nodes (or those named): planned, and with --apply changed, all at once,
+    over SSH; each node named with its pending steps before any is changed."""
     from halo_cluster.client.node import ssh_clients
-    from halo_cluster.errors import NodeCallError, SetupError
-    from halo_cluster.wire.args import setup_args
+    from halo_cluster.errors import UsageError
+    from halo_cluster.setup.nodes import apply_nodes, plan_nodes, require_plans
 
-    config = require_config(config_path, "--node needs a cluster config: --config halo.toml")
-    for name in names:
+    targets = list(dict.fromkeys(names)) or [n.name for n in config.nodes]
+    for name in targets:
         config.node(name)  # an unknown name is a usage error before anything runs
-    clients = ssh_clients(config)
-    if do_apply and not yes:
-        click.confirm(f"apply pending setup steps on {', '.join(names)}?", abort=True, err=True)
-    mesh = config.mesh()
-    data = {}
-    for name in names:
-        fabric = json.dumps(mesh.node(name).to_dict()) if mesh is not None else None
-        args = setup_args(
-            opts.distro,
-            opts.mtu,
-            steps,
-            opts.fabric_iface,
-            opts.address,
-            apply=do_apply,
-            fabric=fabric,
+    if opts.address is not None and len(targets) > 1:
+        raise UsageError(
+            "--address is one machine's fabric address: name that node with --node NAME"
         )
-        try:
-            answer = clients[name].call_json(*args, timeout=900)
-        except NodeCallError as err:
-            raise SetupError(str(err)) from None
-        data[name] = next(iter(answer["nodes"].values()))
-    return data
+    clients = ssh_clients(config)
+    if do_apply or not quiet:
+        click.echo(
+            f"planning on {len(targets)} node(s) of {config.path} over SSH: {', '.join(targets)}",
+            err=True,
+        )
+    plans = plan_nodes(config, clients, targets, opts, steps)
+    if do_apply:
+        require_plans(plans)
+        for plan in plans:
+            pending = ", ".join(plan.pending) or "nothing"
+            click.echo(f"will change {plan.machine.label()}: {pending}", err=True)
+        changing = [p.machine.name for p in plans if p.pending]
+        if changing and not yes:
+            click.confirm(f"apply these steps on {', '.join(changing)}?", abort=True, err=True)
+        if changing and not quiet:
+            click.echo(f"applying on {', '.join(changing)} at once…", err=True)
+        plans = apply_nodes(config, clients, plans, opts, steps)
+    return {p.machine.name: p.to_dict() for p in plans}
 
 
 def _render(data: dict[str, Any]) -> None:
-
     from halo_cluster.cli.output import console
+    from halo_cluster.setup.targets import Machine
 
     out = console()
     for name, node in data.items():
-        grid = table(f"Setup of {name}", "step", "state", "commands", "note")
+        machine = Machine(name, node["hostname"], node["address"], node["node"])
+        if node["error"]:
+            out.print(f"{machine.label()}: {printable(node['error'])}", markup=False)
+            continue
+        grid = table(f"Setup of {machine.label()}", "step", "state", "commands", "note")
         for step in node["steps"]:
             state = styled("[green]done[/]" if step["done"] else "[yellow]pending[/]")
             if step["reboot"]:
