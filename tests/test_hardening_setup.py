@@ -388,3 +388,53 @@ def test_this_machine_is_the_node_with_its_hostname_or_an_address(tmp_path: Path
     assert node('[[node]]\nname = "a"\nssh = "localhost"\n') == "a"
     assert this_machine(inv, None) == Machine("strix1", "strix1", "192.168.1.51", None)
     assert Machine("n", None, None, None).label() == "n (host unknown)"
+
+
+MESH = """[cluster]
+name = "usb4"
+transport = "thunderbolt"
+
+[[node]]
+name = "node1"
+ssh = "root@192.168.1.51"
+fabric_address = "10.0.0.1"
+halo = "halo"
+links = { thunderbolt0 = "node2", thunderbolt1 = "node3" }
+
+[[node]]
+name = "node2"
+ssh = "root@192.168.1.52"
+fabric_address = "10.0.0.2"
+halo = "halo"
+links = { thunderbolt0 = "node1", thunderbolt1 = "node3" }
+
+[[node]]
+name = "node3"
+ssh = "root@192.168.1.53"
+fabric_address = "10.0.0.3"
+halo = "halo"
+links = { thunderbolt0 = "node1", thunderbolt1 = "node2" }
+"""
+
+
+def test_a_cabled_cluster_sends_each_node_its_own_part_of_the_fabric(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "halo.toml").write_text(MESH)
+    config = load_config(tmp_path / "halo.toml")
+    mesh = config.mesh()
+    assert mesh is not None
+    fakes = {
+        n: FakeRunner().on(["halo", "setup"], node_answer("strix-e810"))
+        for n in ("node1", "node2", "node3")
+    }
+    monkeypatch.setattr(
+        "halo_cluster.client.node.ssh_clients", lambda config: clients_from(config, fakes)
+    )
+    code, out, err = halo_here(capsys, "setup", "--config", str(tmp_path / "halo.toml"), "--json")
+    assert code == 0, err
+    assert list(json.loads(out)["nodes"]) == ["node1", "node2", "node3"]
+    for name, fake in fakes.items():
+        (call,) = fake.calls
+        sent = call[call.index("--fabric") + 1]
+        assert json.loads(sent) == mesh.node(name).to_dict()

@@ -9,7 +9,8 @@ its next hop from it and passes on what remains. Then the stream: the files of `
 in order, each from its ``offset`` to its end, no framing (every hop got the list from the
 controller). A listening hop binds one address (the node's fabric address), admits the
 first peer that sends its secret (its own was given in the environment, never in argv),
-then stops listening. Everything that arrives is hashed; a file is renamed into place only when its
+then stops listening; it hears peers side by side, each for a few seconds at most, so one
+that is silent or slow does not hold the door. Everything that arrives is hashed; a file is renamed into place only when its
 sha256 is the manifest's (``store.Receiving``).
 
 The spec, the route and the events are ``modelstore.transfer``'s typed values; events go to
@@ -23,6 +24,7 @@ import hmac
 import json
 import os
 import queue
+import selectors
 import socket
 import threading
 import time
@@ -44,6 +46,8 @@ Emit = Callable[[PipeEvent], None]
 SECRET_BYTES = 64  # hex of 32 random bytes
 MAX_ROUTE = 1 << 20
 PROGRESS_S = 0.5
+AUTH_S = 5.0  # what one peer may take to send its secret (the real upstream sends it at once)
+MAX_PENDING = 16  # peers heard at once
 
 
 def new_secret() -> str:
@@ -121,31 +125,91 @@ class _Upstream:
 
 
 def _admit(listener: socket.socket, secret: bytes, wait_s: float, emit: Emit) -> socket.socket:
+    """The first peer that sends ``secret`` within ``wait_s``. Peers are heard side by side,
+    each for at most ``AUTH_S`` (and no later than the wait's end): one that is silent, or
+    sends a byte at a time, costs its own time, not the hop's; at most ``MAX_PENDING`` are
+    heard at once (a newer one makes the oldest give way)."""
     deadline = time.monotonic() + wait_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ModelError(f"no peer came within {wait_s:g} s")
-        listener.settimeout(left)
+    listener.setblocking(False)
+    pending: dict[socket.socket, _Pending] = {}
+    with selectors.DefaultSelector() as selector:
+        selector.register(listener, selectors.EVENT_READ)
         try:
-            conn, peer = listener.accept()
-        except socket.timeout:
-            continue
-        conn.settimeout(min(10.0, max(left, 0.1)))
-        said = b""
-        try:
-            while len(said) < SECRET_BYTES + 1 and not said.endswith(b"\n"):
-                more = conn.recv(SECRET_BYTES + 1 - len(said))
-                if not more:
-                    break
-                said += more
-        except OSError:
-            said = b""
-        if hmac.compare_digest(said.rstrip(b"\n"), secret):
-            emit(PipeEvent("admitted", peer=peer[0]))
-            return conn
-        emit(PipeEvent("refused", peer=peer[0]))
-        conn.close()
+            while True:
+                now = time.monotonic()
+                for conn in [c for c, p in pending.items() if p.until <= now]:
+                    _refuse(selector, pending, conn, emit)
+                if now >= deadline:
+                    raise ModelError(f"no peer came within {wait_s:g} s")
+                until = min([deadline, *(p.until for p in pending.values())])
+                for key, _mask in selector.select(max(until - now, 0.001)):
+                    conn = key.fileobj
+                    if conn is listener:
+                        _accept(listener, selector, pending, emit)
+                    elif isinstance(conn, socket.socket) and _heard(conn, pending[conn], secret):
+                        selector.unregister(conn)
+                        peer = pending.pop(conn).peer
+                        conn.setblocking(True)
+                        emit(PipeEvent("admitted", peer=peer))
+                        return conn
+        finally:
+            for conn in list(pending):
+                _refuse(selector, pending, conn, emit)
+
+
+class _Pending:
+    """A peer being heard: where it is from, what it said, until when it may say it."""
+
+    def __init__(self, peer: str, until: float) -> None:
+        self.peer, self.until, self.said = peer, until, b""
+
+
+def _accept(
+    listener: socket.socket,
+    selector: selectors.BaseSelector,
+    pending: dict[socket.socket, _Pending],
+    emit: Emit,
+) -> None:
+    try:
+        conn, peer = listener.accept()
+    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+        return
+    if len(pending) >= MAX_PENDING:
+        oldest = min(pending, key=lambda c: pending[c].until)
+        _refuse(selector, pending, oldest, emit)
+    conn.setblocking(False)
+    pending[conn] = _Pending(str(peer[0]), time.monotonic() + AUTH_S)
+    selector.register(conn, selectors.EVENT_READ)
+
+
+def _heard(conn: socket.socket, pending: _Pending, secret: bytes) -> bool:
+    """True when ``conn`` has sent ``secret`` and its newline; the first byte after them is
+    the route's, left unread. A wrong secret, a hang-up or an error ends the hearing (the
+    peer is then refused at once: its time is up)."""
+    try:
+        more = conn.recv(SECRET_BYTES + 1 - len(pending.said))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        more = b""
+    pending.said += more
+    if more and len(pending.said) <= SECRET_BYTES and b"\n" not in more:
+        return False  # more to come
+    if hmac.compare_digest(pending.said, secret + b"\n"):
+        return True
+    pending.until = 0.0
+    return False
+
+
+def _refuse(
+    selector: selectors.BaseSelector,
+    pending: dict[socket.socket, _Pending],
+    conn: socket.socket,
+    emit: Emit,
+) -> None:
+    selector.unregister(conn)
+    emit(PipeEvent("refused", peer=pending.pop(conn).peer))
+    conn.close()
 
 
 class _Files:
