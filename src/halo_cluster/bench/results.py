@@ -12,6 +12,7 @@ from typing import Any
 from halo_cluster import __version__
 from halo_cluster.atomic import write_new, write_output
 from halo_cluster.bounded.jsonin import load_file
+from halo_cluster.bounded.redact import redact_url
 from halo_cluster.errors import UsageError
 from halo_cluster.schema import VERSIONS, check_result, result_kind
 
@@ -21,9 +22,11 @@ def stamp(
     plans: dict[str, Any] | None,
     nodes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run's result plus when, where from, which versions, and every node's plan."""
+    """The run's result plus when, where from, which versions, and every node's plan (a
+    URL it names with its credentials redacted: a result file keeps no secret)."""
     stamped = {
         **result,
+        **({"url": redact_url(result["url"])} if isinstance(result.get("url"), str) else {}),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
         "versions": {

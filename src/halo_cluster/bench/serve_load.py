@@ -36,6 +36,7 @@ from typing import Any
 
 from halo_cluster.bench.energy import LevelEnergy, Meter
 from halo_cluster.bench.serve_prompts import Prompt, random_text, workload
+from halo_cluster.bounded.redact import redact_url
 from halo_cluster.client.fanout import POLL_S
 from halo_cluster.errors import HaloError
 from halo_cluster.schema import SCHEMAS
@@ -429,7 +430,7 @@ class LoadRun:
         return {
             "schema": SCHEMA,
             "kind": "serve",
-            "url": self.url,
+            "url": redact_url(self.url),  # where it went, never its credentials
             "model": self.model,
             "input_len": self.input_len,
             "output_len": self.output_len,

@@ -97,6 +97,7 @@ def bench_serve(
     from halo_cluster.bench import results
     from halo_cluster.bench.endpoint import Endpoint, reach
     from halo_cluster.bench.serve_load import measure
+    from halo_cluster.bounded.redact import redact_url
     from halo_cluster.cli.output import plain
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import find_config, load_config, results_dir, secret
@@ -132,7 +133,7 @@ def bench_serve(
                 seed, warmup, meter,
             )  # fmt: skip
         except HaloError as err:
-            where = f"{endpoint.route.node}'s server" if endpoint else target
+            where = f"{endpoint.route.node}'s server" if endpoint else redact_url(target)
             raise HaloError(f"{where}: {err}") from None
     result = run.to_dict()
     if endpoint is not None:
@@ -148,7 +149,7 @@ def bench_serve(
     if as_json:
         emit_json({**result, "saved": str(saved)})
         return 0 if ok else 1
-    shown = target
+    shown = redact_url(target)
     if endpoint is not None and endpoint.via == "ssh-tunnel":
         shown = f"{endpoint.to_dict()['server']} on {endpoint.route.node} (SSH tunnel)"
     serve_table(result, shown)
