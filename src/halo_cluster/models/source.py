@@ -21,6 +21,7 @@ from halo_cluster.modelstore.manifest import (
     make_manifest,
     prefix_sha256,
     source_files,
+    storable,
 )
 from halo_cluster.modelstore.transfer import HashAnswer, parse_hash_answer
 from halo_cluster.wire.commands import MODEL_HASH
@@ -36,6 +37,7 @@ class Source:
     path: str  # where it is on that machine
     files: dict[str, str]  # relative path -> the real path where it is read
     manifest: Manifest
+    left_out: tuple[str, ...] = ()  # files of the source no engine reads (hidden ones)
 
     def prefixes(self, cluster: Cluster, asked: dict[str, set[int]]) -> dict[str, dict[int, str]]:
         """sha256 of the first N bytes of source files (partials left on nodes, checked
@@ -131,13 +133,16 @@ def _hugging_face(text: str, name: str | None, progress: Callable[[int], None] |
         found = _in_cache(huggingface_hub, repo_id, revision or None)
         if found is None:
             raise ModelError(f"{repo_id}: downloaded, but not found in the cache afterwards")
-    snapshot, files = found
+    snapshot, every = found
+    files, left_out = storable(every)  # .gitattributes, nearly everywhere: never an engine's
+    if not files:
+        raise ModelError(f"{repo_id}: its snapshot {snapshot} holds no file an engine reads")
     label = f"hf:{repo_id}@{snapshot.name}"
     entry = _gguf_entry([rel for rel, _ in files])
     manifest = make_manifest(
         name or default_name(repo_id.split("/")[-1]), files, entry, label, local_cache(), progress
     )
-    return Source(label, None, str(snapshot), dict(files), manifest)
+    return Source(label, None, str(snapshot), dict(files), manifest, tuple(left_out))
 
 
 def _gguf_entry(paths: list[str]) -> str:

@@ -83,6 +83,7 @@ class SyncResult:
     seconds: float = 0.0
     rounds: int = 0
     sent: int = 0  # bytes read from the source into the chain
+    left_out: tuple[str, ...] = ()  # the source's files not synced (hidden: no engine reads them)
 
     @property
     def ok(self) -> bool:
@@ -98,6 +99,7 @@ class SyncResult:
             "seconds": round(self.seconds, 3),
             "rounds": self.rounds,
             "sent": self.sent,
+            "left_out": list(self.left_out),
             "ok": self.ok,
             "nodes": {name: n.to_dict() for name, n in self.nodes.items()},
         }
@@ -191,6 +193,7 @@ class Sync:
             self.manifest,
             self.source.label,
             {n: NodeSync(n) for n in self.targets},
+            left_out=self.source.left_out,
         )
         pending = list(self.targets)
         for round_number in range(1, MAX_ROUNDS + 1):

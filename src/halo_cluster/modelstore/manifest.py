@@ -187,6 +187,14 @@ def _directory_files(top: str) -> list[tuple[str, str]]:
     return found
 
 
+def storable(files: list[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """``files`` split into those a store can hold and the relative paths left out: hidden
+    files and folders (a Hugging Face snapshot's ``.gitattributes``: no engine reads them)
+    and names ``relative_ok`` refuses. A node refuses a manifest that names one."""
+    kept = [(rel, real) for rel, real in files if relative_ok(rel)]
+    return kept, sorted(rel for rel, _real in files if not relative_ok(rel))
+
+
 # -- hashing, once ---------------------------------------------------------------------------
 class HashCache:
     """sha256 of files, kept by (size, mtime_ns, inode) in one JSON file: a file whose stat
@@ -311,7 +319,12 @@ def make_manifest(
     cache: HashCache,
     progress: Progress | None = None,
 ) -> Manifest:
-    """Hash ``files`` ([(relative, real path)]) into a manifest, through ``cache``."""
+    """Hash ``files`` ([(relative, real path)]) into a manifest, through ``cache``; a path a
+    store cannot hold (see ``storable``) is one ModelError here, never a manifest that every
+    node refuses."""
+    for rel, _real in files:
+        if not relative_ok(rel):
+            raise ModelError(f"{rel[:80]!r}: a name halo cannot store (hidden, or not a path)")
     entries = []
     for rel, real in files:
         size, sha = cache.hash(real, progress)
