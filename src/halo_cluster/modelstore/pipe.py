@@ -10,8 +10,8 @@ in order, each from its ``offset`` to its end, no framing (every hop got the lis
 controller). A listening hop binds one address (the node's fabric address), admits the
 first peer that sends its secret (its own was given in the environment, never in argv),
 then stops listening; it hears peers side by side, each for a few seconds at most, so one
-that is silent or slow does not hold the door. Everything that arrives is hashed; a file is renamed into place only when its
-sha256 is the manifest's (``store.Receiving``).
+that is silent or slow does not hold the door. Everything that arrives is hashed; a file is
+renamed into place only when its sha256 is the manifest's (``store.Receiving``).
 
 The spec, the route and the events are ``modelstore.transfer``'s typed values; events go to
 ``emit`` (the node prints each as a JSON line for the controller): ``listening``,
@@ -143,15 +143,16 @@ def _admit(listener: socket.socket, secret: bytes, wait_s: float, emit: Emit) ->
                     raise ModelError(f"no peer came within {wait_s:g} s")
                 until = min([deadline, *(p.until for p in pending.values())])
                 for key, _mask in selector.select(max(until - now, 0.001)):
-                    conn = key.fileobj
-                    if conn is listener:
+                    if key.fileobj is listener:
                         _accept(listener, selector, pending, emit)
-                    elif isinstance(conn, socket.socket) and _heard(conn, pending[conn], secret):
-                        selector.unregister(conn)
-                        peer = pending.pop(conn).peer
-                        conn.setblocking(True)
+                        continue
+                    sock = key.fileobj
+                    if isinstance(sock, socket.socket) and _heard(sock, pending[sock], secret):
+                        selector.unregister(sock)
+                        peer = pending.pop(sock).peer
+                        sock.setblocking(True)
                         emit(PipeEvent("admitted", peer=peer))
-                        return conn
+                        return sock
         finally:
             for conn in list(pending):
                 _refuse(selector, pending, conn, emit)

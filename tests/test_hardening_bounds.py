@@ -1,0 +1,133 @@
+"""Hardening 4, section 5 ("Bounded, and no hangs"): each defect as it was reproduced on
+main, now bounded. A transfer hop's listener that one silent or slow peer held; an exporter
+that refused scrapes to clients that pipeline and never read; ``halo top`` reading a page
+without a limit; ``halo run`` reading tune results unchecked; a ring config that exhausted
+memory computing paths; numbers that overflow ``halo plan``; an MoE asking for more experts
+than it has; a rate served as +Inf; a token witness printing invalid JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from halo_cluster.modelstore import pipe
+from halo_cluster.modelstore.manifest import HashCache, make_manifest, source_files
+from halo_cluster.modelstore.transfer import PipeEvent, parse_pipe_spec
+
+
+def until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
+    """Wait for an observable state (never a guessed duration); generous for a loaded
+    machine, and only ever reached when the state never comes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the state never came"
+        time.sleep(0.01)
+
+
+# -- a transfer hop's listener ----------------------------------------------------------------
+class Hop:
+    """One listening hop of a transfer on 127.0.0.1, its events as they come."""
+
+    def __init__(self, tmp: Path, wait_s: float) -> None:
+        top = tmp / "src"
+        top.mkdir()
+        (top / "a").write_bytes(b"x" * 100)
+        files, entry = source_files(str(top))
+        self.manifest = make_manifest("tiny", files, entry, str(top), HashCache(None))
+        self.files = dict(files)
+        self.secret = pipe.new_secret()
+        self.events: list[dict[str, Any]] = []
+        spec = self._spec(str(tmp / "n1"), {"listen": "127.0.0.1", "secret": self.secret})
+        spec["wait_s"] = wait_s
+        self.thread = threading.Thread(
+            target=pipe.relay, args=(parse_pipe_spec(json.dumps(spec)), self._emit), daemon=True
+        )
+        self.thread.start()
+        until(lambda: self.kinds()[:1] == ["listening"])
+        self.port = int(self.events[0]["port"])
+
+    def _spec(self, store: str | None, source: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "store": store,
+            "target": store is not None,
+            "manifest": self.manifest.to_dict(),
+            "stream": [{**f.to_dict(), "offset": 0} for f in self.manifest.files],
+            "want": {"a": 0},
+            "input": source,
+            "route": [],
+            "wait_s": 10,
+            "idle_s": 10,
+        }
+
+    def _emit(self, event: PipeEvent) -> None:
+        self.events.append(event.to_dict())
+
+    def kinds(self) -> list[str]:
+        return [str(e["event"]) for e in list(self.events)]
+
+    def send(self) -> None:
+        """The hop before: the source, with its secret and the stream."""
+        spec = self._spec(None, {"files": self.files})
+        spec["route"] = [{"address": "127.0.0.1", "port": self.port, "secret": self.secret}]
+        pipe.relay(parse_pipe_spec(json.dumps(spec)), lambda _e: None)
+
+    def connect(self) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=30)
+
+
+def test_a_silent_and_a_slow_peer_do_not_hold_a_hops_listener(tmp_path: Path) -> None:
+    """Held 43 s past an 8 s wait: the listener heard one peer at a time, each for up to
+    10 s per read. Now the real upstream is admitted while both are still connected."""
+    hop = Hop(tmp_path, wait_s=60)
+    with hop.connect() as silent, hop.connect() as slow:
+        slow.sendall(b"0")  # the start of a secret, and then nothing more for now
+        hop.send()
+        hop.thread.join(30)
+        assert not hop.thread.is_alive()
+        kinds = hop.kinds()
+        assert kinds[:2] == ["listening", "admitted"], kinds
+        assert kinds.count("refused") == 2 and hop.events[-1]["complete"] is True
+        for peer in (silent, slow):  # let go once the upstream came
+            with contextlib.suppress(ConnectionResetError):
+                assert peer.recv(1) == b""
+
+
+def test_a_silent_peer_is_let_go_after_its_own_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One peer's time is its own (``AUTH_S``), not the whole wait: the hop is still
+    listening after it, and admits the real upstream."""
+    monkeypatch.setattr(pipe, "AUTH_S", 0.2)
+    hop = Hop(tmp_path, wait_s=8)  # the issue's wait: the silent peer held all of it
+    with hop.connect() as silent:
+        until(lambda: "refused" in hop.kinds())
+        with contextlib.suppress(ConnectionResetError):
+            assert silent.recv(1) == b""
+    hop.send()
+    hop.thread.join(30)
+    assert hop.kinds()[:3] == ["listening", "refused", "admitted"]
+    assert hop.events[-1]["complete"] is True
+
+
+def test_many_silent_peers_make_the_oldest_give_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipe, "MAX_PENDING", 4)
+    hop = Hop(tmp_path, wait_s=60)
+    held = [hop.connect() for _ in range(6)]
+    try:
+        until(lambda: hop.kinds().count("refused") == 2)
+        hop.send()
+        hop.thread.join(30)
+        assert "admitted" in hop.kinds() and hop.events[-1]["complete"] is True
+    finally:
+        for sock in held:
+            sock.close()
