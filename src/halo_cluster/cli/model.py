@@ -152,6 +152,9 @@ def _print_sync(data: dict[str, Any]) -> None:
             )
         else:
             click.echo(f"  {node}: {row['status'].upper()}: {plain(row['reason'])}")
+    if data.get("left_out"):
+        shown = ", ".join(plain(path) for path in data["left_out"])
+        click.echo(f"  left out (hidden files no engine reads): {shown}")
 
 
 @model.command(name="ls")
