@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -131,3 +134,72 @@ def test_many_silent_peers_make_the_oldest_give_way(
     finally:
         for sock in held:
             sock.close()
+
+
+# -- a ring config's paths ------------------------------------------------------------------
+def ring(count: int) -> str:
+    """A halo.toml of ``count`` nodes cabled in a ring (1000 of them: 90 KB)."""
+    nodes = "".join(
+        f'[[node]]\nname = "n{i}"\nfabric_address = "10.1.{i // 250}.{i % 250 + 1}"\n'
+        f'links = {{ tb0 = "n{(i + 1) % count}", tb1 = "n{(i - 1) % count}" }}\n'
+        for i in range(count)
+    )
+    return f'[cluster]\nname = "ring"\n[fabric]\nlink_network = "10.254.0.0/16"\n{nodes}'
+
+
+def test_a_ring_of_1000_nodes_is_one_line_not_gigabytes(tmp_path: Path) -> None:
+    """It took 4 GB computing paths. Loaded in a child held to 1 GiB of address space, so
+    that the old code fails the test instead of the machine."""
+    path = tmp_path / "halo.toml"
+    path.write_text(ring(1000))
+    assert path.stat().st_size < 100_000  # far within the 1 MiB a halo.toml may be
+    child = (
+        "import resource, sys\nfrom pathlib import Path\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from halo_cluster.config import ConfigError, load_config\n"
+        "try:\n"
+        "    load_config(Path(sys.argv[1]))\n"
+        "except ConfigError as err:\n"
+        "    print(err)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        f"{path}: 1000 [[node]] entries: a cluster has at most 256; split it into several "
+        "halo.toml\n"
+    )
+
+
+def test_a_fabric_bounds_its_nodes_and_cables() -> None:
+    from halo_cluster.errors import FabricError
+    from halo_cluster.mesh import build_fabric
+
+    ids = {f"n{i}": f"10.1.{i // 250}.{i % 250 + 1}" for i in range(257)}
+    with pytest.raises(FabricError, match=r"^257 nodes: a routed fabric has at most 256; "):
+        build_fabric(ids, {}, "10.254.0.0/16")
+    ids = {"a": "10.1.0.1", "b": "10.1.0.2"}
+    many = {"a": [(f"x{i}", "b") for i in range(1025)], "b": [(f"y{i}", "a") for i in range(1025)]}
+    with pytest.raises(FabricError, match=r"^1025 cables: a routed fabric has at most 1024; "):
+        build_fabric(ids, many, "10.254.0.0/16")
+
+
+def test_paths_are_kept_in_n_squared() -> None:
+    """Each path was kept with every node on it: n² paths of up to n nodes. A ring of 200
+    (the bound is 256) now keeps a few MB while the paths are computed."""
+    from halo_cluster.mesh import _cables, _paths
+
+    count = 200
+    order = [f"n{i}" for i in range(count)]
+    cabling = {
+        n: [("tb0", order[(i + 1) % count]), ("tb1", order[i - 1])] for i, n in enumerate(order)
+    }
+    cables = _cables(order, cabling, "10.254.0.0/16")
+    tracemalloc.start()
+    try:
+        _paths(order, cables)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak >> 20} MiB"

@@ -37,6 +37,7 @@ from halo_cluster.errors import ConfigError, FabricError
 from halo_cluster.mesh import (
     DEFAULT_IDENTITY_IFACE,
     DEFAULT_LINK_NETWORK,
+    MAX_NODES,
     ROUTINGS,
 )
 from halo_cluster.netnames import bind_host_problem, ifname_problem, node_address_problem
@@ -90,6 +91,11 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     raw_nodes = data.get("node", [])
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise ConfigError(f"{path}: no [[node]] entries: declare at least one node")
+    if len(raw_nodes) > MAX_NODES:
+        raise ConfigError(
+            f"{path}: {len(raw_nodes)} [[node]] entries: a cluster has at most {MAX_NODES}; "
+            "split it into several halo.toml"
+        )
     nodes = tuple(_node(where, raw, index) for index, raw in enumerate(raw_nodes))
     names = [n.name for n in nodes]
     duplicate = next((n for n in names if names.count(n) > 1), None)
