@@ -24,6 +24,7 @@ import pytest
 from halo_cluster.modelstore import pipe
 from halo_cluster.modelstore.manifest import HashCache, make_manifest, source_files
 from halo_cluster.modelstore.transfer import PipeEvent, parse_pipe_spec
+from tests.conftest import free_port
 
 
 def until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
@@ -203,3 +204,56 @@ def test_paths_are_kept_in_n_squared() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, f"{peak >> 20} MiB"
+
+
+# -- the exporter's server and clients that never read --------------------------------------
+PAGE = b"halo_up 1\n" * (400 << 10)  # 4 MiB: far more than the kernel buffers for a socket
+
+
+def scrape_once(address: tuple[str, int]) -> bytes:
+    """One scrape as Prometheus makes it: the whole answer, or what came before a reset."""
+    got = bytearray()
+    with (
+        contextlib.suppress(ConnectionResetError, BrokenPipeError),
+        socket.create_connection(address, timeout=30) as sock,
+    ):
+        sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        while chunk := sock.recv(1 << 20):
+            got += chunk
+    return bytes(got)
+
+
+def test_clients_that_pipeline_and_never_read_do_not_cost_scrapes() -> None:
+    """2000 such clients made the exporter refuse 66 of 158 scrapes: every slot held an
+    answer nobody took, and a new connection was refused rather than one of those closed.
+    Here 24 of them against 8 slots (the held answers never time out: no race)."""
+    from halo_cluster.monitor.httpd import MetricsServer
+
+    srv = MetricsServer(
+        "127.0.0.1",
+        free_port(),
+        lambda _target: (200, "text/plain", PAGE),
+        max_connections=8,
+        send_timeout_s=3600,
+    )
+    thread = srv.start()
+    clients = []
+    try:
+        for _ in range(24):
+            sock = socket.create_connection(srv.server_address, timeout=30)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                sock.send(b"GET /metrics HTTP/1.1\r\n\r\n" * 3000)
+            clients.append(sock)
+        until(lambda: len(srv.conns) == 8 and all(c.out for c in list(srv.conns.values())))
+        for _ in range(5):
+            answer = scrape_once(srv.server_address)
+            assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(PAGE)
+        assert len(srv.conns) <= 8 and srv.failed == 0
+    finally:
+        srv.shutdown()
+        thread.join(30)
+        srv.server_close()
+        for sock in clients:
+            sock.close()

@@ -9,8 +9,11 @@ Here a connection is a buffer. The accept queue is drained as fast as connection
 a request is answered as soon as its header is complete; a connection that has not sent its
 request within ``header_timeout_s`` (or idles longer than ``idle_timeout_s`` between
 requests) is closed; the number of connections is bounded, and when it is reached the
-connection that has been waiting longest without a request makes room; a client that goes
-away is simply closed. Nothing is ever printed for a client's behaviour.
+connection whose client has moved least recently makes room: the one waiting longest without
+a request, or whose answer the client has stopped taking for longest (a client that
+pipelines requests and never reads holds a slot only until someone needs it, so scrapes
+are answered however many of those there are); a client that goes away is simply closed.
+Nothing is ever printed for a client's behaviour.
 
 What one connection may cost is bounded too. Pipelined requests are answered one after the
 other in a loop (never by recursion), one answer at a time: while an answer is unsent the
@@ -72,7 +75,7 @@ def log_stderr(line: str) -> None:
 class _Conn:
     sock: socket.socket
     deadline: float
-    since: float  # when it last finished a request (or connected): eviction order
+    since: float  # when its client last moved: connected, finished a request, took bytes
     inbuf: bytearray = field(default_factory=bytearray)
     # the answer being sent: its header and a view of the (shared) page, what is left of them
     out: list[memoryview] = field(default_factory=list)
@@ -195,12 +198,12 @@ class MetricsServer:
             self.selector.register(sock, selectors.EVENT_READ, conn)
 
     def _evict(self) -> bool:
-        """Close the connection waiting longest without sending a request; False when every
-        connection is in the middle of its answer."""
-        idle = [c for c in self.conns.values() if not c.out]
-        if not idle:
+        """Close the connection whose client moved least recently (see ``since``): one
+        waiting without a request, or one that stopped taking its answer; False when there
+        is none."""
+        if not self.conns:
             return False
-        self._close(min(idle, key=lambda c: c.since))
+        self._close(min(self.conns.values(), key=lambda c: c.since))
         self.evicted += 1
         return True
 
@@ -326,6 +329,9 @@ class MetricsServer:
         """Hand the kernel what it takes of the answer; when all of it is gone, close or
         wait for the next request."""
         sent = conn.sock.sendmsg(conn.out)
+        now = time.monotonic()
+        if sent:
+            conn.since = now
         while conn.out and sent >= len(conn.out[0]):
             sent -= len(conn.out.pop(0))
         if conn.out:
@@ -334,8 +340,6 @@ class MetricsServer:
         if conn.close_after:
             self._close(conn)
             return
-        now = time.monotonic()
-        conn.since = now
         # a pipelined request already begun must be complete in time; else the idle limit
         conn.deadline = now + (self.header_timeout_s if conn.inbuf else self.idle_timeout_s)
 
