@@ -257,3 +257,42 @@ def test_clients_that_pipeline_and_never_read_do_not_cost_scrapes() -> None:
         srv.server_close()
         for sock in clients:
             sock.close()
+
+
+# -- halo top reading a page ----------------------------------------------------------------
+def test_top_reads_an_exporters_page_with_a_limit() -> None:
+    """A 5 MB page took 850 MB: read whole, then parsed. A page over 1 MiB is now one line,
+    and what reading it costs stays near the limit."""
+    import http.server
+
+    from halo_cluster.monitor.scrape import scrape
+
+    line = b'halo_rdma_hw_counter_total{device="d",port="1",counter="c%d"} 1\n'
+    page = b"".join(line % i for i in range(40_000))  # 2.6 MB, every line a sample
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the reader stops at its limit
+                self.wfile.write(page)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    target = f"127.0.0.1:{server.server_address[1]}"
+    tracemalloc.start()
+    try:
+        found = scrape(target, timeout_s=30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        server.shutdown()
+        server.server_close()
+    assert found == (
+        f"{target}: a page larger than 1 MiB: not a halo exporter's (check the target)"
+    )
+    assert peak < 8 << 20, f"{peak >> 20} MiB"

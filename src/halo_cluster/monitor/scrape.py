@@ -9,19 +9,30 @@ import urllib.error
 from typing import Any
 
 from halo_cluster.bounded.httpget import HttpGet, http_get
+from halo_cluster.bounded.infile import size_text
 from halo_cluster.client.fanout import each
 from halo_cluster.errors import ParseError
 
+# a node's page is some KiB (one line a series); parsed, a page costs ~170 times its size
+# (a 5 MB page took 850 MB), and ``halo top`` reads every node's at once
+MAX_PAGE_BYTES = 1 << 20
+
 
 def scrape(target: str, timeout_s: float = 3.0, get: HttpGet = http_get) -> dict[Any, float] | str:
-    """One exporter's samples, or the error text."""
+    """One exporter's samples, or the error text (a page over ``MAX_PAGE_BYTES`` is one)."""
     # the parser pulls in the sampler and the fact readers: not at import, because
     # cli/monitor.py imports this module and ``halo --help`` imports every command module
     from halo_cluster.monitor.exposition import parse
 
     url = target if target.startswith("http") else f"http://{target}/metrics"
     try:
-        return parse(get(url, None, timeout_s, None).decode("utf-8", "replace"))
+        page = get(url, None, timeout_s, MAX_PAGE_BYTES + 1)
+        if len(page) > MAX_PAGE_BYTES:
+            return (
+                f"{target}: a page larger than {size_text(MAX_PAGE_BYTES)}: "
+                "not a halo exporter's (check the target)"
+            )
+        return parse(page.decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ParseError) as err:
         return f"{target}: {getattr(err, 'reason', err)}"
 
