@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
@@ -32,8 +33,9 @@ NO_AUTH_NOTE = (
 
 
 OPTION_KEYS = ("build", "rpc_port", "threads", "args")
-# llama-server's options that halo sets itself, and the halo option that sets each
-OWNED = {
+# llama-server's options that halo sets itself, each in every spelling its --help lists for
+# it, and the halo option that sets each
+_OWNED = {
     **dict.fromkeys(("--host",), "[serve] host or --host"),
     **dict.fromkeys(("--port",), "[serve] port or --port"),
     **dict.fromkeys(("-m", "--model"), "MODEL (halo serve MODEL)"),
@@ -48,6 +50,39 @@ OWNED = {
     **dict.fromkeys(("-t", "--threads"), "[serve.llama_cpp] threads"),
     **dict.fromkeys(("-lv", "--log-verbosity", "--verbosity"), "halo reads llama.cpp's lines"),
 }
+
+
+class LlamaOwned(Mapping[str, str]):
+    """The options halo sets, looked up the way llama-server reads an argument: a key is
+    any argument that sets one of them (iterating gives the spellings). llama.cpp's parser
+    takes only whole spellings, no prefixes and no '--name=value', but turns every '_' of
+    an argument that starts with '--' into '-' first: '--api_key' is --api-key. An
+    argument with '=' is refused by its name all the same: llama-server would not start."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = dict(options)
+
+    def __getitem__(self, arg: str) -> str:
+        option = self.option(arg)
+        if option is None:
+            raise KeyError(arg)
+        return self._options[option]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._options)
+
+    def __len__(self) -> int:
+        return len(self._options)
+
+    def option(self, arg: str) -> str | None:
+        """The option of halo's that ``arg`` sets in llama-server, or None."""
+        key = arg.split("=", 1)[0]
+        if key.startswith("--"):
+            key = key.replace("_", "-")
+        return key if key in self._options else None
+
+
+OWNED = LlamaOwned(_OWNED)
 
 
 @dataclass(frozen=True)

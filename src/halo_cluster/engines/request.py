@@ -82,12 +82,17 @@ def serve_request(
 
 
 def refuse_owned(args: tuple[str, ...], owned: Mapping[str, str], engine: str) -> None:
-    """One line for the first option in ``args`` that halo sets itself (``--port 9000`` and
-    ``--port=9000`` alike), naming the halo option that sets it."""
+    """One line for the first argument in ``args`` the engine reads as an option halo sets
+    itself, naming the halo option that sets it. ``owned`` looks an argument up the way
+    the engine's parser reads it (``--port 9000`` and ``--port=9000`` alike; for vLLM also
+    ``--po``, ``--api_key``, ``--host.x``), and iterates over the options' own spellings."""
+    spellings = set(owned)
     for arg in args:
-        flag = arg.split("=", 1)[0] if arg.startswith("-") else ""
-        if flag in owned:
-            raise UsageError(
-                f"{quoted(flag)} is set by halo for {engine}: use {owned[flag]} instead "
-                "(extra options for the engine are the others)"
-            )
+        if not arg.startswith("-") or arg not in owned:
+            continue
+        flag = arg.split("=", 1)[0]
+        said = "is set by halo" if flag in spellings else "reads as an option halo sets"
+        raise UsageError(
+            f"{quoted(flag)} {said} for {engine}: use {owned[arg]} instead "
+            "(extra options for the engine are the others)"
+        )

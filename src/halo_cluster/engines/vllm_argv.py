@@ -5,7 +5,7 @@ nodes, ``vllm serve``'s argv for each executor, and the preflight script. Script
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
@@ -23,8 +23,11 @@ OPTION_KEYS = (
     "executor",
     "args",
 )
-# vllm serve's options that halo sets itself, and the halo option that sets each
-OWNED = {
+# vllm serve's options that halo sets itself, each in every spelling vLLM 0.32.0's parser
+# lists for it ('-n' is --nnodes, --device-memory-utilization is --gpu-memory-utilization),
+# and the halo option that sets each. --config is here too: its YAML file sets any option,
+# halo's among them, where halo cannot see it.
+_OWNED = {
     **dict.fromkeys(("--host",), "[serve] host or --host"),
     **dict.fromkeys(("--port",), "[serve] port or --port"),
     **dict.fromkeys(("--model",), "MODEL (halo serve MODEL)"),
@@ -32,15 +35,67 @@ OWNED = {
     **dict.fromkeys(("-pp", "--pipeline-parallel-size"), "[serve.vllm] pipeline_parallel_size"),
     **dict.fromkeys(("--distributed-executor-backend",), "--executor or [serve.vllm] executor"),
     **dict.fromkeys(
-        ("--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"),
+        ("-n", "--nnodes", "-r", "--node-rank", "--master-addr", "--master-port", "--headless"),
         "halo places the ranks (--executor mp)",
     ),
     **dict.fromkeys(("--api-key",), "[serve] api_key_env (kept out of argv)"),
-    **dict.fromkeys(("--gpu-memory-utilization",), "[serve.vllm] gpu_memory_utilization"),
-    **dict.fromkeys(("--enforce-eager",), "[serve.vllm] enforce_eager"),
+    **dict.fromkeys(
+        ("--gpu-memory-utilization", "--device-memory-utilization"),
+        "[serve.vllm] gpu_memory_utilization",
+    ),
+    **dict.fromkeys(("--enforce-eager", "--no-enforce-eager"), "[serve.vllm] enforce_eager"),
     **dict.fromkeys(("--max-model-len",), "[serve] max_model_len"),
     **dict.fromkeys(("--max-num-seqs",), "[serve] max_num_seqs"),
+    **dict.fromkeys(("--config",), "options in [serve.vllm] args, where halo sees them"),
 }
+
+
+class VllmOwned(Mapping[str, str]):
+    """The options halo sets, looked up the way ``vllm serve`` reads an argument: a key is
+    any argument that sets one of them, not only its spelling (iterating gives the
+    spellings). vLLM's FlexibleArgumentParser turns '_' into '-' in a long option's name
+    (up to its first '.'), reads '--name.key value' as '--name {"key": value}' and
+    '--name=value' as '--name value'; argparse (allow_abbrev) then takes a prefix of a
+    long option or of a single-dash one ('--hos' is --host, '-t' is -tp), and a one-letter
+    option with its value attached ('-n2'). A prefix vLLM finds ambiguous fails there
+    anyway: refusing it here costs nothing."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = dict(options)
+
+    def __getitem__(self, arg: str) -> str:
+        option = self.option(arg)
+        if option is None:
+            raise KeyError(arg)
+        return self._options[option]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._options)
+
+    def __len__(self) -> int:
+        return len(self._options)
+
+    def option(self, arg: str) -> str | None:
+        """The option of halo's that ``arg`` sets in vLLM (its spelling here), or None."""
+        if not arg.startswith("-") or arg in ("-", "--"):
+            return None
+        key = arg.split("=", 1)[0]
+        if key.startswith("--"):
+            key = "--" + key[2:].split(".", 1)[0].replace("_", "-")
+        else:
+            key = key.split(".", 1)[0]
+        if key in self._options:
+            return key
+        if len(key) < 2 or key == "--":
+            return None
+        long = key.startswith("--")
+        found = sorted(o for o in self._options if o.startswith(key) and o.startswith("--") == long)
+        if not long and key[:2] in self._options:  # '-n2': the value attached
+            found.append(key[:2])
+        return found[0] if found else None
+
+
+OWNED = VllmOwned(_OWNED)
 
 
 @dataclass(frozen=True)
