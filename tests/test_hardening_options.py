@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from halo_cluster.config import load_config
+from halo_cluster.config import ServeConfig, load_config
 from halo_cluster.engines.request import serve_request
 from halo_cluster.errors import UsageError
+from tests.cluster.test_serve import Node, cluster, serve
 
 NODES = '\n[[node]]\nname = "n1"\nssh = "n1"\n\n[[node]]\nname = "n2"\nssh = "n2"\n'
 
@@ -373,3 +374,47 @@ def test_llama_server_takes_no_prefix_so_none_is_refused(tmp_path: Path) -> None
         assert serve_request(config, extra=extra).serve.extra_args == extra
     assert [o for o in LLAMA_SERVER_OPTIONS if o not in set(OWNED) and o in OWNED] == []
     assert set(OWNED) <= set(LLAMA_SERVER_OPTIONS)
+
+
+# -- the API key rule: judged on the address -------------------------------------------------
+EVERY_INTERFACE = ("0", "0x0", "0.0.0.0", "::", "[::]", "0000::", "::ffff:0.0.0.0", "0.0")
+NOT_LOOPBACK = (*EVERY_INTERFACE, "192.168.1.5", "10.0.0.1", "fe80::1%eth0", "head.lan")
+LOOPBACK = ("127.0.0.1", "127.1", "127.0.0.2", "::1", "[::1]", "::ffff:127.0.0.1", "localhost",
+            "LOCALHOST", "localhost.", "2130706433")  # fmt: skip
+
+
+@pytest.mark.parametrize("host", [h for h in NOT_LOOPBACK if h != "[::]"])  # '[::]': no host
+def test_a_server_not_on_loopback_needs_an_api_key(tmp_path: Path, host: str) -> None:
+    nodes = {"node1": Node("", (0, 0, None))}
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m", host=host))
+    with pytest.raises(UsageError) as err:
+        serve(srv, wait_s=5)
+    assert str(err.value) == (
+        f"refusing to serve on {host} without an API key (it is not a loopback address): "
+        "set [serve] api_key_env, bind 127.0.0.1, or pass --insecure"
+    )
+    assert nodes["node1"].scripts == []  # nothing ran
+
+
+def test_which_hosts_are_loopback() -> None:
+    from halo_cluster.serving.bringup import loopback_host
+
+    assert [h for h in LOOPBACK if not loopback_host(h)] == []
+    assert [h for h in NOT_LOOPBACK if loopback_host(h)] == []
+
+
+def test_insecure_or_a_key_lets_every_interface_be_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from halo_cluster.serving.bringup import Serving
+
+    monkeypatch.setenv("HALO_KEY", "k3y")
+    srv = cluster(tmp_path, {"node1": Node("", (0, 0, None))}, ServeConfig(model="/m"))
+    for host in ("::", "0"):
+        keyed = ServeConfig(model="/m", host=host, api_key_env="HALO_KEY")
+        assert Serving._check_key(srv, keyed, insecure=False) == "k3y"
+        assert Serving._check_key(srv, ServeConfig(model="/m", host=host), insecure=True) is None
+    for host in LOOPBACK:
+        assert Serving._check_key(srv, ServeConfig(model="/m", host=host), insecure=False) is None
+    with pytest.raises(UsageError, match=r"^refusing to serve on \[::\] without an API key"):
+        Serving._check_key(srv, ServeConfig(model="/m", host="[::]"), insecure=False)

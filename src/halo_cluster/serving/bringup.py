@@ -25,6 +25,8 @@ proof.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import socket
 import time
 from typing import Any
 
@@ -53,6 +55,7 @@ from halo_cluster.engines.protocol import (
 from halo_cluster.engines.start import start_steps
 from halo_cluster.errors import LifecycleError, UsageError, WireError
 from halo_cluster.models.stores import is_store_name, resolve
+from halo_cluster.printable import printable
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.serving import memory, reference
 from halo_cluster.serving.result import ServeResult
@@ -77,6 +80,31 @@ def layout_label(engine: str, tp: int | None, pp: int, nodes: list[str]) -> str:
 def layout_name(request: ServeRequest, prepared: Prepared) -> str:
     pp = getattr(request.options, "pipeline_parallel_size", 1) or 1
     return layout_label(request.engine, prepared.tp, pp, [n.name for n in prepared.witnesses])
+
+
+def loopback_host(host: str) -> bool:
+    """Whether a server bound to ``host`` answers this machine alone: ``localhost``, or an
+    address the system reads as loopback. The address decides, not the text: '0', '0x0',
+    '::', '[::]', '0000::' and '::ffff:0.0.0.0' all bind every interface, '127.1' and
+    '::ffff:127.0.0.1' are loopback. Any other host name is not: it resolves on the head,
+    to whatever its resolver says."""
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if text.rstrip(".").lower() == "localhost":
+        return True
+    if not text or any(c.isspace() for c in text):
+        return False
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(
+            text.partition("%")[0]
+        )
+    except ValueError:
+        try:  # the resolver reads IPv4 as inet_aton does: '0', '0x0', '127.1', '2130706433'
+            address = ipaddress.IPv4Address(socket.inet_aton(text))
+        except (OSError, ValueError):
+            return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 class Serving:
@@ -281,10 +309,11 @@ class Serving:
             raise UsageError(
                 f"[serve] api_key_env names {serve.api_key_env}, which is not set here"
             )
-        if serve.host == "0.0.0.0" and not api_key and not insecure:
+        if not loopback_host(serve.host) and not api_key and not insecure:
             raise UsageError(
-                "refusing to serve on 0.0.0.0 without an API key: set [serve] api_key_env, "
-                "bind a private address, or pass --insecure"
+                f"refusing to serve on {printable(serve.host, limit=60)} without an API key "
+                "(it is not a loopback address): set [serve] api_key_env, bind 127.0.0.1, "
+                "or pass --insecure"
             )
         return api_key
 
