@@ -17,15 +17,22 @@ which set the option named beside them."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from halo_cluster.config import ServeConfig, load_config
 from halo_cluster.engines.request import serve_request
-from halo_cluster.errors import UsageError
+from halo_cluster.errors import UsageError, WireError
+from halo_cluster.supervision import SuperviseSettings
+from halo_cluster.wire.supervise import parse_spec, parse_state
 from tests.cluster.test_serve import Node, cluster, serve
+from tests.node.test_supervise_spec import SPEC
 
 NODES = '\n[[node]]\nname = "n1"\nssh = "n1"\n\n[[node]]\nname = "n2"\nssh = "n2"\n'
 
@@ -418,3 +425,83 @@ def test_insecure_or_a_key_lets_every_interface_be_bound(
         assert Serving._check_key(srv, ServeConfig(model="/m", host=host), insecure=False) is None
     with pytest.raises(UsageError, match=r"^refusing to serve on \[::\] without an API key"):
         Serving._check_key(srv, ServeConfig(model="/m", host="[::]"), insecure=False)
+
+
+# -- the supervisor spec's settings ------------------------------------------------------------
+def spec_with(settings: Any) -> dict[str, Any]:
+    return {**json.loads(SPEC.to_json()), "settings": settings}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ([], "supervisor spec: settings is not an object"),
+        ("fast", "supervisor spec: settings is not an object"),
+        ({"interval_s": "5"}, "supervisor spec: settings.interval_s is not a number"),
+        ({"interval_s": None}, "supervisor spec: settings.interval_s is not a number"),
+        ({"deadline_s": True}, "supervisor spec: settings.deadline_s is not a number"),
+        ({"wedge_probes": 1.5}, "supervisor spec: settings.wedge_probes is not a whole number"),
+        ({"crash_restarts": 0}, "supervisor spec: settings.crash_restarts is not between 1 and "
+         "604800"),
+        ({"interval_s": 0.1}, "supervisor spec: settings.interval_s is not between 0.5 and "
+         "604800"),
+        ({"backoff_s": -1}, "supervisor spec: settings.backoff_s is not between 0 and 604800"),
+        ({"crash_window_s": math.inf}, "supervisor spec: settings.crash_window_s is not between "
+         "1 and 604800"),
+        ({"start_timeout_s": math.nan}, "supervisor spec: settings.start_timeout_s is not "
+         "between 5 and 604800"),
+        ({"memory_max_pressure_pct": 101}, "supervisor spec: settings.memory_max_pressure_pct "
+         "is not between 0 and 100"),
+        ({"enabled": "yes"}, "supervisor spec: settings.enabled is not true or false"),
+    ],
+)  # fmt: skip
+def test_a_setting_of_the_wrong_type_or_out_of_range_is_one_wire_error(
+    settings: Any, message: str
+) -> None:
+    with pytest.raises(WireError) as err:
+        parse_spec(spec_with(settings))
+    assert str(err.value) == message
+
+
+def test_the_settings_read_back_and_absent_ones_are_the_defaults() -> None:
+    custom = SuperviseSettings(interval_s=1, wedge_probes=3, memory_max_pressure_pct=100.0)
+    assert parse_spec(spec_with(custom.to_dict())).settings == custom
+    assert parse_spec(spec_with(None)).settings == SuperviseSettings()
+    assert parse_spec(spec_with({"from_a_newer_halo": 1})).settings == SuperviseSettings()
+    state = {"version": 1, "cluster": "c", "state": "serving", "settings": {"interval_s": "x"}}
+    with pytest.raises(WireError, match=r"^supervisor state: settings\.interval_s is not a "):
+        parse_state(state)
+
+
+def test_the_settings_take_what_the_config_takes() -> None:
+    """[serve.supervise] is checked in config/load.py with the same limits."""
+    from halo_cluster.config import load as config_load
+    from halo_cluster.supervision import LIMITS
+
+    limits = {key: (kind, low) for key, (kind, low, _high) in LIMITS.items()}
+    assert limits == config_load._SUPERVISE_LIMITS
+    assert {high for key, (_k, _l, high) in LIMITS.items() if "pressure" not in key} == {
+        config_load._SUPERVISE_MAX
+    }
+
+
+SETTING = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+
+
+@given(
+    st.dictionaries(st.sampled_from([*SuperviseSettings.__dataclass_fields__, "x"]), SETTING)
+    | st.lists(SETTING, max_size=2)
+    | SETTING
+)
+def test_any_settings_are_read_in_range_or_are_one_wire_error(settings: Any) -> None:
+    from halo_cluster.supervision import LIMITS
+
+    try:
+        read = parse_spec(spec_with(settings)).settings
+    except WireError as err:
+        assert str(err).startswith("supervisor spec: settings") and "\n" not in str(err)
+        return
+    for key, (kind, low, high) in LIMITS.items():
+        value = getattr(read, key)
+        assert type(value) is kind and low <= value <= high
+    assert isinstance(read.enabled, bool)

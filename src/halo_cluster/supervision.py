@@ -62,9 +62,50 @@ class SuperviseSettings:
         return dict(self.__dict__)
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> SuperviseSettings:
-        known = SuperviseSettings.__dataclass_fields__
-        return SuperviseSettings(**{k: v for k, v in data.items() if k in known})
+    def from_dict(data: Any) -> SuperviseSettings:
+        """The settings as ``to_dict`` wrote them; a key it does not know is left out (a
+        newer controller's), a value of the wrong type or out of its range is a
+        ValueError of one line, naming the key and what it takes (``LIMITS``)."""
+        if not isinstance(data, dict):
+            raise ValueError("settings is not an object")
+        values: dict[str, Any] = {}
+        if "enabled" in data:
+            if not isinstance(data["enabled"], bool):
+                raise ValueError("settings.enabled is not true or false")
+            values["enabled"] = data["enabled"]
+        for key, (kind, low, high) in LIMITS.items():
+            if key in data:
+                values[key] = _setting(key, data[key], kind, low, high)
+        return SuperviseSettings(**values)
+
+
+# each numeric setting: its type, the least and the most it takes (the most: a week for a
+# duration or a count, any more is a typo; 100 for a percentage of pressure)
+WEEK_S = 86400.0 * 7
+LIMITS: dict[str, tuple[type, float, float]] = {
+    "interval_s": (float, 0.5, WEEK_S),
+    "deadline_s": (float, 1.0, WEEK_S),
+    "wedge_probes": (int, 1, WEEK_S),
+    "backoff_s": (float, 0.0, WEEK_S),
+    "backoff_max_s": (float, 0.0, WEEK_S),
+    "crash_restarts": (int, 1, WEEK_S),
+    "crash_window_s": (float, 1.0, WEEK_S),
+    "start_timeout_s": (float, 5.0, WEEK_S),
+    "memory_min_available_pct": (float, 0.0, WEEK_S),
+    "memory_max_pressure_pct": (float, 0.0, 100.0),
+}
+
+
+def _setting(key: str, value: Any, kind: type, low: float, high: float) -> float:
+    """One numeric setting checked: a whole number where ``kind`` is int (a JSON number
+    for a float; never a boolean), finite, between ``low`` and ``high``."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or (kind is int and not isinstance(value, int)):
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"settings.{key} is not {what}")
+    if not low <= value <= high:  # NaN is in no range
+        raise ValueError(f"settings.{key} is not between {low:g} and {high:g}")
+    return int(value) if kind is int else float(value)
 
 
 # -- one round of probes ------------------------------------------------------------------

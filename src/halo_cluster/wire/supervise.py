@@ -209,6 +209,15 @@ def _step(value: Any) -> Step:
     )
 
 
+def _settings(value: Any, where: str) -> SuperviseSettings:
+    """The supervisor's settings (absent: the defaults); a value of the wrong type or out of
+    its range is one WireError naming the key."""
+    try:
+        return SuperviseSettings.from_dict({} if value is None else value)
+    except ValueError as err:
+        raise WireError(f"{where}: {err}") from None
+
+
 def parse_spec(value: Any) -> Spec:
     """A spec as the controller wrote it (parsed JSON)."""
     if not isinstance(value, dict) or value.get("version") != SPEC_VERSION:
@@ -225,7 +234,7 @@ def parse_spec(value: Any) -> Spec:
             api_key=value.get("api_key") or None,
             rdma=bool(value.get("rdma")),
             allow_fallback=bool(value.get("allow_fallback")),
-            settings=SuperviseSettings.from_dict(value.get("settings") or {}),
+            settings=_settings(value.get("settings"), "supervisor spec"),
             members=tuple(_member(m) for m in value["members"]),
             start=tuple(_step(s) for s in value["start"]),
             probe_script=str(value["probe_script"]),
@@ -355,7 +364,7 @@ def parse_state(value: Any) -> SupervisorState:
             engine=str(value.get("engine") or ""),
             model=str(value.get("model") or ""),
             pid=int(value.get("pid") or 0),
-            settings=SuperviseSettings.from_dict(value.get("settings") or {}),
+            settings=_settings(value.get("settings"), "supervisor state"),
             state=str(value["state"]),
             since=float(value.get("since") or 0.0),
             started_at=float(value.get("started_at") or 0.0),
