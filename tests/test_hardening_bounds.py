@@ -296,3 +296,44 @@ def test_top_reads_an_exporters_page_with_a_limit() -> None:
         f"{target}: a page larger than 1 MiB: not a halo exporter's (check the target)"
     )
     assert peak < 8 << 20, f"{peak >> 20} MiB"
+
+
+# -- halo run reading tune results ----------------------------------------------------------
+TUNED = {"cluster": "lab", "model": "tiny", "winner": {"layout": "vllm TP2"}}
+
+
+@pytest.mark.parametrize(
+    "newest",
+    [
+        json.dumps({**TUNED, "winner": ["vllm TP1"]}),  # AttributeError: a list's .get
+        json.dumps({**TUNED, "winner": "vllm TP1"}),
+        json.dumps({**TUNED, "winner": {"layout": {"a": 1}}}),
+        json.dumps([TUNED]),
+        "[" * 100_000 + "]" * 100_000,  # RecursionError
+        '{"cluster": "lab", "model": "tiny", "winner": {"layout": "vllm TP1"}, "x": 1e999}',
+        None,  # a FIFO: read_text() waited for a writer forever
+    ],
+    ids=["winner-list", "winner-str", "layout-dict", "list", "deep", "1e999", "fifo"],
+)
+def test_run_passes_over_a_tune_result_it_cannot_read(tmp_path: Path, newest: str | None) -> None:
+    import os
+
+    from halo_cluster.recipes.run import latest_tune
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tune-20261202T000000.json").write_text(json.dumps(TUNED))
+    bad = results / "tune-20261202T000001.json"
+    if newest is None:
+        os.mkfifo(bad)
+    else:
+        bad.write_text(newest)
+    found: list[object] = []
+    reader = threading.Thread(
+        target=lambda: found.append(latest_tune(results, "tiny", "lab")), daemon=True
+    )
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # waiting on the FIFO: give it a writer so the thread ends
+        os.close(os.open(bad, os.O_WRONLY | os.O_NONBLOCK))
+    assert found == [("vllm TP2", "tune-20261202T000000.json")]

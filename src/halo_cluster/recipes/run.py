@@ -90,22 +90,35 @@ class RunResult:
 
 def latest_tune(results: Path, model: str, cluster: str) -> tuple[str, str] | None:
     """The winner of the latest complete ``halo tune`` of ``model`` on ``cluster``, and its
-    file."""
-    import json
+    file. A file that is not such a result (not a regular file, too large, not JSON, nested
+    too deep, of another shape) is passed over, as every reader of results does (bounded/)."""
+    from halo_cluster.bench.results import MAX_RESULT_BYTES
+    from halo_cluster.bounded.jsonin import load_file
 
-    found = sorted(results.glob("tune-*.json")) if results.is_dir() else []
+    try:
+        found = sorted(results.glob("tune-*.json")) if results.is_dir() else []
+    except OSError:
+        return None
     for path in reversed(found):
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+            doc = load_file(path, MAX_RESULT_BYTES, "a halo result")
+        except HaloError:
             continue
-        if not isinstance(doc, dict):
-            continue
-        winner = (doc.get("winner") or {}).get("layout")
-        mine = doc.get("model") == model and doc.get("cluster") == cluster
-        if mine and winner and not doc.get("incomplete"):
-            return str(winner), path.name
+        winner = _tuned_layout(doc, model, cluster)
+        if winner is not None:
+            return winner, path.name
     return None
+
+
+def _tuned_layout(doc: Any, model: str, cluster: str) -> str | None:
+    """The winner's layout (a non-empty string) of ``doc`` when it is a complete tune result
+    of ``model`` on ``cluster``."""
+    if not isinstance(doc, dict) or (doc.get("model"), doc.get("cluster")) != (model, cluster):
+        return None
+    winner = doc.get("winner")
+    layout = winner.get("layout") if isinstance(winner, dict) else None
+    complete = doc.get("incomplete") in (None, False)
+    return layout if isinstance(layout, str) and layout and complete else None
 
 
 def choose(
