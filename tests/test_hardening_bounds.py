@@ -337,3 +337,112 @@ def test_run_passes_over_a_tune_result_it_cannot_read(tmp_path: Path, newest: st
     if reader.is_alive():  # waiting on the FIFO: give it a writer so the thread ends
         os.close(os.open(bad, os.O_WRONLY | os.O_NONBLOCK))
     assert found == [("vllm TP2", "tune-20261202T000000.json")]
+
+
+# -- the token witness on the node ----------------------------------------------------------
+def _content(logprob: str, top: str) -> bytes:
+    """A llama-server answer of one step, its numbers as the engine wrote them."""
+    return (
+        '{"choices": [{"text": "x", "logprobs": {"content": [{"id": 7, "token": "x", '
+        f'"logprob": {logprob}, "top_logprobs": {top}}}]}}}}]}}'
+    ).encode()
+
+
+def _columns(logprobs: str, tops: str) -> bytes:
+    """A vLLM answer of two steps (its columns)."""
+    return (
+        '{"choices": [{"text": "xy", "logprobs": {"tokens": ["x", "y"], '
+        f'"token_logprobs": {logprobs}, "top_logprobs": {tops}}}}}]}}'
+    ).encode()
+
+
+TOP = '[{"id": 7, "token": "x", "logprob": -0.5}, {"id": 8, "token": "z", "logprob": -Infinity}]'
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (_content("NaN", TOP), {"token": "x", "id": 7, "logprob": None, "top": [["#7", -0.5]]}),
+        (_content("Infinity", "[]"), {"token": "x", "id": 7, "logprob": None, "top": []}),
+        (_content("-1e999", "null"), {"token": "x", "id": 7, "logprob": None, "top": []}),
+        (
+            _columns("[-0.25, NaN]", '[{"x": -0.25, "q": NaN}, {"y": -Infinity}]'),
+            [
+                {"token": "x", "id": None, "logprob": -0.25, "top": [["x", -0.25]]},
+                {"token": "y", "id": None, "logprob": None, "top": []},
+            ],
+        ),
+    ],
+    ids=["nan", "inf", "1e999", "columns"],
+)
+def test_serve_tokens_prints_strict_json_whatever_numbers_the_engine_gives(
+    raw: bytes, expected: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NaN and ±Infinity were printed as they came: not JSON, and the controller refused
+    the whole answer. A number that is not finite is now an unknown log-probability."""
+    from halo_cluster.bounded.jsonin import loads
+
+    code, out, err = _serve_tokens(raw, capsys)
+    assert (code, err) == (0, "")
+    steps = loads(out)["answers"][0]["steps"]  # strict: NaN or Infinity would be an error
+    assert steps == (expected if isinstance(expected, list) else [expected])
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 100 levels"),
+        (
+            _content("-1", "7"),
+            "the server's logprobs have a step's top_logprobs that is not a list",
+        ),
+        (_columns("5", "null"), "the server's logprobs have token_logprobs that is not a list"),
+        (_columns("[-1]", "null"), "the server's logprobs have columns of different lengths"),
+        (
+            _content("1" * 400, "[]"),
+            "number 111111111111111111111111... (400 digits) is out of range",
+        ),
+    ],
+    ids=["deep", "top-int", "column-int", "short-column", "400-digits"],
+)
+def test_serve_tokens_says_in_one_line_what_it_cannot_read(
+    raw: bytes, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each was a traceback on the node (RecursionError, TypeError, OverflowError)."""
+    code, out, err = _serve_tokens(raw, capsys)
+    assert (code, out, err) == (1, "", f"request failed: {error}\n")
+
+
+def _serve_tokens(raw: bytes, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """``serve-tokens`` on the node against a server whose completion is ``raw``."""
+    import http.server
+
+    from halo_cluster.node.main import main
+
+    class Engine(http.server.BaseHTTPRequestHandler):
+        def _send(self, body: bytes) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._send(b'{"data": [{"id": "tiny"}]}')
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self._send(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = str(server.server_address[1])
+        code = main(["serve-tokens", "--port", port, "--tokens", "1", "--top", "2", "--prompt=a"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    out, err = capsys.readouterr()
+    return code, out, err

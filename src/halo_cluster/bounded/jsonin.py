@@ -28,6 +28,10 @@ def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+def _none(_name: str) -> None:
+    return None
+
+
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -45,11 +49,20 @@ def _int(text: str) -> int:
     return value
 
 
-def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def _float_or_none(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH, non_finite_as_none: bool = False) -> Any:
     """``text`` parsed: ValueError (one line) for anything but JSON of finite numbers within
-    64 bits (integers) or a float's range, nested at most ``max_depth`` deep."""
+    64 bits (integers) or a float's range, nested at most ``max_depth`` deep. With
+    ``non_finite_as_none``, ``NaN``, ``Infinity`` and a float out of range are read as None
+    instead (an engine's answer says -Infinity for a token it rules out: a number nobody
+    has, not garbage)."""
+    constant, number = (_none, _float_or_none) if non_finite_as_none else (_constant, _float)
     try:
-        data = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+        data = json.loads(text, parse_constant=constant, parse_float=number, parse_int=_int)
     except RecursionError:
         raise ValueError(f"nested deeper than {max_depth} levels") from None
     if _brackets(text) > max_depth and _depth(data) > max_depth:

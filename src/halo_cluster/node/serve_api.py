@@ -5,11 +5,13 @@ The answers are the wire's (``wire/answers.py``)."""
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.request
 from typing import Any
 
 from halo_cluster.bounded.httpget import http_get
+from halo_cluster.bounded.jsonin import loads
 from halo_cluster.wire.answers import (
     ServeHealth,
     ServeProbe,
@@ -31,7 +33,7 @@ def health(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> Ser
     node: the ids of the models it lists (None for an entry without one)."""
     base = f"http://{host}:{port}"
     _get(f"{base}/health", key, timeout_s)
-    listed = json.loads(_get(f"{base}/v1/models", key, timeout_s))
+    listed = loads(_get(f"{base}/v1/models", key, timeout_s))
     models = listed.get("data") if isinstance(listed, dict) else None
     return ServeHealth(tuple(_model_id(m) for m in models) if isinstance(models, list) else ())
 
@@ -42,7 +44,7 @@ def _model_id(entry: Any) -> str | None:
 
 
 def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) -> str:
-    data = json.loads(_get(f"http://{host}:{port}/v1/models", key, timeout_s))
+    data = loads(_get(f"http://{host}:{port}/v1/models", key, timeout_s))
     models = data.get("data") if isinstance(data, dict) else None
     if not models or not isinstance(models[0], dict) or not isinstance(models[0].get("id"), str):
         raise ValueError("the server lists no model at /v1/models")
@@ -53,7 +55,9 @@ def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) 
 def _completion(
     host: str, port: int, key: str | None, body: dict[str, Any], timeout_s: float
 ) -> tuple[Any, float]:
-    """POST /v1/completions: the answer (JSON) and the seconds it took."""
+    """POST /v1/completions: the answer (JSON within bounds, bounded/jsonin.py: a number
+    that is not finite read as None) and the seconds it took; ValueError (one line) for
+    anything else."""
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
@@ -65,7 +69,7 @@ def _completion(
     )
     start = time.perf_counter()
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        data = json.loads(response.read(1 << 22))
+        data = loads(response.read(1 << 22), non_finite_as_none=True)
     return data, time.perf_counter() - start
 
 
@@ -118,7 +122,8 @@ def answer_of(data: Any) -> TokenAnswer:
     """A completion's text and tokens. Two shapes of ``logprobs`` are read: the completions
     API's columns (tokens, token_logprobs, top_logprobs: vLLM) and a list of steps
     (``content``: each with id, token, logprob, top_logprobs: llama-server). None: the
-    text alone."""
+    text alone. A log-probability that is not a finite number is unknown (None), an
+    alternative without one is left out, and any other shape is one ValueError."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError("the server's answer has no choices")
@@ -135,33 +140,48 @@ def answer_of(data: Any) -> TokenAnswer:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite log-probability, or None (NaN, ±Infinity, anything not a number)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _token_id(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _listed(value: Any, what: str) -> list[Any]:
+    """``value`` when it is a list, [] when absent (null); ValueError otherwise."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"the server's logprobs have {what} that is not a list")
+    return value
 
 
 def _content_step(step: Any) -> TokenStep:
     if not isinstance(step, dict) or not isinstance(step.get("token"), str):
         raise ValueError("a step of the server's logprobs has no token")
-    found = step.get("id")
     top = []
-    for alt in step.get("top_logprobs") or []:
+    for alt in _listed(step.get("top_logprobs"), "a step's top_logprobs"):
         if isinstance(alt, dict) and isinstance(alt.get("token"), str):
-            alt_id = alt.get("id")
-            key = f"#{alt_id}" if isinstance(alt_id, int) else alt["token"]
+            alt_id = _token_id(alt.get("id"))
+            key = f"#{alt_id}" if alt_id is not None else alt["token"]
             logprob = _number(alt.get("logprob"))
             if logprob is not None:
                 top.append((key, logprob))
     return TokenStep(
-        step["token"],
-        found if isinstance(found, int) else None,
-        _number(step.get("logprob")),
-        tuple(top),
+        step["token"], _token_id(step.get("id")), _number(step.get("logprob")), tuple(top)
     )
 
 
 def _column_steps(found: dict[str, Any]) -> tuple[TokenStep, ...]:
     tokens = found["tokens"]
-    logprobs = found.get("token_logprobs") or [None] * len(tokens)
-    tops = found.get("top_logprobs") or [None] * len(tokens)
+    logprobs = _listed(found.get("token_logprobs"), "token_logprobs") or [None] * len(tokens)
+    tops = _listed(found.get("top_logprobs"), "top_logprobs") or [None] * len(tokens)
+    if not len(tokens) == len(logprobs) == len(tops):
+        raise ValueError("the server's logprobs have columns of different lengths")
     steps = []
     for token, logprob, top in zip(tokens, logprobs, tops):
         if not isinstance(token, str):
