@@ -446,3 +446,96 @@ def _serve_tokens(raw: bytes, capsys: pytest.CaptureFixture[str]) -> tuple[int, 
         server.server_close()
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# -- halo plan's numbers and an MoE's experts -----------------------------------------------
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        (
+            "--memory-bw-gbs",
+            "1e-310",  # ZeroDivisionError
+            "--memory-bw-gbs 1e-310 is not a plausible memory bandwidth: give one from 0.001 "
+            "to 1e+06",
+        ),
+        (
+            "--memory-gib",
+            "1e308",  # OverflowError
+            "--memory-gib 1e+308 is not a plausible memory size: give one from 0.001 to 1e+06",
+        ),
+        (
+            "--weights-gib",
+            "1e-300",
+            "--weights-gib 1e-300 is not a plausible model size: give one from 1e-06 to 100000",
+        ),
+    ],
+    ids=["bandwidth", "memory", "weights"],
+)
+def test_plan_refuses_numbers_no_node_has_in_one_line(
+    capsys: pytest.CaptureFixture[str], option: str, value: str, error: str
+) -> None:
+    from tests.conftest import halo_here
+
+    assert halo_here(capsys, "plan", "llama-3.1-8b", option, value) == (
+        2,
+        "",
+        f"halo: error: {error}\n",
+    )
+
+
+def test_an_moe_asking_more_experts_per_token_than_it_has_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was planned without complaint (each token read 9 of 8 experts)."""
+    from halo_cluster.capacity.spec import ModelSpec
+    from halo_cluster.errors import UsageError
+    from tests.conftest import halo_here
+
+    config = {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32000,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 9,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert halo_here(capsys, "plan", "--hf-config", str(path)) == (
+        2,
+        "",
+        f"halo: error: {path}: num_experts_per_tok = 9 is more than the model's 8 experts "
+        "(num_local_experts): check the config.json\n",
+    )
+    with pytest.raises(UsageError, match=r"^model m: 3 experts per token but 2 experts: "):
+        ModelSpec("m", "m", 1, 8, 1, 1, 8, 8, 8, experts=2, active_experts=3)  # a GGUF's, say
+    path.write_text(json.dumps({**config, "num_experts_per_tok": 8}))
+    code, _out, err = halo_here(capsys, "plan", "--hf-config", str(path))
+    assert (code, err) == (0, "")
+
+
+# -- a 400-digit port rate ------------------------------------------------------------------
+def test_a_rate_no_number_holds_is_absent_from_exporter_and_inventory_alike(
+    root_copy: Callable[[str], Path],
+) -> None:
+    """The exporter served +Inf where the inventory showed null: both now say there is no
+    rate (the port's other series stay)."""
+    from halo_cluster.facts.inventory import collect_inventory
+    from halo_cluster.jsonout import finite
+    from halo_cluster.monitor.sampler import Sampler
+
+    root = root_copy("strix-e810")
+    rate = next(root.glob("sys/devices/**/infiniband/rocep194s0/ports/1/rate"))
+    rate.write_text("1" * 400 + " Gb/sec (4X EDR)\n")
+    ports = finite(collect_inventory(str(root)).to_dict())["rdma"][0]["ports"]
+    assert [p["rate_gbps"] for p in ports] == [None]
+    sampler = Sampler(str(root))
+    try:
+        values = sampler.sample().values
+    finally:
+        sampler.close()
+    port = (("device", "rocep194s0"), ("port", "1"))
+    assert ("halo_rdma_port_rate_bytes_per_second", port) not in values
+    assert values[("halo_rdma_port_state", port)] == 4

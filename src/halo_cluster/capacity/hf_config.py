@@ -83,6 +83,12 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise UsageError(f"{path}: missing {names}: is this a decoder model's config.json?")
     for key, value in values.items():
         _check(path, key, value)
+    if 0 < values.get("experts", 0) < values.get("active_experts", 0):
+        active, experts = _key(config, "active_experts"), _key(config, "experts")
+        raise UsageError(
+            f"{path}: {active} = {values['active_experts']} is more than the model's "
+            f"{values['experts']} experts ({experts}): check the config.json"
+        )
     values.setdefault("kv_heads", values["heads"])
     values.setdefault("head_dim", values["hidden"] // values["heads"])
     if values["head_dim"] == 0:
@@ -107,6 +113,11 @@ def _pick(config: dict[str, Any]) -> dict[str, Any]:
                 values[ours] = config[key]
                 break
     return values
+
+
+def _key(config: dict[str, Any], ours: str) -> str:
+    """The Hugging Face key a value of ours was read from."""
+    return next(key for key in HF_KEYS[ours] if config.get(key) is not None)
 
 
 def _check(path: Path, key: str, value: Any) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from halo_cluster.errors import UsageError
+
 # How a vendor counts the "active parameters" it publishes for a mixture-of-experts model.
 # The counts differ only in the embedding tables, so each catalog entry says which one its
 # published figure uses (checked in tests against that figure).
@@ -46,6 +48,13 @@ class ModelSpec:
     dtype: str = "bf16"
     context_limit: int | None = None
     source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.is_moe and self.active_experts > self.experts:
+            raise UsageError(
+                f"model {self.id}: {self.active_experts} experts per token but "
+                f"{self.experts} experts: check its expert counts"
+            )
 
     @property
     def is_moe(self) -> bool:

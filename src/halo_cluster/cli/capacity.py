@@ -129,11 +129,27 @@ class PlanOptions:
     as_json: bool
 
 
+# what a node and a model can be, far on both sides: below, the planner divides by almost
+# nothing (--memory-bw-gbs 1e-310); above, a size in bytes overflows (--memory-gib 1e308)
+BOUNDS = {
+    "memory-gib": (1e-3, 1e6, "memory size"),
+    "memory-bw-gbs": (1e-3, 1e6, "memory bandwidth"),
+    "weights-gib": (1e-6, 1e5, "model size"),
+}
+
+
 def _positive(name: str, value: float | None) -> float | None:
     from halo_cluster.errors import UsageError
 
-    if value is not None and (not math.isfinite(value) or value <= 0):
+    if value is None:
+        return None
+    if not math.isfinite(value) or value <= 0:
         raise UsageError(f"--{name} must be a finite number > 0, got {value!r}")
+    low, high, what = BOUNDS[name]
+    if not low <= value <= high:
+        raise UsageError(
+            f"--{name} {value:g} is not a plausible {what}: give one from {low:g} to {high:g}"
+        )
     return value
 
 
@@ -175,11 +191,8 @@ def _weights(
     """(the format name, the weight bytes) from --quant, --weights-gib, --gguf or the catalog."""
     from halo_cluster.capacity.quants import find_quant
     from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
-    from halo_cluster.errors import UsageError
 
     file_gib = _positive("weights-gib", options.weights_gib)
-    if file_gib is not None and file_gib > 100_000:
-        raise UsageError(f"--weights-gib {file_gib:g} is not a plausible model size")
     given = options.quant
     release = engine.release_formats.get(spec.dtype, spec.dtype)
     fallback = engine.default_quant if file_gib is not None and gguf is None else release
