@@ -23,6 +23,7 @@ running total of joules that never goes down (see ``EnergyTotal``), kept across 
 from __future__ import annotations
 
 import errno
+import math
 import os
 import resource
 import stat
@@ -372,7 +373,9 @@ def _sources_of(
             sources.append(
                 _Source(f"{base}/state", ("halo_rdma_port_state", labels), "state", group)
             )
-            if port.rate_gbps is not None:
+            # a rate that is no finite number (400 digits read as inf) is no rate at all,
+            # as the inventory shows it (null): no series, rather than +Inf
+            if port.rate_gbps is not None and math.isfinite(port.rate_gbps):
                 static[("halo_rdma_port_rate_bytes_per_second", labels)] = port.rate_gbps * 1e9 / 8
             for family, names, metric in (
                 ("counters", port.counters, "halo_rdma_port_counter_total"),
