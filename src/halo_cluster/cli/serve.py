@@ -54,7 +54,9 @@ def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-d
 @click.option(
     "--allow-fallback", is_flag=True, help="Keep serving when NCCL fell back from RDMA to sockets."
 )
-@click.option("--insecure", is_flag=True, help="Allow 0.0.0.0 without an API key.")
+@click.option(
+    "--insecure", is_flag=True, help="Serve on an address other than loopback without an API key."
+)
 @click.option(
     "--force",
     is_flag=True,
