@@ -106,3 +106,22 @@ def test_serving_by_name_refuses_a_node_whose_store_cannot_be_read(tmp_path: Pat
     assert stores.resolve(found, "tiny", ["n1", "n3"]) == stores.Resolved(
         "tiny", "/s/tiny", "d" * 64, "/src/tiny"
     )
+
+
+def test_one_nodes_bad_model_state_is_its_own_in_a_sync(tmp_path: Path) -> None:
+    """halo model sync: a node whose model-state answer halo cannot read is that node's
+    (unreachable, the reason named), the nodes that hold the model are the same."""
+    from halo_cluster.modelstore.manifest import FileEntry, Manifest
+    from halo_cluster.modelstore.transfer import Held, ModelState
+    from halo_cluster.models.source import Source
+    from halo_cluster.models.sync import Sync
+
+    manifest = Manifest("tiny", (FileEntry("w", 3, "a" * 64),), source="/src/tiny")
+    held = ModelState("tiny", "/s", "/s/tiny", manifest, {"w": Held(3, "a" * 64)}, {})
+    found = cluster(tmp_path, {"n1": held.to_dict(), "n2": {"name": 7}, "n3": held.to_dict()})
+    source = Source("/src/tiny", None, "/src/tiny", {"w": "/src/tiny/w"}, manifest)
+    result = Sync(found, source, ["n1", "n2", "n3"]).run()
+    statuses = {n: (s.status, s.reason) for n, s in result.nodes.items()}
+    assert statuses["n1"][0] == statuses["n3"][0] == "same"
+    assert statuses["n2"][0] == "unreachable"
+    assert statuses["n2"][1].startswith("n2: model-state: model-state name: not a string")
