@@ -111,10 +111,10 @@ def test_serving_by_name_refuses_a_node_whose_store_cannot_be_read(tmp_path: Pat
 def test_one_nodes_bad_model_state_is_its_own_in_a_sync(tmp_path: Path) -> None:
     """halo model sync: a node whose model-state answer halo cannot read is that node's
     (unreachable, the reason named), the nodes that hold the model are the same."""
-    from halo_cluster.modelstore.manifest import FileEntry, Manifest
-    from halo_cluster.modelstore.transfer import Held, ModelState
     from halo_cluster.models.source import Source
     from halo_cluster.models.sync import Sync
+    from halo_cluster.modelstore.manifest import FileEntry, Manifest
+    from halo_cluster.modelstore.transfer import Held, ModelState
 
     manifest = Manifest("tiny", (FileEntry("w", 3, "a" * 64),), source="/src/tiny")
     held = ModelState("tiny", "/s", "/s/tiny", manifest, {"w": Held(3, "a" * 64)}, {})
