@@ -135,6 +135,7 @@ def main() -> None:
                 print(variant, file=sys.stderr)
                 served = sh([HALO, "serve", str(lab / "model"), "--config", config,
                              "--executor", "mp", "--nodes", "1", "--tp", "1", "--host", host,
+                             "--insecure",  # the lab's management bridge: this machine alone
                              "--no-supervise",
                              "--reference", "off", "--json", "--", *extra])  # fmt: skip
                 try:

@@ -192,8 +192,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
         up = lifecycle.up()
         plans = ", ".join(f"{n}: {p.transport} {p.address}" for n, p in up.plans.items())
         say(f"halo up: Ray on {', '.join(up.nodes_alive)}, each with its own plan ({plans})")
+        # on the lab's management bridge, which this machine alone reaches: no API key
         request = serve_request(
-            config, model=names["dir"], tp=2, host=head.mgmt_address, wait_s=300
+            config, model=names["dir"], tp=2, host=head.mgmt_address, wait_s=300, insecure=True
         )
         served = server.start(request)
         _evidence(served, say)
@@ -322,7 +323,9 @@ def _llama(server: Any, gguf: str, host: str, say: Callable[..., None]) -> Engin
     from halo_cluster.bench.serve_load import measure
     from halo_cluster.engines.request import serve_request
 
-    request = serve_request(server.config, model=gguf, engine="llama.cpp", host=host, wait_s=120)
+    request = serve_request(  # the lab's management bridge: this machine alone reaches it
+        server.config, model=gguf, engine="llama.cpp", host=host, wait_s=120, insecure=True
+    )
     served = server.start(request)
     engine = served.engine
     say(
