@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
+from halo_cluster.engines.owned import OwnedOptions
 from halo_cluster.engines.scripts import tcp_probe
 
 RPC_SERVER = "ggml-rpc-server"
@@ -52,27 +52,12 @@ _OWNED = {
 }
 
 
-class LlamaOwned(Mapping[str, str]):
+class LlamaOwned(OwnedOptions):
     """The options halo sets, looked up the way llama-server reads an argument: a key is
     any argument that sets one of them (iterating gives the spellings). llama.cpp's parser
     takes only whole spellings, no prefixes and no '--name=value', but turns every '_' of
     an argument that starts with '--' into '-' first: '--api_key' is --api-key. An
     argument with '=' is refused by its name all the same: llama-server would not start."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self._options = dict(options)
-
-    def __getitem__(self, arg: str) -> str:
-        option = self.option(arg)
-        if option is None:
-            raise KeyError(arg)
-        return self._options[option]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._options)
-
-    def __len__(self) -> int:
-        return len(self._options)
 
     def option(self, arg: str) -> str | None:
         """The option of halo's that ``arg`` sets in llama-server, or None."""

@@ -5,11 +5,12 @@ nodes, ``vllm serve``'s argv for each executor, and the preflight script. Script
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
+from halo_cluster.engines.owned import OwnedOptions
 from halo_cluster.engines.scripts import tcp_probe
 from halo_cluster.errors import UsageError
 
@@ -50,7 +51,7 @@ _OWNED = {
 }
 
 
-class VllmOwned(Mapping[str, str]):
+class VllmOwned(OwnedOptions):
     """The options halo sets, looked up the way ``vllm serve`` reads an argument: a key is
     any argument that sets one of them, not only its spelling (iterating gives the
     spellings). vLLM's FlexibleArgumentParser turns '_' into '-' in a long option's name
@@ -59,21 +60,6 @@ class VllmOwned(Mapping[str, str]):
     long option or of a single-dash one ('--hos' is --host, '-t' is -tp), and a one-letter
     option with its value attached ('-n2'). A prefix vLLM finds ambiguous fails there
     anyway: refusing it here costs nothing."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self._options = dict(options)
-
-    def __getitem__(self, arg: str) -> str:
-        option = self.option(arg)
-        if option is None:
-            raise KeyError(arg)
-        return self._options[option]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._options)
-
-    def __len__(self) -> int:
-        return len(self._options)
 
     def option(self, arg: str) -> str | None:
         """The option of halo's that ``arg`` sets in vLLM (its spelling here), or None."""
