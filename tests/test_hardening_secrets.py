@@ -5,9 +5,6 @@ result file, JSON or the terminal; a Hugging Face snapshot that holds ``.gitattr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from halo_cluster.modelstore.manifest import HashCache, make_manifest
 from halo_cluster.modelstore.transfer import PipeSpec, parse_pipe_spec
 from tests.bench.fake_openai import FakeOpenAI, serving
 from tests.bench.test_serve_load import bench
-from tests.models.test_model_source import COMMIT, _hub_cache
+from tests.models.test_model_source import COMMIT, _hub_cache, _resolve
 
 
 # -- URLs ----------------------------------------------------------------------------------
@@ -91,24 +88,6 @@ def test_bench_serve_writes_and_prints_no_credentials(tmp_path: Path) -> None:
 
 
 # -- a Hugging Face snapshot with .gitattributes ---------------------------------------------
-def _from_cache(cache: Path, text: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    code = (
-        "import json, sys\n"
-        "from halo_cluster.models.source import _hugging_face\n"
-        "from halo_cluster.errors import HaloError\n"
-        "try:\n"
-        f"    s = _hugging_face({text!r}, None, None)\n"
-        "except HaloError as err:\n"
-        "    print(err, file=sys.stderr); sys.exit(1)\n"
-        "print(json.dumps({'manifest': s.manifest.to_dict(), 'files': s.files,\n"
-        "                  'left_out': list(s.left_out)}))\n"
-    )
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp / "xdg")}
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
-    )
-
-
 def test_a_snapshot_with_gitattributes_syncs_what_the_engine_reads(tmp_path: Path) -> None:
     """The manifest named `.gitattributes`, a path every node's store refuses (hidden): every
     node failed its spec. It is left out, said so, and the spec a node reads is accepted."""
@@ -120,7 +99,7 @@ def test_a_snapshot_with_gitattributes_syncs_what_the_engine_reads(tmp_path: Pat
         "model.safetensors": b"weights" * 10,
     }
     cache = _hub_cache(tmp_path / "hub", "org/tiny", files)
-    done = _from_cache(cache, "org/tiny", tmp_path)
+    done = _resolve(cache, "org/tiny", tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [f["path"] for f in data["manifest"]["files"]] == ["config.json", "model.safetensors"]

@@ -44,7 +44,8 @@ def _resolve(cache: Path, text: str, tmp: Path) -> subprocess.CompletedProcess[s
         f"    s = _hugging_face({text!r}, None, None)\n"
         "except HaloError as err:\n"
         "    print(err, file=sys.stderr); sys.exit(1)\n"
-        "print(json.dumps({'label': s.label, 'manifest': s.manifest.to_dict(), 'files': s.files}))\n"
+        "print(json.dumps({'label': s.label, 'manifest': s.manifest.to_dict(), 'files': s.files,\n"
+        "                  'left_out': list(s.left_out)}))\n"
     )
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "XDG_CACHE_HOME": str(tmp / "xdg")}
     return subprocess.run(
