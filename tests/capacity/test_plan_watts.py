@@ -41,7 +41,8 @@ def test_a_run_that_measured_the_nodes(tmp_path: Path, capsys: pytest.CaptureFix
     run = tmp_path / "serve.json"
     nodes = [{"node": "n1", "seconds": 10.0, "joules": 800.0},
              {"node": "n2", "seconds": 10.0, "joules": None, "problem": "no power source"}]
-    run.write_text(json.dumps({"levels": [{"energy": {"nodes": nodes}}, {"energy": "odd"}, 7]}))
+    levels = [{"energy": {"nodes": nodes}}, {"energy": "odd"}, 7]
+    run.write_text(json.dumps({"schema": "halo.bench.serve/1", "levels": levels}))
     data = plan_json(capsys, "llama-3.3-70b", "--watts", str(run))
     assert data["power"] == {"watts_per_node": 80.0, "source": f"measured: {run}, 1 node(s)"}
 

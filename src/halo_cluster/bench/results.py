@@ -53,16 +53,20 @@ def save(result: dict[str, Any], out: str | None, results_dir: Path, kind: str) 
         write_file(Path(out), text)
         return Path(out)
     moment = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-    results_dir.mkdir(parents=True, exist_ok=True)
-    for count in range(1, MAX_SAME_SECOND + 1):
-        path = results_dir / (
-            f"{kind}-{moment}.json" if count == 1 else f"{kind}-{moment}-{count}.json"
-        )
-        try:
-            write_new(path, text)
-        except FileExistsError:
-            continue
-        return path
+    path = results_dir
+    try:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        for count in range(1, MAX_SAME_SECOND + 1):
+            path = results_dir / (
+                f"{kind}-{moment}.json" if count == 1 else f"{kind}-{moment}-{count}.json"
+            )
+            try:
+                write_new(path, text)
+            except FileExistsError:
+                continue
+            return path
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
     raise UsageError(f"{results_dir}: {MAX_SAME_SECOND} results of {kind} saved in one second?")
 
 

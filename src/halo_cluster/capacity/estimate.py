@@ -216,6 +216,11 @@ def shared_wait_us(measured: tuple[tuple[int, float], ...], ranks: int) -> float
     return max(0.0, u0 + (u1 - u0) / (n1 - n0) * (ranks - n0))
 
 
+def ranks_per_node(req: Request) -> int:
+    """How many of a layout's ranks one node holds: its GPUs, one for llama.cpp over RPC."""
+    return req.gpus_per_node if req.engine.rpc is None else 1
+
+
 def rpc_stages(req: Request, pp: int, batch: int) -> list[float]:
     """Seconds each remote stage of a llama.cpp RPC split adds to a decode step: its round
     trips and bytes over the link, and the engine's fixed cost per stage (on nodes that share
@@ -316,7 +321,7 @@ def evaluate(req: Request, tp: int, pp: int, layout: str | None = None) -> Row:
     slow = step_seconds(req, tp, pp, req.batch, eff.low)[0]
     fast = step_seconds(req, tp, pp, req.batch, eff.high)[0]
     step = compute + network
-    per_node = req.gpus_per_node if req.engine.rpc is None else 1
+    per_node = ranks_per_node(req)
     return Row(
         layout=layout or (f"TP{tp}" if pp == 1 else f"PP{pp}" if tp == 1 else f"TP{tp}xPP{pp}"),
         tp=tp,

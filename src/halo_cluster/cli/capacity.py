@@ -285,14 +285,19 @@ def _draw(watts: str, hardware: Hardware) -> Draw:
     draw = given_draw(watts, hardware)
     if draw is not None:
         return draw
-    return measured_draw(read_json_object(Path(watts), "a bench serve result"), watts)
+    from halo_cluster.schema import require_kind
+
+    data = read_json_object(Path(watts), "a bench serve result")
+    require_kind(data, "serve", watts)
+    return measured_draw(data, watts)
 
 
 def _per_joule(req: Request, row: Row, draw: Draw) -> dict[str, float | int]:
     """Tokens per joule at --batch and at batch 1, over the nodes the layout runs on."""
+    from halo_cluster.capacity.estimate import ranks_per_node
     from halo_cluster.capacity.power import nodes_used, tokens_per_joule
 
-    nodes = nodes_used(row.tp, row.pp, req.gpus_per_node)
+    nodes = nodes_used(row.tp, row.pp, ranks_per_node(req))
     return {
         "nodes_used": nodes,
         "tokens_per_joule": round(tokens_per_joule(row.tokens_per_s, nodes, draw), 4),

@@ -258,8 +258,8 @@ class TuneDemo:
         return {
             "rows": [row.to_dict() for row in self.tuned.rows],
             "winner": self.tuned.winner(),
-            "run": self.first.__dict__,
-            "again": self.again.__dict__,
+            "run": self.first.to_json(),
+            "again": self.again.to_json(),
         }
 
 

@@ -9,18 +9,12 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.engines.scripts import (
     alive_script,
-    background_script,
     log_paths,
     log_script,
     stop_script,
 )
 from halo_cluster.engines.start import Launch, StartPlan, ready_step, start_step
 from halo_cluster.errors import LifecycleError
-from halo_cluster.runner.result import Result
-
-
-def start(client: NodeClient, env: Mapping[str, str], argv: list[str], cluster: str) -> Result:
-    return client.script(background_script(env, argv, cluster))
 
 
 def run_plan(

@@ -66,10 +66,6 @@ class Launch:
 class StartPlan:
     stages: tuple[tuple[Launch, ...], ...]
 
-    @property
-    def launches(self) -> list[Launch]:
-        return [launch for stage in self.stages for launch in stage]
-
     def to_dict(self) -> dict[str, Any]:
         return {"stages": [[launch.to_dict() for launch in stage] for stage in self.stages]}
 

@@ -197,7 +197,13 @@ class Store:
     def state(self, name: str) -> ModelState:
         """What this node holds of ``name``: the manifest when complete, every file with its
         sha256, and the partials a sync can resume."""
-        held = {rel: Held(f["size"], f["sha256"]) for rel, f in self.present(name).items()}
+        # an entry that is no regular file (a stray link: 'complete' removes it) holds nothing
+        # of the model, and its None size is no answer the controller takes
+        held = {
+            rel: Held(f["size"], f["sha256"])
+            for rel, f in self.present(name).items()
+            if f["size"] is not None
+        }
         partial = {rel: Held(f["size"], f["sha256"]) for rel, f in self.partials(name).items()}
         return ModelState(
             check_name(name), self.root, self.model_dir(name), self.manifest(name), held, partial

@@ -110,6 +110,12 @@ class HashAnswer:
         }
 
 
+def _decimal(text: Any) -> int | None:
+    """A size written as a JSON key: ASCII digits only ('²' is a digit to Python, no int)."""
+    word = str(text)
+    return int(word) if word.isascii() and word.isdigit() else None
+
+
 def parse_hash_answer(value: Any) -> HashAnswer:
     """A node's ``model-hash`` answer (parsed JSON)."""
     data = fields.obj(value, "model-hash")
@@ -118,7 +124,7 @@ def parse_hash_answer(value: Any) -> HashAnswer:
     for rel, sizes in fields.obj(data.get("prefixes") or {}, "model-hash prefixes").items():
         where = f"model-hash prefix {rel}"
         prefixes[str(rel)] = {
-            fields.whole(int(n) if str(n).isdigit() else None, where): fields.text(sha, where)
+            fields.whole(_decimal(n), where): fields.text(sha, where)
             for n, sha in fields.obj(sizes, where).items()
         }
     return HashAnswer(

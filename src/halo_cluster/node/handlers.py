@@ -45,13 +45,16 @@ AMD_SMI_TIMEOUT_S = 5.0  # it answers in about a second; a hung one costs one sa
 
 
 def power(args: argparse.Namespace) -> int:
+    from halo_cluster.facts.energy import tier
     from halo_cluster.facts.power import read_power
     from halo_cluster.facts.root import Root
 
     reader = Root(args.root)
     readings = read_power(reader)
     warnings = list(reader.warnings)
-    if args.root == "/":  # amd-smi reads this machine, never a fixture root
+    # amd-smi reads this machine (never a fixture root), and only where no source of an
+    # earlier tier is there (facts.energy): it takes a second and the CPU being measured
+    if args.root == "/" and not any(tier(r) is not None for r in readings):
         found, said = _amd_smi_power()
         readings, warnings = (*readings, *found), warnings + said
     json.dump(Power(tuple(readings), tuple(warnings)).to_dict(), sys.stdout)

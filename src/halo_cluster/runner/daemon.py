@@ -61,7 +61,7 @@ def _escape(char: str) -> str:
     if char.isprintable() and char not in "\x1c\x1d\x1e\x85":  # not a line break either
         return char
     code = ord(char)
-    if code < 0x100:
+    if code < 0x80:  # systemd reads \xNN as one byte: above 0x7f a character is \u
         return f"\\x{code:02x}"
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 

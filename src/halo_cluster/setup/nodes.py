@@ -60,7 +60,8 @@ def plan_nodes(
     steps: Sequence[str],
 ) -> list[NodeSetup]:
     """Every named node's plan (nothing changes), asked of all nodes at once."""
-    return each(names, lambda name: _ask(config, clients[name], opts, steps, None))
+    parts = _fabric_parts(config)
+    return each(names, lambda name: _ask(config, clients[name], opts, steps, None, parts))
 
 
 def apply_nodes(
@@ -73,11 +74,12 @@ def apply_nodes(
     """The pending steps applied on every node that has any, all at once (a node with none
     keeps its plan). Ctrl-C lets the nodes already applying finish their step."""
     require_plans(plans)
+    parts = _fabric_parts(config)
 
     def work(plan: NodeSetup) -> NodeSetup:
         if not plan.pending:
             return plan
-        return _ask(config, clients[plan.machine.name], opts, steps, plan.machine)
+        return _ask(config, clients[plan.machine.name], opts, steps, plan.machine, parts)
 
     return each(plans, work, settle=True)
 
@@ -94,18 +96,27 @@ def require_plans(plans: Sequence[NodeSetup]) -> None:
         )
 
 
+def _fabric_parts(config: Config) -> dict[str, str] | None:
+    """Each node's part of a routed fabric as the JSON its setup is sent (the fabric built
+    once for every node); None on a switched network."""
+    mesh = config.mesh()
+    if mesh is None:
+        return None
+    return {node.name: json.dumps(mesh.node(node.name).to_dict()) for node in config.nodes}
+
+
 def _ask(
     config: Config,
     client: NodeClient,
     opts: SetupOptions,
     steps: Sequence[str],
     planned: Machine | None,
+    parts: dict[str, str] | None,
 ) -> NodeSetup:
     """``setup --local`` on the node (its part of a routed fabric with it), applying when the
     node was ``planned`` already; a failure is the node's error, not the run's."""
     apply = planned is not None
-    mesh = config.mesh()
-    fabric = json.dumps(mesh.node(client.name).to_dict()) if mesh is not None else None
+    fabric = None if parts is None else parts[client.name]
     args = setup_args(
         opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=apply, fabric=fabric
     )
