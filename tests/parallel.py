@@ -36,6 +36,7 @@ LAB_CHAINS = {
         "tests/monitor/test_monitor_lab.py",  # 18
         "tests/test_agentless_lab.py",  # 13
         "tests/engines/test_third_engine_lab.py",  # 6
+        "tests/deploy/test_gateway_lab.py",  # new
     ),
     "chain-2": (
         "tests/cluster/test_mesh_lab.py",  # 281 s

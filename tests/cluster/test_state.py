@@ -1,4 +1,4 @@
-"""The cluster state file: typed, versioned (halo.state/1), read once and written whole;
+"""The cluster state file: typed, versioned (halo.state/2), read once and written whole;
 a file of another schema, or garbage, is one line that says what to do."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_a_state_reads_back_as_it_was_written(tmp_path: Path) -> None:
     )
     write_state(cfg, state)
     assert read_state(cfg) == state
-    assert json.loads(state_path(cfg).read_text())["schema"] == "halo.state/1"
+    assert json.loads(state_path(cfg).read_text())["schema"] == "halo.state/2"
 
 
 def test_no_state_is_none(tmp_path: Path) -> None:
@@ -74,9 +74,9 @@ def test_no_state_is_none(tmp_path: Path) -> None:
         ('{"cluster": "s", "nodes": {}}', "its schema is None"),
         ("{not json", "Expecting property name enclosed in double quotes"),
         ("[1, 2]", "not a JSON object"),
-        ('{"schema": "halo.state/1", "head": "a"}', "missing or wrong field 'cluster'"),
+        ('{"schema": "halo.state/2", "head": "a"}', "missing or wrong field 'cluster'"),
         (
-            '{"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {"a": {"plan": 3}}}',
+            '{"schema": "halo.state/2", "cluster": "s", "head": "a", "nodes": {"a": {"plan": 3}}}',
             "missing or wrong field",
         ),
     ],
@@ -88,7 +88,7 @@ def test_a_foreign_or_broken_state_is_one_line(tmp_path: Path, text: str, reason
     with pytest.raises(StateError) as err:
         read_state(cfg)
     message = str(err.value)
-    assert message.startswith(f"{state_path(cfg)}: not a halo.state/1 state file halo can read")
+    assert message.startswith(f"{state_path(cfg)}: not a halo.state/2 state file halo can read")
     assert reason in message and "\n" not in message
     assert message.endswith("remove it, then run 'halo up' (or 'halo serve') again")
 
@@ -117,7 +117,7 @@ def test_a_served_record_of_the_wrong_kind_is_one_line(
 ) -> None:
     cfg = config(tmp_path)
     state_path(cfg).parent.mkdir()
-    data = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {}, "serve": serve}
+    data = {"schema": "halo.state/2", "cluster": "s", "head": "a", "nodes": {}, "serve": serve}
     state_path(cfg).write_text(json.dumps(data))
     with pytest.raises(StateError, match=re.escape(reason)):
         read_state(cfg)
@@ -127,9 +127,56 @@ def test_a_plan_halo_cannot_read_or_a_deep_file_is_one_line(tmp_path: Path) -> N
     cfg = config(tmp_path)
     state_path(cfg).parent.mkdir()
     plan = {"transport": "roce", "hca": "mlx5_0", "gid_index": 1, "env": {}, "reasons": {}}
-    data = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {"a": {"plan": plan}}}
+    data = {"schema": "halo.state/2", "cluster": "s", "head": "a", "nodes": {"a": {"plan": plan}}}
     for text in (json.dumps(data), "[" * 100_000 + "]" * 100_000):
         state_path(cfg).write_text(text)
         with pytest.raises(StateError) as err:
             read_state(cfg)
         assert "\n" not in str(err.value) and str(state_path(cfg)) in str(err.value)
+
+
+def test_deployments_round_trip_and_an_old_state_is_carried_over(tmp_path: Path) -> None:
+    from halo_cluster.cluster.deployments import Deployment, Replica
+
+    cfg = config(tmp_path)
+    small = Deployment(
+        "small", "tiny", "llama.cpp", "rpc1",
+        (Replica(0, ("a",), 8000), Replica(1, ("b",), 8000)), "/m/tiny.gguf", 5.0, ("fast",),
+    )  # fmt: skip
+    state = ClusterState("s", "a", "192.168.100.1", deployments=[small])
+    write_state(cfg, state)
+    assert read_state(cfg) == state
+    assert read_state(cfg).deployment("small") == small  # type: ignore[union-attr]
+    old = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {}}
+    state_path(cfg).write_text(json.dumps(old))
+    carried = read_state(cfg)
+    assert carried is not None and carried.deployments == [] and carried.cluster == "s"
+
+
+@pytest.mark.parametrize(
+    ("deployments", "reason"),
+    [
+        ({"name": "x"}, "deployments is {'name': 'x'}"),
+        ([{"name": "a.b", "model": "m", "engine": "vllm", "layout": "tp1"}], "deployment.name"),
+        ([{"name": "a", "model": "m", "engine": "vllm", "layout": "tp1"}], "deployment.replicas"),
+        (
+            [{"name": "a", "model": "m", "engine": "vllm", "layout": "tp1",
+              "replicas": [{"index": 0, "nodes": ["a"], "port": 70000}]}],
+            "replica.port is 70000",
+        ),
+        (
+            [{"name": "a", "model": "m", "engine": "vllm", "layout": "tp1",
+              "replicas": [{"index": 0, "nodes": ["a"], "port": 1}]}] * 2,
+            "deployment 'a' appears twice",
+        ),
+    ],
+)  # fmt: skip
+def test_a_deployment_of_the_wrong_kind_is_one_line(
+    tmp_path: Path, deployments: object, reason: str
+) -> None:
+    cfg = config(tmp_path)
+    state_path(cfg).parent.mkdir()
+    data = {"schema": "halo.state/2", "cluster": "s", "head": "a", "deployments": deployments}
+    state_path(cfg).write_text(json.dumps(data))
+    with pytest.raises(StateError, match=re.escape(reason)):
+        read_state(cfg)

@@ -23,6 +23,7 @@ COMMANDS = {
     "down": "halo_cluster.cli.cluster:down",
     "env": "halo_cluster.cli.transport:env_command",
     "exporter": "halo_cluster.cli.monitor:exporter",
+    "gateway": "halo_cluster.cli.gateway:gateway",
     "inventory": "halo_cluster.cli.inventory:inventory",
     "lab": "halo_cluster.cli.lab:lab",
     "model": "halo_cluster.cli.model:model",

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
@@ -71,7 +72,9 @@ def status(config_path: str | None, as_json: bool) -> int:
     a cluster served without Ray: when the server is not healthy)."""
     from halo_cluster.serving.status import cluster_status
 
-    data = cluster_status(cluster_handle(config_path, True))
+    cluster = cluster_handle(config_path, True)
+    data = cluster_status(cluster)
+    data.update(_deployments(cluster))
     if as_json:
         emit_json(data)
     else:
@@ -96,10 +99,44 @@ def status(config_path: str | None, as_json: bool) -> int:
             _print_serve(data["serve"])
         if data["up_s"] is not None:
             click.echo(f"up {data['up_s']:.0f} s")
+        _print_deployments(data)
+    if any(d["state"] != "serving" for d in data["deployments"]):
+        return 1
     ray_used = data["up_s"] is not None or any(n["ray"] for n in data["nodes"])
     if not ray_used and data["serve"] is not None:  # served without Ray: the server's health
         return 0 if data["serve"]["healthy"] else 1
     return 0 if all(n["ray"] for n in data["nodes"]) else 1
+
+
+def _deployments(cluster: Any) -> dict[str, Any]:
+    """The deployments ('halo run --name') with their replicas, and the gateway (asked on
+    the head only where there is something for it to front or it was given keys)."""
+    from halo_cluster.deploy.view import deployments_view
+    from halo_cluster.gateway import control
+
+    deployments = deployments_view(cluster)
+    used = deployments or control.keys_path(cluster.config).exists()
+    return {
+        "gateway": control.view(cluster).to_dict() if used else None,
+        "deployments": deployments,
+    }
+
+
+def _print_deployments(data: dict[str, Any]) -> None:
+    gateway = data["gateway"]
+    if gateway is not None:
+        said = "running" if gateway["running"] else "NOT RUNNING ('halo gateway start')"
+        click.echo(f"gateway {said} at {gateway['url']}")
+    for deployment in data["deployments"]:
+        click.echo(
+            f"deployment {printable(deployment['name'])}: {printable(deployment['model'])} "
+            f"{deployment['layout']} — {deployment['state']}"
+        )
+        for replica in deployment["replicas"]:
+            click.echo(
+                f"  replica {replica['index']} on {'+'.join(replica['nodes'])} "
+                f"{replica['url']}: {replica['state']}"
+            )
 
 
 def _print_serve(serve: dict[str, object]) -> None:

@@ -231,12 +231,29 @@ def _energy_lines(doc: Tuned, levels: list[str]) -> list[str]:
     "--wait", "wait_s", default=900.0, show_default=True, help="Seconds to wait for /health."
 )
 @click.option(
+    "--name",
+    help="Serve it as this deployment beside the others (default with --nodes or --replicas: "
+    "the model's store name); 'halo stop NAME' stops it.",
+)
+@click.option(
+    "--nodes",
+    metavar="A,B|A+B,C+D",
+    help="The deployment's nodes: a,b (split into --replicas groups) or a+b,c+d (one replica "
+    "per group). Default: nodes no other deployment uses.",
+)
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 32),
+    help="Copies of the layout on disjoint nodes, each served, proven and supervised alone.",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
     help="Print {model, layout, reason, url, api_key_env, already_running, "
     "predicted_tokens_per_s, measured_tokens_per_s, serve, stopped, commands, energy, saved} "
-    "as JSON.",
+    "as JSON; for a deployment {name, model, engine, layout, reason, replaced, state, "
+    "replicas: [{index, nodes, url, proven, stopped, problems}], gateway}.",
 )
 def run_command(
     model: str,
@@ -244,6 +261,9 @@ def run_command(
     engine: str | None,
     layout: str | None,
     wait_s: float,
+    name: str | None,
+    nodes: str | None,
+    replicas: int | None,
     as_json: bool,
 ) -> int:
     """From MODEL (a model directory or GGUF file here, a Hugging Face repo id, or a name of
@@ -253,12 +273,18 @@ def run_command(
     record the engine's one-node token reference when there is none, serve (supervised),
     prove it by every witness, then a short bench serve at concurrency 1 beside the
     prediction. Run again with nothing changed, it only checks the server and prints the
-    endpoint; with another model or layout, the old server is stopped first."""
+    endpoint; with another model or layout, the old server is stopped first.
+
+    With --name, --nodes or --replicas it adds (or replaces) one named deployment and leaves
+    the others serving: each replica on its own nodes and port, served, proven and
+    supervised alone, and registered with the gateway ('halo gateway start')."""
     from halo_cluster.cli.cluster import cluster_handle
     from halo_cluster.config import results_dir
     from halo_cluster.recipes.run import run
 
     cluster = cluster_handle(config_path, as_json)
+    if name or nodes or replicas:
+        return _deploy(cluster, model, name, nodes, replicas, layout, engine, wait_s, as_json)
     out = run(cluster, model, layout, engine, results_dir(), _say(as_json), wait_s)
     saved = _save(cluster, out.to_result(cluster.config.name), None, "run")
     if as_json:
@@ -267,6 +293,41 @@ def run_command(
     _render_run(out)
     click.echo(f"saved {saved}")
     return 1 if out.stopped else 0
+
+
+def _deploy(
+    cluster: Any,
+    model: str,
+    name: str | None,
+    nodes: str | None,
+    replicas: int | None,
+    layout: str | None,
+    engine: str | None,
+    wait_s: float,
+    as_json: bool,
+) -> int:
+    from halo_cluster.cli.output import plain
+    from halo_cluster.config import results_dir
+    from halo_cluster.deploy.run import DeployRequest, deploy
+
+    request = DeployRequest(model, name, nodes, replicas, layout, engine, wait_s)
+    out = deploy(cluster, request, results_dir(), _say(as_json))
+    if as_json:
+        emit_json(out.to_json())
+        return 0 if out.state == "serving" else 1
+    click.echo(f"deployment {out.name}: {out.layout} x{len(out.replicas)} — {out.state}")
+    for replica in out.replicas:
+        said = "STOPPED" if replica.stopped else f"proven: {replica.proven or 'no'}"
+        click.echo(f"  replica {replica.index} on {'+'.join(replica.nodes)} at {replica.url} "
+                   f"({said})")  # fmt: skip
+        for problem in replica.problems:
+            click.echo(f"    problem: {plain(problem)}", err=True)
+    gateway = out.gateway or {}
+    if gateway.get("running"):
+        click.echo(f"through the gateway: {gateway['url']} (model {out.name!r})")
+    else:
+        click.echo("the gateway is not running: 'halo gateway start' puts one endpoint in front")
+    return 0 if out.state == "serving" else 1
 
 
 def _render_run(out: Any) -> None:

@@ -251,11 +251,24 @@ def _per_token(value: float | None) -> str:
 
 
 @click.command()
+@click.argument("name", required=False)
 @config_option()
-def stop(config_path: str | None) -> int:
-    """Stop the server 'halo serve' started (every engine, on every node)."""
-    stopped = _serving(config_path, True).stop()
-    click.echo("server stopped" if stopped else "no server was running")
+@click.option("--json", "as_json", is_flag=True, help="Print {stopped: [names], server} as JSON.")
+def stop(name: str | None, config_path: str | None, as_json: bool) -> int:
+    """Stop deployment NAME ('halo run --name'), the others left serving; without NAME,
+    every deployment and the server 'halo serve' started (every engine, on every node)."""
+    from halo_cluster.cli.cluster import cluster_handle
+    from halo_cluster.deploy.stop import stop_all, stop_deployment
+
+    cluster = cluster_handle(config_path, True)
+    out = stop_deployment(cluster, name) if name else stop_all(cluster)
+    if as_json:
+        emit_json(out.to_dict())
+        return 0
+    for stopped in out.stopped:
+        click.echo(f"deployment {stopped} stopped")
+    if not name:
+        click.echo("server stopped" if out.server else "no server was running")
     return 0
 
 

@@ -6,6 +6,7 @@ around a probe request (the proof the bring-up and the supervisor share).
     gather      every node's facts, in parallel
     doctor      the doctor's checks over every node
     plans       every node's transport plan and the doctor's gate (no Ray needed)
-    state       the state file (halo.state/1), read once per command
+    state       the state file (halo.state/2), read once per command
+    deployments the named deployments it holds: each a model, its layout and replicas
     proof       the counters witness, the same for every engine
 """

@@ -1,8 +1,10 @@
 """The cluster's state file (``<config dir>/.halo/<cluster>.state.json``, schema
-``halo.state/1``): every node's transport plan and engine ranks (from ``halo up``, or from
-the last ``halo serve`` where Ray plays no part), when Ray was started, and what the last
-``halo serve`` started and proved. Read once per command, written atomically; no secrets
-(plans and proofs hold none). A file of another schema, or garbage, is one line."""
+``halo.state/2``): every node's transport plan and engine ranks (from ``halo up``, or from
+the last ``halo serve`` where Ray plays no part), when Ray was started, what the last
+``halo serve`` started and proved, and the named deployments (``cluster.deployments``; each
+replica's own proof is in its unit's state file). Read once per command, written
+atomically; no secrets (plans and proofs hold none). A ``halo.state/1`` file is read and
+carried over (it had no deployments); another schema, or garbage, is one line."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ from halo_cluster import engine_registry
 from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
+from halo_cluster.cluster.deployments import Deployment, parse_deployments
 from halo_cluster.config import Config
 from halo_cluster.errors import ParseError, StateError
 from halo_cluster.transport import TransportPlan
 
-SCHEMA = "halo.state/1"
+SCHEMA = "halo.state/2"
+CARRIED = ("halo.state/1",)  # older schemas read as they are (the fields they lack: empty)
 MAX_STATE_BYTES = 16 << 20  # a few KiB per node
 
 
@@ -86,6 +90,10 @@ class ClusterState:
     nodes: dict[str, NodeState] = field(default_factory=dict)
     ray_started_at: float | None = None  # when 'halo up' started Ray; None: not by halo
     serve: ServedState | None = None
+    deployments: list[Deployment] = field(default_factory=list)
+
+    def deployment(self, name: str) -> Deployment | None:
+        return next((d for d in self.deployments if d.name == name), None)
 
     def plans(self) -> dict[str, TransportPlan]:
         return {name: entry.plan for name, entry in self.nodes.items()}
@@ -104,6 +112,7 @@ class ClusterState:
                 name: {"plan": e.plan.to_dict(), "ranks": e.ranks} for name, e in self.nodes.items()
             },
             **({"serve": asdict(self.serve)} if self.serve is not None else {}),
+            "deployments": [d.to_dict() for d in self.deployments],
         }
 
 
@@ -133,7 +142,7 @@ def read_state(config: Config) -> ClusterState | None:
 def _parse(data: Any) -> ClusterState:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
-    if data.get("schema") != SCHEMA:
+    if data.get("schema") != SCHEMA and data.get("schema") not in CARRIED:
         raise ValueError(f"its schema is {data.get('schema')!r}")
     try:
         nodes = {
@@ -148,6 +157,7 @@ def _parse(data: Any) -> ClusterState:
             nodes,
             _number(data.get("started_at")),
             ServedState.from_dict(served) if isinstance(served, dict) else None,
+            parse_deployments(data.get("deployments")),
         )
     except (KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"missing or wrong field {err}") from None

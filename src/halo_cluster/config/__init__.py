@@ -13,6 +13,11 @@ for settings (``XDG_CONFIG_HOME``).
     [models]                      # optional: each node's model store (halo model)
     dir = "/var/lib/halo/models"  # on the node's own disk
 
+    [gateway]                     # optional: one endpoint for every deployment
+    host = "127.0.0.1"            # where clients reach it, on the head
+    port = 8080
+    aliases = { fast = "small" }  # a name clients may send -> a deployment
+
     [[node]]
     name = "strix1"
     ssh = "root@192.168.1.51"     # any target your ssh understands (ssh_config aliases too)
@@ -29,6 +34,7 @@ for settings (``XDG_CONFIG_HOME``).
 from halo_cluster.config.load import load_config
 from halo_cluster.config.model import (
     Config,
+    GatewayConfig,
     NodeConfig,
     RayConfig,
     ServeConfig,
@@ -45,6 +51,7 @@ from halo_cluster.errors import ConfigError
 __all__ = [
     "Config",
     "ConfigError",
+    "GatewayConfig",
     "NodeConfig",
     "RayConfig",
     "ServeConfig",

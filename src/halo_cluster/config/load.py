@@ -26,6 +26,7 @@ from halo_cluster.config.model import (
     SERVE_KEYS,
     Config,
     FabricConfig,
+    GatewayConfig,
     ModelsConfig,
     NodeConfig,
     RayConfig,
@@ -45,6 +46,7 @@ from halo_cluster.printable import quoted
 from halo_cluster.supervision import SuperviseSettings
 from halo_cluster.transport import WANTED
 
+_ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a model name a client may send
 MAX_CONFIG_BYTES = 1 << 20
 MAX_GPUS = 1024  # per node: far above any machine's, low enough to count without surprise
 
@@ -73,11 +75,11 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
     where = _Locator(path, text)
     _no_nul(where, data)
     for key in data:
-        if key not in ("cluster", "node", "ray", "serve", "models", "fabric"):
+        if key not in ("cluster", "node", "ray", "serve", "models", "fabric", "gateway"):
             raise where.error(
                 key,
                 f"unknown section [{key}] (known: [cluster], [ray], [serve], [models], "
-                "[fabric], [[node]])",
+                "[fabric], [gateway], [[node]])",
             )
     cluster = data.get("cluster", {})
     if not isinstance(cluster, dict):
@@ -125,6 +127,37 @@ def _validate(path: Path, text: str, data: dict[str, Any]) -> Config:
         serve=_serve(where, data.get("serve", {})),
         models=_models(where, data.get("models", {})),
         fabric=fabric,
+        gateway=_gateway(where, data.get("gateway", {})),
+    )
+
+
+def _gateway(where: _Locator, raw: Any) -> GatewayConfig:
+    if not isinstance(raw, dict):
+        raise where.error("gateway", "[gateway] must be a table")
+    _unknown(
+        where, raw, {"host", "port", "router_port", "metrics_port", "python", "aliases"}, "gateway"
+    )
+    ports = {}
+    for key, default in (("port", 8080), ("router_port", 30080), ("metrics_port", 29080)):
+        value = raw.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+            raise where.error(key, f"gateway.{key} must be a port number (1-65535)")
+        ports[key] = value
+    if len(set(ports.values())) < len(ports):
+        raise where.error("port", "gateway.port, router_port and metrics_port must differ")
+    aliases = raw.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and _ALIAS.match(k) and _ALIAS.match(v)
+        for k, v in aliases.items()
+    ):
+        raise where.error(
+            "aliases", 'gateway.aliases is a table of alias = "deployment", each a plain name'
+        )
+    return GatewayConfig(
+        host=_bind_host(where, raw, "host", "gateway"),
+        python=_string(where, raw, "python", "gateway", default=""),
+        aliases=tuple(sorted(aliases.items())),
+        **ports,
     )
 
 

@@ -148,6 +148,24 @@ class ModelsConfig:
 
 
 @dataclass(frozen=True)
+class GatewayConfig:
+    """``[gateway]``: the one endpoint on the head in front of every deployment
+    (``halo gateway``): where clients reach it, the router's own ports on the head's
+    loopback, the Python that runs both (empty: the one running halo), and the names a
+    deployment is also known by (``aliases = {"fast" = "small"}``: alias -> deployment)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    router_port: int = 30080
+    metrics_port: int = 29080
+    python: str = ""
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def aliases_of(self, deployment: str) -> tuple[str, ...]:
+        return tuple(alias for alias, name in self.aliases if name == deployment)
+
+
+@dataclass(frozen=True)
 class FabricConfig:
     """``[fabric]``: how halo addresses and routes a fabric of point-to-point cables (the
     nodes' ``links``): the /31s' network, the MTU of every cable, the interface that holds
@@ -188,6 +206,7 @@ class Config:
     hardware: str = DEFAULT_HARDWARE
     link: str | None = None
     fabric: FabricConfig = FabricConfig()
+    gateway: GatewayConfig = GatewayConfig()
 
     @property
     def routed(self) -> bool:

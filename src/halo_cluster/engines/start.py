@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halo_cluster.engines.scripts import background_script, reach_script
-from halo_cluster.runner.quote import RAY_TOKEN_ENV, SCRIPT_ARGV
+from halo_cluster.runner.quote import RAY_TOKEN_ENV, SCRIPT_ARGV, WORKER_KEY_ENV
 from halo_cluster.wire.supervise import Step
 
 START_TIMEOUT_S = 60.0  # the start script itself: it backgrounds the process and returns
 # names whose values never leave the start script (API keys, Hugging Face and Ray tokens)
-SECRET_ENV = frozenset({"VLLM_API_KEY", "LLAMA_API_KEY", "HF_TOKEN", RAY_TOKEN_ENV})
+SECRET_ENV = frozenset(
+    {"VLLM_API_KEY", "LLAMA_API_KEY", "HF_TOKEN", RAY_TOKEN_ENV, WORKER_KEY_ENV}
+)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 SCRIPT_ARGV = ("bash", "-s")  # a script on stdin
 RAY_TOKEN_ENV = "HALO_RAY_TOKEN"  # a Ray auth token in a script's env (see ray/auth.py)
+WORKER_KEY_ENV = "HALO_WORKER_KEY"  # the engines' key behind the gateway (gateway/worker_key.py)
 
 
 def exports(env: Mapping[str, str]) -> str:

@@ -1,0 +1,128 @@
+"""The deployments the cluster serves (pure): each a named model on an engine and a layout,
+with one or more replicas, each replica on its own nodes and port. A replica is served as
+its own *unit*: the cluster narrowed to the replica's nodes under the name
+``<cluster>.<deployment>.<index>``, so its processes, supervisor, state and token proof are
+the bring-up's own (``deploy/``). This is the list the state file (``halo.state/2``) holds;
+``from_dict`` is its one parser, a field of the wrong kind a ValueError naming it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")  # no '.': it separates a unit's parts
+NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a deployment (None when it can)."""
+    return None if NAME.match(name) else f"use {NAME_RULE}"
+
+
+def unit_name(cluster: str, deployment: str, index: int) -> str:
+    """The name a replica is served under: its processes, supervisor and state file."""
+    return f"{cluster}.{deployment}.{index}"
+
+
+@dataclass(frozen=True)
+class Replica:
+    index: int
+    nodes: tuple[str, ...]  # the first one serves the API
+    port: int
+
+    def unit(self, cluster: str, deployment: str) -> str:
+        return unit_name(cluster, deployment, self.index)
+
+    def url(self, address: str) -> str:
+        """Its API's URL, given its first node's cluster address."""
+        host = f"[{address}]" if ":" in address else address
+        return f"http://{host}:{self.port}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "nodes": list(self.nodes), "port": self.port}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Replica:
+        if not isinstance(data, dict):
+            raise ValueError(f"a replica is {data!r}")
+        index, nodes, port = data.get("index"), data.get("nodes"), data.get("port")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"replica.index is {index!r}")
+        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) for n in nodes):
+            raise ValueError(f"replica.nodes is {nodes!r}")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise ValueError(f"replica.port is {port!r}")
+        return cls(index, tuple(nodes), port)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One named model served by ``halo run --name``: the model as given and as served (the
+    path on the nodes' stores), its engine, layout and replicas."""
+
+    name: str
+    model: str
+    engine: str
+    layout: str  # the layout's name ("tp2", "rpc2"), as 'halo run --layout' takes it
+    replicas: tuple[Replica, ...]
+    served: str = ""  # what the engine was given (a store path, a file)
+    created: float = 0.0
+    aliases: tuple[str, ...] = field(default=())
+
+    def nodes(self) -> set[str]:
+        return {n for replica in self.replicas for n in replica.nodes}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "engine": self.engine,
+            "layout": self.layout,
+            "served": self.served,
+            "created": self.created,
+            "aliases": list(self.aliases),
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Deployment:
+        if not isinstance(data, dict):
+            raise ValueError(f"a deployment is {data!r}")
+        text: dict[str, str] = {}
+        for key in ("name", "model", "engine", "layout"):
+            value = data.get(key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"deployment.{key} is {value!r}")
+            text[key] = value
+        if name_problem(text["name"]) is not None:
+            raise ValueError(f"deployment.name is {text['name']!r}")
+        replicas, aliases = data.get("replicas"), data.get("aliases", [])
+        if not isinstance(replicas, list) or not replicas:
+            raise ValueError(f"deployment.replicas is {replicas!r}")
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise ValueError(f"deployment.aliases is {aliases!r}")
+        created, served = data.get("created", 0.0), data.get("served", "")
+        if not isinstance(created, (int, float)) or isinstance(created, bool):
+            raise ValueError(f"deployment.created is {created!r}")
+        if not isinstance(served, str):
+            raise ValueError(f"deployment.served is {served!r}")
+        return cls(
+            text["name"], text["model"], text["engine"], text["layout"],
+            tuple(Replica.from_dict(r) for r in replicas), served, float(created),
+            tuple(aliases),
+        )  # fmt: skip
+
+
+def parse_deployments(data: Any) -> list[Deployment]:
+    """The state file's ``deployments`` list (absent: none); names are unique."""
+    if data is None:
+        return []
+    if not isinstance(data, list):
+        raise ValueError(f"deployments is {data!r}")
+    found = [Deployment.from_dict(d) for d in data]
+    names = [d.name for d in found]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise ValueError(f"deployment {twice!r} appears twice")
+    return found
