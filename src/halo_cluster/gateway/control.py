@@ -10,7 +10,6 @@ environment."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -28,9 +27,9 @@ from halo_cluster.engines.start import Ready, launch
 from halo_cluster.errors import LifecycleError, ParseError
 from halo_cluster.gateway import scripts as gw
 from halo_cluster.gateway.keys import UsageFile, parse_usage, read_keys
+from halo_cluster.gateway.models_file import ModelEntry, ModelsFile
 from halo_cluster.gateway.worker_key import WORKER_KEY_ENV, worker_key
 
-MODELS_SCHEMA = "halo.gateway_models/1"
 READY_S = 60
 HEALTH_INTERVAL_S = 2  # the router's health checks: a dead replica out within ~6 s
 HEALTH_FAILURES = 2
@@ -52,18 +51,19 @@ def url_of(config: Config) -> str:
     return f"http://{host}:{config.gateway.port}"
 
 
-def models_file(config: Config, deployments: list[Deployment]) -> str:
+def models_file(config: Config, deployments: list[Deployment]) -> ModelsFile:
     """What the gate answers /v1/models with, and the aliases it rewrites."""
-    models = [
-        {
-            "id": d.name,
-            "aliases": sorted({*d.aliases, *config.gateway.aliases_of(d.name)}),
-            "engine": d.engine,
-            "replicas": len(d.replicas),
-        }
-        for d in deployments
-    ]
-    return json.dumps({"schema": MODELS_SCHEMA, "models": models}, indent=1)
+    return ModelsFile(
+        tuple(
+            ModelEntry(
+                d.name,
+                tuple(sorted({*d.aliases, *config.gateway.aliases_of(d.name)})),
+                d.engine,
+                len(d.replicas),
+            )
+            for d in deployments
+        )
+    )
 
 
 def wanted_workers(config: Config, deployments: list[Deployment]) -> list[dict[str, str]]:
@@ -135,7 +135,7 @@ def push_files(cluster: Cluster, deployments: list[Deployment]) -> None:
     where = head_state_dir(cluster)
     files = {
         gw.file_path(where, config.name, "keys"): read_keys(keys_path(config)).to_json(),
-        gw.file_path(where, config.name, "models"): models_file(config, deployments),
+        gw.file_path(where, config.name, "models"): models_file(config, deployments).to_json(),
     }
     written = cluster.client(cluster.head).script(gw.write_files_script(files))
     if not written.ok:
