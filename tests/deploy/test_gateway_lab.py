@@ -1,6 +1,6 @@
-"""Two deployments behind one gateway in a three-node lab, with llama.cpp's real build:
-'small' as two replicas (node1, node2) and 'other' on node3, each replica served, proven
-and supervised alone; the gateway (vllm-router behind halo's key gate) on node1 routes by
+"""Two deployments behind one gateway in a three-node lab, with both engines' real builds:
+'small' as two llama.cpp replicas (node1, node2) and 'other' on vLLM on node3, each replica
+served, proven and supervised alone; the gateway (vllm-router behind halo's key gate) on node1 routes by
 model, lists both (with an alias), refuses a missing, wrong or revoked key before any
 engine sees it, keeps answering while a replica is killed and takes it back once its
 supervisor restarted it; 'halo stop small' leaves 'other' serving; 'halo stop' and
@@ -22,7 +22,10 @@ from tests.conftest import halo
 from tests.models_once import TinyModels
 
 pytestmark = pytest.mark.engine
-LEFTOVER = "pgrep -af 'llama-server|ggml-rpc-server|vllm::router|gateway.gate' | grep -v pgrep; echo clean"
+LEFTOVER = (
+    "pgrep -af 'llama-server|ggml-rpc-server|vllm::router|gateway.gate|vllm serve|EngineCore' "
+    "| grep -v pgrep; echo clean"
+)
 
 
 def _ask(url: str, key: str | None, model: str, path: str = "/v1/completions") -> tuple[int, Any]:
@@ -65,11 +68,10 @@ def _node(tmp: Path, lab: Path, node: str, script: str) -> str:
 
 
 def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
-    tmp_path: Path, lab_host: None, llama_cpp: str, tiny_models: TinyModels
+    tmp_path: Path, lab_host: None, llama_cpp: str, vllm_engine: str, tiny_models: TinyModels
 ) -> None:
     lab = tmp_path / "G"
-    up = ("lab", "up", "--name", "gw", "--dir", str(lab), "--nodes", "3", "--no-engine",
-          "--installed")  # fmt: skip
+    up = ("lab", "up", "--name", "gw", "--dir", str(lab), "--nodes", "3", "--installed")
     assert halo(*up).returncode == 0
     config = lab / "halo.toml"
     try:
@@ -79,15 +81,18 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         text = config.read_text()
         config.write_text(text + f'\n[gateway]\nhost = "{host}"\naliases = {{ fast = "small" }}\n')
         tiny_models.copy(lab / "model", "gguf")
-        model = str(lab / "model" / "model.gguf")
-        run = ("run", model, "--config", str(config), "--json", "--layout", "llama.cpp single")
-        small = halo(*run, "--name", "small", "--replicas", "2", cwd=tmp_path, timeout=600)
+        tiny_models.copy(lab / "hf")
+        run = ("run", "--config", str(config), "--json")
+        single = ("--layout", "llama.cpp single")
+        small = halo(*run, str(lab / "model" / "model.gguf"), *single, "--name", "small",
+                     "--replicas", "2", cwd=tmp_path, timeout=600)  # fmt: skip
         assert small.returncode == 0, small.stderr
         deployed = json.loads(small.stdout)
         assert deployed["state"] == "serving"
         assert [r["nodes"] for r in deployed["replicas"]] == [["node1"], ["node2"]]
         assert all(r["proven"] == "one node" for r in deployed["replicas"])
-        other = halo(*run, "--name", "other", cwd=tmp_path, timeout=600)
+        other = halo(*run, str(lab / "hf"), "--layout", "vllm TP1", "--name", "other",
+                     cwd=tmp_path, timeout=900)  # fmt: skip
         assert other.returncode == 0, other.stderr
         assert [r["nodes"] for r in json.loads(other.stdout)["replicas"]] == [["node3"]]
 
@@ -108,9 +113,16 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         assert _routed(tmp_path, lab) == before
 
         # routed by model, an alias too; /v1/models lists both
-        _until("the router holds three healthy replicas", lambda: all(
-            w["healthy"] for w in json.loads(halo(
-                "gateway", "status", "--config", str(config), "--json").stdout)["workers"]), 30)
+        _until(
+            "the router holds three healthy replicas",
+            lambda: all(
+                w["healthy"]
+                for w in json.loads(
+                    halo("gateway", "status", "--config", str(config), "--json").stdout
+                )["workers"]
+            ),
+            30,
+        )
         for name in ("small", "fast", "other"):
             status, answer = _ask(url, key, name)
             assert status == 200, answer
@@ -150,8 +162,10 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
                                "--json").stdout)["key"]  # fmt: skip
         assert halo("stop", "small", "--config", str(config)).returncode == 0
         _until("bob's key taken", lambda: _ask(url, key2, "other")[0] == 200, 10)
-        assert _node(tmp_path, lab, "node3", "pgrep -c llama-server").strip() == "1"
-        assert _node(tmp_path, lab, "node2", "pgrep -c llama-server || true").strip() == "0"
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, lab, node, "pgrep -c llama-server || true").strip() == "0"
+        state = json.loads(halo("status", "--config", str(config), "--json").stdout)
+        assert [(d["name"], d["state"]) for d in state["deployments"]] == [("other", "serving")]
     finally:
         halo("stop", "--config", str(config), cwd=tmp_path)
         halo("gateway", "stop", "--config", str(config), cwd=tmp_path)

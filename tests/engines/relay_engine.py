@@ -89,6 +89,9 @@ class Relay:
     def label(self, executor: str | None) -> str:
         return "relay (test engine)"
 
+    def named(self, name: str) -> tuple[str, ...]:
+        return ()
+
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         return [f"engine: relay, links {', '.join(engine.get('links', []))}"]
 

@@ -32,6 +32,7 @@ from halo_cluster.deploy.groups import free_groups, parse_groups, place
 from halo_cluster.deploy.stop import stop_replicas
 from halo_cluster.deploy.units import provide_worker_key, unit_cluster
 from halo_cluster.engines.layout import Layout
+from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.gateway import control as gateway
 from halo_cluster.recipes.layouts import one_node, parse_layout
@@ -205,13 +206,15 @@ def _serve(
                      f"{'+'.join(replica.nodes)} at {out.url}")  # fmt: skip
     serving = Serving(unit)
     model = files.served[layout.engine]
+    named = find_engine(layout.engine).named(deployment.name)  # the model id the router routes
     try:
         mode = _reference(cluster, unit, serving, layout, model, deployment.served, wait_s)
         result = serving.start(
             serve_request(
-                unit.config, model=model, reference=mode, wait_s=wait_s, **layout.serve_args()
+                unit.config, model=model, reference=mode, wait_s=wait_s, extra=named,
+                **layout.serve_args(),
             )
-        )
+        )  # fmt: skip
     except HaloError as err:
         serving.stop()
         out.stopped, out.problems = True, [str(err)]

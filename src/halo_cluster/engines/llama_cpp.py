@@ -115,6 +115,9 @@ class LlamaCpp:
     def label(self, executor: str | None) -> str:
         return "llama.cpp over RPC"
 
+    def named(self, name: str) -> tuple[str, ...]:
+        return ("--alias", name)
+
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         rpc = engine.get("rpc") or {}
         lines = [

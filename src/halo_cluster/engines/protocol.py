@@ -180,6 +180,10 @@ class Engine(Protocol):
     def label(self, executor: str | None) -> str:
         """How a running server of this engine is named in one line ("vLLM, mp executor")."""
 
+    def named(self, name: str) -> tuple[str, ...]:
+        """Its own options that make it answer to ``name`` as a model id (a deployment
+        behind the gateway, which routes by the model a request names)."""
+
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         """Lines for people about the engine's own witness (``Witness.engine``)."""
 

@@ -81,6 +81,9 @@ class Vllm:
     def label(self, executor: str | None) -> str:
         return f"vLLM, {executor} executor" if executor else "vLLM"
 
+    def named(self, name: str) -> tuple[str, ...]:
+        return ("--served-model-name", name)
+
     def describe(self, engine: Mapping[str, Any]) -> list[str]:
         if not engine.get("backend"):
             return []
