@@ -96,6 +96,9 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         assert other.returncode == 0, other.stderr
         assert [r["nodes"] for r in json.loads(other.stdout)["replicas"]] == [["node3"]]
 
+        again = halo(*run, str(lab / "model" / "model.gguf"), *single, "--name", "small",
+                     "--replicas", "2", cwd=tmp_path)  # fmt: skip
+        assert json.loads(again.stdout)["reason"] == "already serving", again.stderr
         started = halo("gateway", "start", "--config", str(config), "--json", cwd=tmp_path)
         assert started.returncode == 0, started.stderr
         gateway = json.loads(started.stdout)

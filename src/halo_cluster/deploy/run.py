@@ -116,6 +116,9 @@ def deploy(
     others = [d for d in state.deployments if d.name != name]
     layout, reason, groups = _layout_and_groups(cluster, files, request, others, results)
     progress(f"deployment {name}: {layout.name} x{len(groups)} ({reason})")
+    kept = _unchanged(cluster, old, files, layout, groups)
+    if kept is not None:
+        return kept
     if old is not None:
         progress(f"deployment {name}: stopping the replicas it had")
         stop_replicas(cluster, old)
@@ -131,6 +134,33 @@ def deploy(
     provide_worker_key(config)
     for replica in deployment.replicas:
         out.replicas.append(_serve(cluster, deployment, replica, layout, files, request.wait_s))
+    out.gateway = gateway.sync(cluster).to_dict()
+    return out
+
+
+def _unchanged(
+    cluster: Cluster,
+    old: Deployment | None,
+    files: ModelFiles,
+    layout: Layout,
+    groups: list[tuple[str, ...]],
+) -> DeployResult | None:
+    """The deployment as it runs, when it is this model and layout on these nodes and every
+    replica serves: nothing is copied, started or stopped (None: it is to be served)."""
+    from halo_cluster.deploy.view import deployments_view
+
+    if old is None or (old.model, old.layout) != (files.name, layout.name):
+        return None
+    if [r.nodes for r in old.replicas] != groups:
+        return None
+    found = next((d for d in deployments_view(cluster) if d["name"] == old.name), None)
+    if found is None or found["state"] != "serving":
+        return None
+    out = DeployResult(old.name, old.model, old.engine, old.layout, "already serving")
+    for replica in found["replicas"]:
+        out.replicas.append(
+            ReplicaResult(replica["index"], replica["nodes"], replica["url"], replica["proven"])
+        )
     out.gateway = gateway.sync(cluster).to_dict()
     return out
 
