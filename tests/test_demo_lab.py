@@ -68,3 +68,13 @@ def test_demo_prints_both_inventories(
     assert "node1 reaches node3" in result.stdout and "over thunderbolt1, 1 hop" in result.stdout
     assert "RPC workers at 198.19." in result.stdout and "proven socket" in result.stdout
     assert "mesh lab removed" in result.stdout
+    # a team's endpoint: two deployments (llama.cpp with two replicas, vLLM) behind the gateway
+    assert "halo run --name small: llama.cpp single, replica 1 on node2" in result.stdout
+    assert "halo run --name chat: vllm TP1, replica 0 on node3" in result.stdout
+    assert "vllm-router holding 3 replicas of chat, small" in result.stdout
+    for model in ("small", "fast", "chat"):
+        assert f"through the gateway, model '{model}' with the key: 200" in result.stdout
+    assert "the same without a key: 401" in result.stdout
+    assert "replica on node2 killed: 20 of 20 requests answered" in result.stdout
+    assert "deployment small serving on both replicas again after" in result.stdout
+    assert "team lab removed" in result.stdout

@@ -37,7 +37,9 @@ def demo(as_json: bool, no_lab: bool) -> int:
     E810 node, healthy and misconfigured, and recorded RCCL/NCCL logs): inventory, doctor,
     transport plan, transport proof; then, as root, a 2-node lab serving a tiny model with
     the real engine (vLLM's CPU build) at TP=2, its evidence and the benchmarks, and a
-    3-node lab cabled as a mesh without a switch (setup, doctor, llama.cpp over it)."""
+    3-node lab cabled as a mesh without a switch (setup, doctor, llama.cpp over it), and a
+    3-node lab serving two deployments and replicas behind one gateway with a key."""
+    from halo_cluster.cli.demo_gateway import gateway_demo
     from halo_cluster.cli.demo_lab import lab_demo
     from halo_cluster.cli.demo_mesh import mesh_demo
     from halo_cluster.cli.output import console
@@ -46,9 +48,9 @@ def demo(as_json: bool, no_lab: bool) -> int:
     gathered = gather()
     skipped = {"skipped": "--no-lab"}
     if as_json:
-        labs = {"lab": skipped, "mesh": skipped}
+        labs = {"lab": skipped, "mesh": skipped, "gateway": skipped}
         if not no_lab:
-            labs = {"lab": lab_demo(None), "mesh": mesh_demo(None)}
+            labs = {"lab": lab_demo(None), "mesh": mesh_demo(None), "gateway": gateway_demo(None)}
         emit_json({**gathered.to_dict(), **labs})
         return 0
     out = console()
@@ -56,6 +58,7 @@ def demo(as_json: bool, no_lab: bool) -> int:
     if not no_lab:
         lab_demo(out)
         mesh_demo(out)
+        gateway_demo(out)
     return 0
 
 
