@@ -151,6 +151,15 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
             "status", "--config", str(config), "--json").stdout)["deployments"][0]["state"]
             == "serving", 90)  # fmt: skip
 
+        # one replica's log and a bench straight at a replica (with the worker key)
+        log = halo("logs", "--config", str(config), "--name", "small", "--replica", "1", "-n", "50")
+        assert log.returncode == 0 and "llama" in log.stdout.lower(), log.stderr
+        bench = halo("bench", "serve", "--config", str(config), "--name", "other", "--json",
+                     "--concurrency", "1", "--prompts", "2", "--output-len", "8", "--out",
+                     str(tmp_path / "bench.json"))  # fmt: skip
+        assert bench.returncode == 0, bench.stderr
+        assert json.loads(bench.stdout)["levels"][0]["errors"] == 0
+
         # revoked: refused within 5 s
         assert halo("gateway", "key", "revoke", "alice", "--config", str(config)).returncode == 0
         revoked = time.monotonic()

@@ -66,6 +66,28 @@ def test_prometheus_config_command(tmp_path: Path) -> None:
     assert '- targets: ["192.168.1.51:9877"]' in out and '- targets: ["strix2.lan:9877"]' in out
     assert '        labels: {"node": "strix1", "cluster": "strix"}' in out
     assert "job_name: halo" in out and 'scrape_interval: "5s"' in out
+    assert "# the gateway's router metrics listen on the head's loopback" in out
+    assert "halo-gateway" not in out
+    config.write_text(config.read_text() + '[gateway]\nmetrics_host = "0.0.0.0"\n')
+    argv = [sys.executable, "-m", "halo_cluster", "monitoring", "prometheus-config"]
+    out = subprocess.run(
+        [*argv, "--config", str(config)], capture_output=True, text=True, check=True
+    ).stdout
+    gateway = out.split("  - job_name: halo-gateway\n", 1)[1].splitlines()
+    assert gateway[2:] == [
+        '      - targets: ["192.168.1.51:29080"]',
+        '        labels: {"cluster": "strix", "node": "strix1"}',
+    ]
+
+
+def test_grafana_dashboard_has_a_panel_per_deployment_and_the_gateway() -> None:
+    dashboard = json.loads((CONTRIB / "grafana" / "halo-fabric.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["deployment"]["definition"] == "label_values(halo_serve_state, cluster)"
+    repeated = [p for p in dashboard["panels"] if p.get("repeat") == "deployment"]
+    assert len(repeated) == 1 and "$deployment" in repeated[0]["targets"][0]["expr"]
+    exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    assert "vllm_router_cb_outcomes_total" in exprs and "vllm_router_worker_health" in exprs
 
 
 def test_prometheus_config_cannot_be_injected(tmp_path: Path) -> None:

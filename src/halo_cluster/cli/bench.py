@@ -73,10 +73,20 @@ def _levels(text: str) -> list[int]:
     help="Untimed warm-up requests before the first level (0: none).",
 )
 @click.option("--api-key-env", metavar="NAME", help="Environment variable holding the API key.")
+@click.option(
+    "--name",
+    "deployment",
+    help="A deployment's replica ('halo run --name'), asked directly with its worker key.",
+)
+@click.option(
+    "--replica", default=0, show_default=True, type=click.IntRange(0, 31), help="With --name."
+)
 @result_options
 def bench_serve(
     url: str | None,
     config_path: str | None,
+    deployment: str | None,
+    replica: int,
     model: str | None,
     concurrency: str,
     prompts: int,
@@ -109,6 +119,13 @@ def bench_serve(
     if path is None and not url:
         raise UsageError("give --url or a cluster config with a [serve] section")
     config = load_config(path) if path is not None else None
+    if deployment is not None:
+        from halo_cluster.deploy.units import deployment_unit
+        from halo_cluster.runner.quote import WORKER_KEY_ENV
+
+        if config is None:
+            raise UsageError("--name needs the cluster config that served the deployment")
+        config, api_key_env = deployment_unit(config, deployment, replica), WORKER_KEY_ENV
     plans = None
     proof = None
     key_env = api_key_env

@@ -299,6 +299,7 @@ def prometheus_config(
         target = json.dumps(f"{node.mgmt_address or node.host}:{port}")
         labels = {"node": node.name, "cluster": config.name}
         lines += [f"      - targets: [{target}]", f"        labels: {json.dumps(labels)}"]
+    lines += _gateway_job(config, seconds)
     if rules_path:
         from halo_cluster.atomic import write_output
         from halo_cluster.monitor.alerts import serving_rules
@@ -307,6 +308,32 @@ def prometheus_config(
         lines[1:1] = ["rule_files:", f"  - {json.dumps(str(Path(rules_path).resolve()))}"]
     click.echo("\n".join(lines))
     return 0
+
+
+def _gateway_job(config: Config, seconds: float) -> list[str]:
+    """vllm-router's own metrics on the head ('halo gateway'), where Prometheus can reach
+    them: [gateway] metrics_host other than the head's loopback."""
+    import json
+
+    from halo_cluster.serving.bringup import loopback_host
+
+    gateway = config.gateway
+    if loopback_host(gateway.metrics_host):
+        return [
+            "# the gateway's router metrics listen on the head's loopback: set [gateway] "
+            "metrics_host to scrape them"
+        ]
+    host = config.head.mgmt_address or config.head.host
+    host = host if gateway.metrics_host == "0.0.0.0" else gateway.metrics_host
+    target = json.dumps(f"{host}:{gateway.metrics_port}")
+    labels = json.dumps({"cluster": config.name, "node": config.head.name})
+    return [
+        "  - job_name: halo-gateway",
+        f"    scrape_interval: {json.dumps(f'{seconds:g}s')}",
+        "    static_configs:",
+        f"      - targets: [{target}]",
+        f"        labels: {labels}",
+    ]
 
 
 @monitoring.command("exporter-unit")

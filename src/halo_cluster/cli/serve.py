@@ -15,11 +15,21 @@ from halo_cluster.engines.vllm_argv import EXECUTORS
 from halo_cluster.jsonout import emit_json
 
 
-def _serving(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+def _serving(  # type: ignore[no-untyped-def]
+    config_path: str | None, quiet: bool, deployment: str | None = None, replica: int = 0
+):
+    """The cluster's own server, or replica ``replica`` of ``deployment``."""
     from halo_cluster.cli.cluster import cluster_handle
+    from halo_cluster.cluster.handle import Cluster
+    from halo_cluster.deploy.units import deployment_unit
     from halo_cluster.serving.bringup import Serving
 
-    return Serving(cluster_handle(config_path, quiet))
+    cluster = cluster_handle(config_path, quiet)
+    if deployment is None:
+        return Serving(cluster)
+    unit = deployment_unit(cluster.config, deployment, replica)
+    clients = {n.name: cluster.clients[n.name] for n in unit.nodes}
+    return Serving(Cluster(unit, clients, cluster.progress))
 
 
 @click.command()
@@ -278,11 +288,22 @@ def stop(name: str | None, config_path: str | None, as_json: bool) -> int:
 @click.option("-n", "--lines", default=200, show_default=True, help="Lines to show first.")
 @click.option("--node", help="The node whose log to show (default the head; mp executor only).")
 @click.option("--supervisor", is_flag=True, help="The supervisor's log on the head instead.")
+@click.option("--name", "deployment", help="A deployment's replica ('halo run --name').")
+@click.option(
+    "--replica", default=0, show_default=True, type=click.IntRange(0, 31), help="With --name."
+)
 def logs(
-    config_path: str | None, follow: bool, lines: int, node: str | None, supervisor: bool
+    config_path: str | None,
+    follow: bool,
+    lines: int,
+    node: str | None,
+    supervisor: bool,
+    deployment: str | None,
+    replica: int,
 ) -> int:
-    """Show the server's log on the head (or on --node), or the supervisor's."""
-    server = _serving(config_path, True)
+    """Show the server's log on the head (or on --node), or the supervisor's; with --name,
+    those of a deployment's replica (its first node, or --node)."""
+    server = _serving(config_path, True, deployment, replica)
     if supervisor:
         from halo_cluster.supervise import control
 

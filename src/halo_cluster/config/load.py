@@ -135,7 +135,10 @@ def _gateway(where: _Locator, raw: Any) -> GatewayConfig:
     if not isinstance(raw, dict):
         raise where.error("gateway", "[gateway] must be a table")
     _unknown(
-        where, raw, {"host", "port", "router_port", "metrics_port", "python", "aliases"}, "gateway"
+        where,
+        raw,
+        {"host", "port", "router_port", "metrics_port", "metrics_host", "python", "aliases"},
+        "gateway",
     )
     ports = {}
     for key, default in (("port", 8080), ("router_port", 30080), ("metrics_port", 29080)):
@@ -155,6 +158,7 @@ def _gateway(where: _Locator, raw: Any) -> GatewayConfig:
         )
     return GatewayConfig(
         host=_bind_host(where, raw, "host", "gateway"),
+        metrics_host=_bind_host(where, raw, "metrics_host", "gateway"),
         python=_string(where, raw, "python", "gateway", default=""),
         aliases=tuple(sorted(aliases.items())),
         **ports,

@@ -158,6 +158,7 @@ class GatewayConfig:
     port: int = 8080
     router_port: int = 30080
     metrics_port: int = 29080
+    metrics_host: str = "127.0.0.1"  # where the router's metrics listen (Prometheus scrapes)
     python: str = ""
     aliases: tuple[tuple[str, str], ...] = ()
 

@@ -80,7 +80,7 @@ def router_argv(config: Config) -> list[str]:
         python_of(config), "-m", "vllm_router.launch_router",
         "--host", "127.0.0.1", "--port", str(g.router_port), "--enable-igw",
         "--policy", "power_of_two",
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(g.metrics_port),
+        "--prometheus-host", g.metrics_host, "--prometheus-port", str(g.metrics_port),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_S),
         "--health-failure-threshold", str(HEALTH_FAILURES),
         "--health-check-timeout-secs", str(HEALTH_INTERVAL_S),
