@@ -211,6 +211,8 @@ def test_plan_command() -> None:
         "tokens_per_s_high",
         "weights_source",
         "efficiency_source",
+        "replicas",
+        "note",
     }
     assert (
         data["recommendation"]["layout"] == "TP2" and data["recommendation"]["link"] == "roce-e810"

@@ -34,6 +34,8 @@ ROW_KEYS = {
     "tokens_per_s_high",
     "weights_source",
     "efficiency_source",
+    "replicas",
+    "note",
 }
 
 
@@ -69,9 +71,10 @@ def test_llama_cpp_single_node_and_rpc(capsys: pytest.CaptureFixture[str]) -> No
     rpc = plan_json(capsys, "gpt-oss-120b", "--engine", "llama.cpp", "--nodes", "2")
     assert [(r["layout"], r["tp"], r["pp"], r["link"]) for r in rpc["rows"]] == [
         ("RPC2", 1, 2, "roce-e810"),
+        ("2 x single", 1, 1, "roce-e810"),  # two replicas of one node (test_replicas.py)
         ("RPC2", 1, 2, "tcp-e810"),
     ]
-    assert rpc["rows"][1]["decode_ms_network"] > rpc["rows"][0]["decode_ms_network"] > 0
+    assert rpc["rows"][2]["decode_ms_network"] > rpc["rows"][0]["decode_ms_network"] > 0
 
 
 def test_quant_and_weights_gib(capsys: pytest.CaptureFixture[str]) -> None:

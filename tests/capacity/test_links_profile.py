@@ -247,7 +247,8 @@ def test_plan_with_the_lab_profile(
     assert code == 0, err
     data = json.loads(out)
     assert data["hardware"] == "lab"
-    assert [r["link"] for r in data["rows"]] == ["lab", "alpha=30us,bw=1gbit"]
+    shown = [(r["layout"], r["link"]) for r in data["rows"]]
+    assert shown == [("RPC3", "lab"), ("3 x single", "lab"), ("RPC3", "alpha=30us,bw=1gbit")]
     added = data["nodes_added"]
     assert added["link"] == "lab" and len(added["lines"]) == 2
     assert [s["nodes"] for s in added["steps"]["alpha=30us,bw=1gbit"]] == [1, 2, 3]

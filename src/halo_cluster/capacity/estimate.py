@@ -129,6 +129,10 @@ class Row:
     tokens_per_s_high: float
     weights_source: str
     efficiency_source: str
+    # copies of the layout, each on its own nodes behind the gateway (capacity/replicas.py);
+    # 1: the layout alone on the cluster
+    replicas: int = 1
+    note: str | None = None  # how a replica row's figures were computed
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}

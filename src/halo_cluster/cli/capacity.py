@@ -72,7 +72,13 @@ if TYPE_CHECKING:
     help="A one-node halo bench serve result of this model (concurrency 1).",
 )
 @click.option("--context", default=8192, show_default=True, type=click.IntRange(1, 10_000_000))
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, 4096))
+@click.option(
+    "--batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 4096),
+    help="Concurrent requests for the tokens/s column (replicas share them evenly).",
+)
 @click.option(
     "--link",
     "link_ids",
@@ -98,7 +104,8 @@ def plan(**options: Any) -> int:
     layer split), whether it fits and the longest context, decode time per token split into
     memory-bound compute and network, tokens/s (with the range of the measurements behind
     it) at batch 1 and at --batch, and the network's share — per link — with a
-    recommendation."""
+    recommendation. With --nodes N, also 'R x LAYOUT': R = N/k replicas of each k-node
+    layout, each on its own nodes (the recommendation stays among the N-node layouts)."""
     given = PlanOptions(**options)
     if given.list_models:
         return _list(given.as_json)
@@ -244,11 +251,11 @@ def _requests(options: PlanOptions) -> tuple[list[Request], str, str]:
 
 
 def _estimate(options: PlanOptions) -> int:
-    from halo_cluster.capacity.estimate import layout_rows, node_steps, recommend
+    from halo_cluster.capacity.estimate import node_steps, recommend
 
     requests, quant, note = _requests(options)
-    rows = [row for req in requests for row in layout_rows(req)]
-    best, reason = recommend(rows)
+    rows = _rows(requests)
+    best, reason = recommend([row for row in rows if row.replicas == 1])
     req = requests[0]
     steps = {r.link.id: node_steps(r) for r in requests} if req.nodes > 1 else {}
     chosen = best.link if best is not None and best.link in steps else next(iter(steps), "")
@@ -278,6 +285,18 @@ def _estimate(options: PlanOptions) -> int:
     return 0
 
 
+def _rows(requests: list[Request]) -> list[Row]:
+    """Per link, its layouts on every node and then its replica rows; the one-node replicas
+    cross no link, so only the first link has them (as --nodes 1 has one row per layout)."""
+    from halo_cluster.capacity.estimate import layout_rows
+    from halo_cluster.capacity.replicas import replica_rows
+
+    rows: list[Row] = []
+    for index, req in enumerate(requests):
+        rows += layout_rows(req) + replica_rows(req, one_node=index == 0)
+    return rows
+
+
 def _draw(watts: str, hardware: Hardware) -> Draw:
     from halo_cluster.capacity.hf_config import read_json_object
     from halo_cluster.capacity.power import given_draw, measured_draw
@@ -293,17 +312,16 @@ def _draw(watts: str, hardware: Hardware) -> Draw:
 
 
 def _per_joule(req: Request, row: Row, draw: Draw) -> dict[str, float | int]:
-    """Tokens per joule at --batch and at batch 1, over the nodes the layout runs on."""
+    """Tokens per joule at --batch and at batch 1, over the nodes the layout runs on (every
+    replica's: an idle replica is up all the same)."""
     from halo_cluster.capacity.estimate import ranks_per_node
     from halo_cluster.capacity.power import nodes_used, tokens_per_joule
 
-    nodes = nodes_used(row.tp, row.pp, ranks_per_node(req))
+    nodes = row.replicas * nodes_used(row.tp, row.pp, ranks_per_node(req))
     return {
         "nodes_used": nodes,
         "tokens_per_joule": round(tokens_per_joule(row.tokens_per_s, nodes, draw), 4),
-        "tokens_per_joule_batch1": round(
-            tokens_per_joule(row.tokens_per_s_batch1, nodes, draw), 4
-        ),
+        "tokens_per_joule_batch1": round(tokens_per_joule(row.tokens_per_s_batch1, nodes, draw), 4),
     }
 
 
@@ -358,7 +376,7 @@ def _render(
     for r in rows:
         joule = _per_joule(req, r, draw) if draw else {}
         grid.add_row(
-            r.layout,
+            Text(r.layout, style="cyan") if r.replicas > 1 else r.layout,
             r.link,
             Text("yes", style="green") if r.fits else Text("no", style="red"),
             f"{r.weights_gib_per_node:.1f} GiB",
@@ -380,9 +398,18 @@ def _render(
     out.print(safe(f"weights: {weights}" + (f" ({note})" if note else "")))
     out.print(safe(f"efficiency: {source}"))
     out.print(safe(f"recommendation: {reason}"))
+    if any(r.replicas > 1 for r in rows):
+        out.print(safe(REPLICAS_LEGEND.format(batch=req.batch)))
     if draw is not None:
         out.print(safe(f"power: {draw.watts_per_node:g} W per node while decoding, {draw.source}; "
                        "tokens per joule over the nodes each layout runs on"))  # fmt: skip
+
+
+REPLICAS_LEGEND = (
+    "R x LAYOUT: R replicas of a layout, each on its own nodes behind the gateway; tok/s b=1 "
+    "is one replica's (one request sees one), tok/s the {batch} requests spread evenly, each "
+    "replica at its own concurrency, summed; memory and ms per replica (--json: rows[].note)"
+)
 
 
 def _list(as_json: bool) -> int:
