@@ -92,9 +92,9 @@ def test_demo_json(tmp_path: Path) -> None:
     """The bundled-data part as JSON (the lab part, which takes minutes, is checked above)."""
     result = halo("demo", "--json", "--no-lab", cwd=tmp_path, timeout=600)
     data = json.loads(result.stdout)
-    assert data["lab"] == data["mesh"] == {"skipped": "--no-lab"}
+    assert data["lab"] == data["mesh"] == data["gateway"] == {"skipped": "--no-lab"}
     assert set(data) == {
-        "inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab", "mesh",
+        "inventory", "doctor", "setup", "plan", "plans", "verify_log", "lab", "mesh", "gateway",
     }  # fmt: skip
     assert data["plan"]["collectives_per_token"] == 162
     assert data["doctor"]["strix-e810-misconfigured"]["summary"]["fail"] == 2

@@ -22,8 +22,8 @@ def answer(available_gib: float) -> str:
 def test_each_member_needs_its_share_and_its_kv() -> None:
     rows = per_node(MEMORY, {"n1": answer(8.0), "n2": answer(2.0)}, 5 * GIB)
     assert rows == [
-        NodeMemory("n1", 8 * GIB, 3 * GIB, 0.6 * GIB),
-        NodeMemory("n2", 2 * GIB, 2 * GIB, 0.4 * GIB),
+        NodeMemory("n1", 8 * GIB, 3 * GIB, 0.6 * GIB, 1024),
+        NodeMemory("n2", 2 * GIB, 2 * GIB, 0.4 * GIB, 1024),
     ]
     assert [r.short for r in rows] == [False, True]
     assert rows[1].to_dict() == {
@@ -34,6 +34,22 @@ def test_each_member_needs_its_share_and_its_kv() -> None:
         "(2.00 GiB of weights + 0.40 GiB of KV cache) (KV for 4096): free memory there, lower "
         "max_model_len, spread the model over more nodes ('halo plan'), or --force"
     )
+
+
+def test_other_deployments_on_a_node_count_against_its_whole_memory() -> None:
+    """A model that mmaps its weights leaves them in MemAvailable: what other deployments
+    were checked to need on the node is counted against its MemTotal."""
+    said = "mem_total_kib=8388608\nmem_available_kib=7340032\n"  # 8 GiB, 7 available
+    rows = per_node(MEMORY, {"n1": said, "n2": said}, 5 * GIB, {"n1": 5.0 * GIB})
+    assert [(r.short, r.over_total) for r in rows] == [(False, True), (False, False)]
+    assert refusal(rows, "") == (
+        "not enough memory: n1 has 8.00 GiB, other deployments hold 5.00 GiB of it (3.00 GiB "
+        "free), the model needs 3.60 GiB there (3.00 GiB of weights + 0.60 GiB of KV cache): "
+        "free memory there, lower max_model_len, spread the model over more nodes "
+        "('halo plan'), or --force"
+    )
+    alone = per_node(MEMORY, {"n1": said, "n2": said}, 5 * GIB, {"n1": 4.0 * GIB})
+    assert refusal(alone, "") == ""
 
 
 def test_what_cannot_be_read_is_never_refused_on_a_guess() -> None:

@@ -74,3 +74,18 @@ def test_a_replica_sharing_a_node_gets_the_next_free_port() -> None:
     assert placed[0].url("10.0.0.2") == "http://10.0.0.2:8001"
     assert placed[0].url("fd00::2") == "http://[fd00::2]:8001"
     assert placed[0].unit("lab", "small") == "lab.small.0"
+
+
+def test_what_other_deployments_hold_on_a_node_adds_up() -> None:
+    from halo_cluster.cluster.deployments import held_gib
+
+    big = Deployment(
+        "big", "m", "vllm", "vllm TP2",
+        (Replica(0, ("a", "b"), 8000, (("a", 40.0), ("b", 38.5))),),
+    )  # fmt: skip
+    small = Deployment(
+        "small", "m", "llama.cpp", "llama.cpp single",
+        (Replica(0, ("a",), 8001, (("a", 6.0),)), Replica(1, ("c",), 8000, (("c", 6.0),))),
+    )  # fmt: skip
+    assert held_gib([big, small], ("a", "c")) == {"a": 46.0, "c": 6.0}
+    assert held_gib([big], ("d",)) == {}

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from halo_cluster.config import NodeConfig
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")  # no '.': it separates a unit's parts
 NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
@@ -18,6 +21,13 @@ NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
 def name_problem(name: str) -> str | None:
     """Why ``name`` cannot name a deployment (None when it can)."""
     return None if NAME.match(name) else f"use {NAME_RULE}"
+
+
+def serve_address(node: NodeConfig) -> str:
+    """Where a replica whose first node is ``node`` binds and is asked: its management
+    address (the network SSH and the probes use, which the head and the controller reach;
+    requests are small), else its cluster address."""
+    return node.mgmt_address or node.address
 
 
 def unit_name(cluster: str, deployment: str, index: int) -> str:
@@ -30,17 +40,25 @@ class Replica:
     index: int
     nodes: tuple[str, ...]  # the first one serves the API
     port: int
+    # what the memory check found it needs on each node (GiB), once served: the next
+    # deployment on a shared node counts it
+    memory_gib: tuple[tuple[str, float], ...] = ()
 
     def unit(self, cluster: str, deployment: str) -> str:
         return unit_name(cluster, deployment, self.index)
 
     def url(self, address: str) -> str:
-        """Its API's URL, given its first node's cluster address."""
+        """Its API's URL, given its first node's ``serve_address``."""
         host = f"[{address}]" if ":" in address else address
         return f"http://{host}:{self.port}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "nodes": list(self.nodes), "port": self.port}
+        return {
+            "index": self.index,
+            "nodes": list(self.nodes),
+            "port": self.port,
+            "memory_gib": dict(self.memory_gib),
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> Replica:
@@ -53,7 +71,13 @@ class Replica:
             raise ValueError(f"replica.nodes is {nodes!r}")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise ValueError(f"replica.port is {port!r}")
-        return cls(index, tuple(nodes), port)
+        memory = data.get("memory_gib", {})
+        if not isinstance(memory, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for v in memory.values()
+        ):
+            raise ValueError(f"replica.memory_gib is {memory!r}")
+        return cls(index, tuple(nodes), port, tuple((str(k), float(v)) for k, v in memory.items()))
 
 
 @dataclass(frozen=True)
@@ -126,3 +150,14 @@ def parse_deployments(data: Any) -> list[Deployment]:
     if twice is not None:
         raise ValueError(f"deployment {twice!r} appears twice")
     return found
+
+
+def held_gib(deployments: list[Deployment], nodes: tuple[str, ...]) -> dict[str, float]:
+    """What ``deployments``' replicas were checked to need on each of ``nodes`` (GiB)."""
+    held: dict[str, float] = {}
+    for deployment in deployments:
+        for replica in deployment.replicas:
+            for node, gib in replica.memory_gib:
+                if node in nodes:
+                    held[node] = held.get(node, 0.0) + gib
+    return held

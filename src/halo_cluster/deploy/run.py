@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from halo_cluster.cluster.deployments import Deployment, Replica, name_problem
+from halo_cluster.cluster.deployments import (
+    Deployment,
+    Replica,
+    held_gib,
+    name_problem,
+    serve_address,
+)
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import new_state, read_state, write_state
 from halo_cluster.deploy.groups import free_groups, parse_groups, place
@@ -132,10 +138,22 @@ def deploy(
     out = DeployResult(name, files.name, layout.engine, layout.name, reason, old is not None)
     _copy(cluster, located, deployment, progress)
     provide_worker_key(config)
+    served = []
     for replica in deployment.replicas:
-        out.replicas.append(_serve(cluster, deployment, replica, layout, files, request.wait_s))
+        held = held_gib(others, replica.nodes)
+        result, memory = _serve(cluster, deployment, replica, layout, files, request.wait_s, held)
+        out.replicas.append(result)
+        served.append(dataclasses.replace(replica, memory_gib=memory))
+    _record(cluster, dataclasses.replace(deployment, replicas=tuple(served)))
     out.gateway = gateway.sync(cluster).to_dict()
     return out
+
+
+def _record(cluster: Cluster, deployment: Deployment) -> None:
+    """The deployment as served (each replica's memory) in the state file."""
+    state = read_state(cluster.config) or new_state(cluster.config)
+    state.deployments = [deployment if d.name == deployment.name else d for d in state.deployments]
+    write_state(cluster.config, state)
 
 
 def _unchanged(
@@ -225,12 +243,15 @@ def _serve(
     layout: Layout,
     files: ModelFiles,
     wait_s: float,
-) -> ReplicaResult:
-    """One replica served as its unit; a start that fails is this replica's problem."""
+    held: dict[str, float],
+) -> tuple[ReplicaResult, tuple[tuple[str, float], ...]]:
+    """One replica served as its unit, and what it was checked to need on each node (GiB);
+    a start that fails is this replica's problem. ``held``: what other deployments hold on
+    its nodes, for the memory check."""
     from halo_cluster.engines.request import serve_request
 
     unit = unit_cluster(cluster, deployment.name, replica)
-    address = cluster.config.node(replica.nodes[0]).address
+    address = serve_address(cluster.config.node(replica.nodes[0]))
     out = ReplicaResult(replica.index, list(replica.nodes), replica.url(address))
     cluster.progress(f"deployment {deployment.name}: replica {replica.index} on "
                      f"{'+'.join(replica.nodes)} at {out.url}")  # fmt: skip
@@ -242,19 +263,24 @@ def _serve(
         result = serving.start(
             serve_request(
                 unit.config, model=model, reference=mode, wait_s=wait_s, extra=named,
-                **layout.serve_args(),
+                held=held, **layout.serve_args(),
             )
         )  # fmt: skip
     except HaloError as err:
         serving.stop()
         out.stopped, out.problems = True, [str(err)]
-        return out
+        return out, ()
     if mode == "record":  # this replica's answers are the engine's reference from now on
         found = find_reference(unit.config, layout.engine, deployment.served)
         if found is not None:
             save_reference(cluster.config, found)
     out.proven, out.stopped, out.problems = result.proven, result.stopped, list(result.problems)
-    return out
+    memory = tuple(
+        (node, need)
+        for node, row in result.memory.items()
+        if (need := row.get("need_gib")) is not None
+    )
+    return out, memory
 
 
 def _reference(

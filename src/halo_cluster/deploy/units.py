@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from halo_cluster.cluster.deployments import Replica
+from halo_cluster.cluster.deployments import Replica, serve_address
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.config import Config
 from halo_cluster.gateway.worker_key import WORKER_KEY_ENV, worker_key
@@ -17,7 +17,7 @@ from halo_cluster.gateway.worker_key import WORKER_KEY_ENV, worker_key
 def unit_config(config: Config, deployment: str, replica: Replica) -> Config:
     nodes = tuple(config.node(name) for name in replica.nodes)
     serve = replace(
-        config.serve, host=nodes[0].address, port=replica.port, api_key_env=WORKER_KEY_ENV
+        config.serve, host=serve_address(nodes[0]), port=replica.port, api_key_env=WORKER_KEY_ENV
     )
     return replace(config, name=replica.unit(config.name, deployment), nodes=nodes, serve=serve)
 

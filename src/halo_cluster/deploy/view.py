@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from halo_cluster.cluster.deployments import Deployment
+from halo_cluster.cluster.deployments import Deployment, serve_address
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import read_state
 from halo_cluster.deploy.units import provide_worker_key, unit_cluster
@@ -38,7 +38,7 @@ def _one(cluster: Cluster, deployment: Deployment) -> dict[str, Any]:
             {
                 "index": replica.index,
                 "nodes": list(replica.nodes),
-                "url": replica.url(cluster.config.node(replica.nodes[0]).address),
+                "url": replica.url(serve_address(cluster.config.node(replica.nodes[0]))),
                 "state": "serving" if healthy else supervisor.get("state") or "down",
                 "proven": health.get("proven"),
                 "restarts": supervisor.get("restarts"),

@@ -50,6 +50,8 @@ class ServeRequest:
     force: bool = False  # serve despite the doctor's blocking findings (no Ray: plans made now)
     nodes: int | None = None  # the layout: the first N nodes of the cluster (None: every node)
     reference: str = "auto"  # the token witness: auto, full, record, off (REFERENCE_MODES)
+    # GiB other deployments' replicas hold on a node (the memory check counts them)
+    held: Mapping[str, float] = field(default_factory=dict)
 
 
 REFERENCE_MODES = ("auto", "full", "record", "off")

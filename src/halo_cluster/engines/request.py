@@ -32,6 +32,7 @@ def serve_request(
     force: bool = False,
     supervise: bool = True,
     extra: tuple[str, ...] = (),
+    held: Mapping[str, float] | None = None,
 ) -> ServeRequest:
     """The request, every option checked: an engine's table that does not parse, or a flag
     the engine does not take, is one line before anything runs. The engine's command line
@@ -78,6 +79,7 @@ def serve_request(
         force=force,
         nodes=nodes,
         reference=reference,
+        held=dict(held or {}),
     )
 
 

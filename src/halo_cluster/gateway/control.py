@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from halo_cluster.bounded.jsonin import loads
-from halo_cluster.cluster.deployments import Deployment
+from halo_cluster.cluster.deployments import Deployment, serve_address
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import read_state
 from halo_cluster.config import Config
@@ -68,7 +68,7 @@ def models_file(config: Config, deployments: list[Deployment]) -> ModelsFile:
 
 def wanted_workers(config: Config, deployments: list[Deployment]) -> list[dict[str, str]]:
     return [
-        {"url": r.url(config.node(r.nodes[0]).address), "model_id": d.name}
+        {"url": r.url(serve_address(config.node(r.nodes[0]))), "model_id": d.name}
         for d in deployments
         for r in d.replicas
     ]

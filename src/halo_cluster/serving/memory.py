@@ -9,10 +9,16 @@ file or directory on the node that holds it; the KV cache where the engine can t
 starts (llama.cpp's from the GGUF header and its context, vLLM's CPU build from
 VLLM_CPU_KVCACHE_SPACE). Nothing is guessed: an unreadable value leaves that node unchecked,
 and the progress says so.
+
+Where other deployments already serve on a node (``ServeRequest.held``: what each one's
+replicas were checked to need there), their share is counted too, against the node's whole
+memory (MemTotal): a model that mmaps its weights leaves them in MemAvailable as page
+cache, so MemAvailable alone would let a second deployment onto memory the first relies on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +38,8 @@ class NodeMemory:
     available_bytes: int | None
     weights_bytes: float | None
     kv_bytes: float
+    total_bytes: int | None = None
+    held_bytes: float = 0.0  # what other deployments' replicas were checked to need here
 
     @property
     def need_bytes(self) -> float | None:
@@ -41,6 +49,17 @@ class NodeMemory:
     def short(self) -> bool:
         need, have = self.need_bytes, self.available_bytes
         return need is not None and have is not None and need > have
+
+    @property
+    def over_total(self) -> bool:
+        """Together with the other deployments here, more than the node's memory."""
+        need, total = self.need_bytes, self.total_bytes
+        return (
+            bool(self.held_bytes)
+            and need is not None
+            and total is not None
+            and (need + self.held_bytes > total)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,18 +75,25 @@ def _gib(value: float | None) -> float | None:
 
 
 def per_node(
-    memory: ModelMemory, answers: dict[str, str], weights: float | None
+    memory: ModelMemory,
+    answers: dict[str, str],
+    weights: float | None,
+    held: Mapping[str, float] | None = None,
 ) -> list[NodeMemory]:
-    """Each member's available memory (from its answer) and its need (pure)."""
+    """Each member's available and total memory (from its answer), its need, and what
+    other deployments hold there (pure)."""
     found = []
     for node, share in memory.shares.items():
-        kib = count(key_values(answers.get(node, "")).get("mem_available_kib"))
+        said = key_values(answers.get(node, ""))
+        kib, total = count(said.get("mem_available_kib")), count(said.get("mem_total_kib"))
         found.append(
             NodeMemory(
                 node,
                 None if kib is None else kib * 1024,
                 None if weights is None else weights * share,
                 memory.kv_bytes.get(node, 0.0),
+                None if total is None else total * 1024,
+                (held or {}).get(node, 0.0),
             )
         )
     return found
@@ -75,18 +101,31 @@ def per_node(
 
 def refusal(rows: list[NodeMemory], kv_note: str) -> str:
     """The one line that refuses the start ('' when every node has what it needs)."""
-    short = [r for r in rows if r.short]
+    short = [r for r in rows if r.short or r.over_total]
     if not short:
         return ""
     parts = []
     for row in short:
-        assert row.available_bytes is not None and row.weights_bytes is not None
-        parts.append(
-            f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model needs "
+        assert row.weights_bytes is not None
+        what = (
             f"{(row.need_bytes or 0) / GIB:.2f} GiB there "
             f"({row.weights_bytes / GIB:.2f} GiB of weights + {row.kv_bytes / GIB:.2f} GiB of "
             "KV cache)"
         )
+        if row.short:
+            assert row.available_bytes is not None
+            parts.append(
+                f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model "
+                f"needs {what}"
+            )
+        else:
+            assert row.total_bytes is not None
+            free = max(0.0, row.total_bytes - row.held_bytes)
+            parts.append(
+                f"{row.node} has {row.total_bytes / GIB:.2f} GiB, other deployments hold "
+                f"{row.held_bytes / GIB:.2f} GiB of it ({free / GIB:.2f} GiB free), the model "
+                f"needs {what}"
+            )
     why = f" ({kv_note})" if kv_note else ""
     return (
         "not enough memory: " + "; ".join(parts) + why + ": free memory there, lower "
@@ -116,7 +155,8 @@ def check(
     weights = memory.weights_bytes
     if weights is None and memory.size_on:
         weights = count(key_values(answers.get(memory.size_on, "")).get("model_bytes"))
-    rows = per_node(memory, answers, None if weights is None else float(weights))
+    held = {name: gib * GIB for name, gib in ctx.request.held.items()}
+    rows = per_node(memory, answers, None if weights is None else float(weights), held)
     line = refusal(rows, memory.kv_note)
     unchecked = [r.node for r in rows if r.need_bytes is None or r.available_bytes is None]
     if unchecked:
