@@ -8,7 +8,6 @@ and back by itself; then every deployment, the gateway and the lab stopped. It d
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 import time
 import urllib.error
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from halo_cluster.cli.demo_lab import HALO
+from halo_cluster.cli.demo_mesh import lab_section
 from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
@@ -31,18 +31,13 @@ def gateway_demo(out: Console | None) -> dict[str, Any]:
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.lab import Lab
 
-    def say(message: str) -> None:
-        if out is not None:
-            out.print(message)
-
-    if out is not None:
-        out.rule(
-            "[bold]10. A team's endpoint: two deployments and replicas behind one gateway "
-            "(halo run --name, halo gateway start, halo gateway key add)"
-        )
-    if os.geteuid() != 0:
-        say("not root: the lab needs network namespaces (skipped)")
-        return {"skipped": "not root"}
+    say, skipped = lab_section(
+        out,
+        "10. A team's endpoint: two deployments and replicas behind one gateway (halo run "
+        "--name, halo gateway start, halo gateway key add)",
+    )
+    if skipped is not None:
+        return skipped
     engine, llama_cpp = default_engine(), default_llama_cpp()
     if engine is None or llama_cpp is None:
         say("needs vLLM's engine environment and the llama.cpp build (make engine llama-cpp)")

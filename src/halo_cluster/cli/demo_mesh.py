@@ -21,23 +21,36 @@ if TYPE_CHECKING:
 STEPS = ("fabric_links", "fabric_identity", "fabric_routes", "fabric_forwarding")
 
 
-def mesh_demo(out: Console | None) -> dict[str, Any]:
-    from halo_cluster.config import default_llama_cpp
-    from halo_cluster.errors import HaloError
-    from halo_cluster.lab.lab import Lab
+def lab_section(
+    out: Console | None, title: str
+) -> tuple[Callable[[str], None], dict[str, Any] | None]:
+    """A demo section on its own lab: its title ruled, where its lines go, and why it is
+    skipped (None: it runs; a lab needs root for its namespaces)."""
 
     def say(message: str) -> None:
         if out is not None:
             out.print(message)
 
     if out is not None:
-        out.rule(
-            "[bold]9. Without a switch: 3 nodes cabled as a USB4 mesh (halo lab up --topology "
-            "mesh, halo setup --apply, halo doctor, llama.cpp RPC over the identities)"
-        )
+        out.rule(f"[bold]{title}")
     if os.geteuid() != 0:
         say("not root: the lab needs network namespaces (skipped)")
-        return {"skipped": "not root"}
+        return say, {"skipped": "not root"}
+    return say, None
+
+
+def mesh_demo(out: Console | None) -> dict[str, Any]:
+    from halo_cluster.config import default_llama_cpp
+    from halo_cluster.errors import HaloError
+    from halo_cluster.lab.lab import Lab
+
+    say, skipped = lab_section(
+        out,
+        "9. Without a switch: 3 nodes cabled as a USB4 mesh (halo lab up --topology mesh, "
+        "halo setup --apply, halo doctor, llama.cpp RPC over the identities)",
+    )
+    if skipped is not None:
+        return skipped
     lab = Lab()
     with tempfile.TemporaryDirectory(prefix="halo-demo-mesh-") as tmp:
         try:
