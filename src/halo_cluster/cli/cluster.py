@@ -118,7 +118,7 @@ def _deployments(cluster: Any) -> dict[str, Any]:
     used = deployments or control.keys_path(cluster.config).exists()
     return {
         "gateway": control.view(cluster).to_dict() if used else None,
-        "deployments": deployments,
+        "deployments": [d.to_dict() for d in deployments],
     }
 
 

@@ -171,13 +171,13 @@ def _unchanged(
         return None
     if [r.nodes for r in old.replicas] != groups:
         return None
-    found = next((d for d in deployments_view(cluster) if d["name"] == old.name), None)
-    if found is None or found["state"] != "serving":
+    found = next((d for d in deployments_view(cluster) if d.name == old.name), None)
+    if found is None or found.state != "serving":
         return None
     out = DeployResult(old.name, old.model, old.engine, old.layout, "already serving")
-    for replica in found["replicas"]:
+    for replica in found.replicas:
         out.replicas.append(
-            ReplicaResult(replica["index"], replica["nodes"], replica["url"], replica["proven"])
+            ReplicaResult(replica.index, replica.nodes, replica.url, replica.proven)
         )
     out.gateway = gateway.sync(cluster).to_dict()
     return out

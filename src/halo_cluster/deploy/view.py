@@ -1,10 +1,11 @@
-"""Each deployment as 'halo status' and 'halo top' show it: its replicas, each with its
-nodes, URL, health (asked on its first node, as the bring-up asks) and its supervisor's
-state; the deployment ``serving`` when every replica is, ``degraded`` when some are,
-``failed`` when none is."""
+"""Each deployment as 'halo status' shows it: its replicas, each with its nodes, URL,
+health (asked on its first node, as the bring-up asks) and its supervisor's state; the
+deployment ``serving`` when every replica is, ``degraded`` when some are, ``failed`` when
+none is."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from halo_cluster.cluster.deployments import Deployment, serve_address
@@ -14,12 +15,40 @@ from halo_cluster.deploy.units import provide_worker_key, unit_cluster
 from halo_cluster.serving.status import serve_health
 
 
+@dataclass(frozen=True)
+class ReplicaView:
+    index: int
+    nodes: list[str]
+    url: str
+    state: str  # "serving", else the supervisor's state ("restarting", "failed"), or "down"
+    proven: str | None
+    restarts: int | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    name: str
+    model: str
+    engine: str
+    layout: str
+    aliases: list[str]
+    replicas: list[ReplicaView]
+
+    @property
+    def state(self) -> str:
+        return deployment_state([r.state for r in self.replicas])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "state": self.state}
+
+
 def deployment_state(replica_states: list[str]) -> str:
     up = replica_states.count("serving")
     return "serving" if up == len(replica_states) else "degraded" if up else "failed"
 
 
-def deployments_view(cluster: Cluster) -> list[dict[str, Any]]:
+def deployments_view(cluster: Cluster) -> list[DeploymentView]:
     state = read_state(cluster.config)
     if state is None or not state.deployments:
         return []
@@ -27,30 +56,28 @@ def deployments_view(cluster: Cluster) -> list[dict[str, Any]]:
     return [_one(cluster, d) for d in state.deployments]
 
 
-def _one(cluster: Cluster, deployment: Deployment) -> dict[str, Any]:
-    replicas: list[dict[str, Any]] = []
+def _one(cluster: Cluster, deployment: Deployment) -> DeploymentView:
+    replicas = []
     for replica in deployment.replicas:
         unit = unit_cluster(cluster, deployment.name, replica)
         health = serve_health(unit, read_state(unit.config), []) or {}
         supervisor = health.get("supervisor") or {}
-        healthy = bool(health.get("healthy"))
         replicas.append(
-            {
-                "index": replica.index,
-                "nodes": list(replica.nodes),
-                "url": replica.url(serve_address(cluster.config.node(replica.nodes[0]))),
-                "state": "serving" if healthy else supervisor.get("state") or "down",
-                "proven": health.get("proven"),
-                "restarts": supervisor.get("restarts"),
-                "detail": health.get("detail"),
-            }
+            ReplicaView(
+                replica.index,
+                list(replica.nodes),
+                replica.url(serve_address(cluster.config.node(replica.nodes[0]))),
+                "serving" if health.get("healthy") else supervisor.get("state") or "down",
+                health.get("proven"),
+                supervisor.get("restarts"),
+                health.get("detail"),
+            )
         )
-    return {
-        "name": deployment.name,
-        "model": deployment.model,
-        "engine": deployment.engine,
-        "layout": deployment.layout,
-        "aliases": list(deployment.aliases),
-        "state": deployment_state([str(r["state"]) for r in replicas]),
-        "replicas": replicas,
-    }
+    return DeploymentView(
+        deployment.name,
+        deployment.model,
+        deployment.engine,
+        deployment.layout,
+        list(deployment.aliases),
+        replicas,
+    )
