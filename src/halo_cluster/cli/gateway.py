@@ -1,6 +1,12 @@
 """``halo gateway``: one authenticated OpenAI endpoint on the head for every deployment
 (``start``, ``stop``, ``status``) and its API keys (``key add``, ``key list``,
-``key revoke``)."""
+``key revoke``).
+
+Every command that asks the head reaches it first, once (``_reach_head``): a head that cannot
+be reached is one line saying so, not a gateway "not running", "no gateway was running" or
+"cannot run the gateway". What is done here stays done when the head cannot be told: a key
+made is shown, a revocation is kept, the keys are listed with their use unknown (``--json``:
+the counts null); the line says what the head did not get, and the exit code is 1."""
 
 from __future__ import annotations
 
@@ -10,7 +16,11 @@ from typing import Any
 import click
 
 from halo_cluster.cli.options import config_option, json_option
+from halo_cluster.errors import HaloError
 from halo_cluster.jsonout import emit_json
+from halo_cluster.printable import printable
+
+REACH_S = 30  # one round trip to the head (SSH gives up on the connection sooner)
 
 
 def _cluster(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
@@ -23,6 +33,21 @@ def _config(config_path: str | None):  # type: ignore[no-untyped-def]
     from halo_cluster.cli.options import require_config
 
     return require_config(config_path)
+
+
+def _reach_head(cluster) -> None:  # type: ignore[no-untyped-def]
+    """One round trip to the head; LifecycleError (one line) when it does not answer."""
+    from halo_cluster.errors import LifecycleError
+
+    found = cluster.client(cluster.head).script("exit 0\n", REACH_S)
+    if not found.ok:
+        raise LifecycleError(f"{cluster.head.name}: cannot reach the head: {found.error_text()}")
+
+
+def _reached(config_path: str | None, quiet: bool):  # type: ignore[no-untyped-def]
+    cluster = _cluster(config_path, quiet)
+    _reach_head(cluster)
+    return cluster
 
 
 @click.group()
@@ -40,7 +65,7 @@ def start(config_path: str | None, as_json: bool) -> int:
     register every deployment's replicas."""
     from halo_cluster.gateway import control
 
-    found = control.start(_cluster(config_path, as_json))
+    found = control.start(_reached(config_path, as_json))
     if as_json:
         emit_json(found.to_dict())
     else:
@@ -55,7 +80,7 @@ def stop(config_path: str | None, as_json: bool) -> int:
     """Stop the key gate and the router on the head (the deployments keep serving)."""
     from halo_cluster.gateway import control
 
-    stopped = control.stop(_cluster(config_path, True))
+    stopped = control.stop(_reached(config_path, True))
     if as_json:
         emit_json({"stopped": stopped})
     else:
@@ -71,7 +96,13 @@ def status(config_path: str | None, as_json: bool) -> int:
     Exit 1 when it does not run."""
     from halo_cluster.gateway import control
 
-    found = control.view(_cluster(config_path, True)).to_dict()
+    cluster = _cluster(config_path, True)
+    try:  # a head that cannot be reached: not running, and 'problem' says why
+        _reach_head(cluster)
+        found = control.view(cluster).to_dict()
+    except HaloError as err:
+        url = control.url_of(cluster.config)
+        found = control.GatewayView(url, False, False, False, problem=str(err)).to_dict()
     if as_json:
         emit_json(found)
     else:
@@ -83,6 +114,8 @@ def _render(found: dict[str, Any]) -> None:
     from halo_cluster.cli.output import plain
 
     said = "running" if found["running"] else "not running"
+    if found.get("problem") and not (found["router"] or found["gate"]):
+        said = "in an unknown state"  # the head did not answer
     click.echo(f"gateway {said} at {found['url']}")
     for worker in found["workers"]:
         health = "healthy" if worker["healthy"] else "UNHEALTHY"
@@ -108,13 +141,13 @@ def key_add(name: str, config_path: str | None, as_json: bool) -> int:
 
     config = _config(config_path)
     made = add_key(control.keys_path(config), name, time.time())
-    _push(config_path)
+    # shown before the head is told: a key stored but never shown could not be used
     if as_json:
         emit_json({"name": name, "key": made})
     else:
         click.echo(made)
         click.echo(f"key {name}: shown once; send it as 'Authorization: Bearer …'", err=True)
-    return 0
+    return _push(config_path, f"key {name} is stored here; a running gateway refuses it")
 
 
 @key.command("list")
@@ -130,33 +163,44 @@ def key_list(config_path: str | None, as_json: bool) -> int:
 
     config = _config(config_path)
     keys = read_keys(control.keys_path(config))
-    usage = control.usage(_cluster(config_path, True))
-    rows = []
-    for record in keys.keys:
-        used = usage.keys.get(record.name)
-        rows.append(
-            {
-                "name": record.name,
-                "created": record.created,
-                "revoked": record.revoked,
-                "requests": used.requests if used else 0,
-                "refused": used.refused if used else 0,
-                "prompt_tokens": used.prompt_tokens if used else 0,
-                "completion_tokens": used.completion_tokens if used else 0,
-            }
-        )
+    try:  # the keys are listed all the same when the head cannot say their use
+        cluster = _reached(config_path, True)
+        usage, problem = control.usage(cluster), None
+    except HaloError as err:
+        usage, problem = None, str(err)
+    rows = [_key_row(record, usage) for record in keys.keys]
     if as_json:
         emit_json(rows)
-        return 0
+    else:
+        _render_keys(rows, usage is not None)
+    if problem is not None:
+        click.echo(f"halo: warning: the keys' use is unknown ({printable(problem)})", err=True)
+        return 1
+    return 0
+
+
+def _render_keys(rows: list[dict[str, Any]], known: bool) -> None:
     for row in rows:
         state = "revoked" if row["revoked"] else "active"
-        click.echo(
-            f"{row['name']}: {state}, {row['requests']} request(s), "
+        used = (
+            f"{row['requests']} request(s), "
             f"{row['prompt_tokens']} prompt + {row['completion_tokens']} completion tokens"
         )
+        click.echo(f"{row['name']}: {state}, {used if known else 'use unknown'}")
     if not rows:
         click.echo("no keys: halo gateway key add NAME")
-    return 0
+
+
+def _key_row(record, usage) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """One key as 'key list' shows it: its counts None when the use is unknown."""
+    used = None if usage is None else usage.keys.get(record.name)
+    counts = ("requests", "refused", "prompt_tokens", "completion_tokens")
+    return {
+        "name": record.name,
+        "created": record.created,
+        "revoked": record.revoked,
+        **{n: None if usage is None else getattr(used, n) if used else 0 for n in counts},
+    }
 
 
 @key.command("revoke")
@@ -170,18 +214,24 @@ def key_revoke(name: str, config_path: str | None, as_json: bool) -> int:
 
     config = _config(config_path)
     record = revoke_key(control.keys_path(config), name, time.time())
-    _push(config_path)
     if as_json:
         emit_json({"name": record.name, "revoked": record.revoked})
     else:
         click.echo(f"key {name} revoked")
-    return 0
+    return _push(config_path, f"key {name} is revoked here; a running gateway accepts it")
 
 
-def _push(config_path: str | None) -> None:
-    """The keys' hashes to the head, where a running gate reads them."""
+def _push(config_path: str | None, otherwise: str) -> int:
+    """The keys' hashes to the head, where a running gate reads them: 0, or 1 with one line
+    saying ``otherwise`` and why when the head cannot be told."""
     from halo_cluster.gateway import control
 
-    cluster = _cluster(config_path, True)
-    if control.view(cluster).gate:
-        control.sync(cluster)
+    try:
+        cluster = _reached(config_path, True)
+        if control.view(cluster).gate:
+            control.sync(cluster)
+    except HaloError as err:
+        told = "until 'halo gateway start' tells it"
+        click.echo(f"halo: warning: {otherwise} {told} ({printable(err)})", err=True)
+        return 1
+    return 0

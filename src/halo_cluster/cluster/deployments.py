@@ -3,19 +3,44 @@ with one or more replicas, each replica on its own nodes and port. A replica is 
 its own *unit*: the cluster narrowed to the replica's nodes under the name
 ``<cluster>.<deployment>.<index>``, so its processes, supervisor, state and token proof are
 the bring-up's own (``deploy/``). This is the list the state file (``halo.state/2``) holds;
-``from_dict`` is its one parser, a field of the wrong kind a ValueError naming it."""
+``from_dict`` is its one parser, a field of the wrong kind a ValueError naming it (and
+showing at most a few dozen characters of what it found: a state file may hold megabytes of
+garbage)."""
 
 from __future__ import annotations
 
 import re
+import reprlib
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from halo_cluster.engine_registry import ENGINES
 
 if TYPE_CHECKING:
     from halo_cluster.config import NodeConfig
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")  # no '.': it separates a unit's parts
 NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # as [[node]] name takes it
+ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # as [gateway] aliases takes it
+MAX_TEXT = 4096  # a model's path or name
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = _SHOW.maxother = 60
+_SHOW.maxlist = _SHOW.maxdict = 4
+_SHOW.maxlevel = 2
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error shows it: a short repr, whatever its size."""
+    return _SHOW.repr(value)
+
+
+def _text(value: Any, what: str, limit: int = MAX_TEXT) -> str:
+    """``value`` when it is one printable line of at most ``limit`` characters."""
+    if not isinstance(value, str) or len(value) > limit or not value.isprintable():
+        raise ValueError(f"{what} is {shown(value)}")
+    return value
 
 
 def name_problem(name: str) -> str | None:
@@ -63,20 +88,25 @@ class Replica:
     @classmethod
     def from_dict(cls, data: Any) -> Replica:
         if not isinstance(data, dict):
-            raise ValueError(f"a replica is {data!r}")
+            raise ValueError(f"a replica is {shown(data)}")
         index, nodes, port = data.get("index"), data.get("nodes"), data.get("port")
         if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            raise ValueError(f"replica.index is {index!r}")
-        if not isinstance(nodes, list) or not nodes or not all(isinstance(n, str) for n in nodes):
-            raise ValueError(f"replica.nodes is {nodes!r}")
+            raise ValueError(f"replica.index is {shown(index)}")
+        if (
+            not isinstance(nodes, list)
+            or not nodes
+            or not all(isinstance(n, str) and NODE_NAME.match(n) for n in nodes)
+            or len(set(nodes)) < len(nodes)
+        ):
+            raise ValueError(f"replica.nodes is {shown(nodes)}")
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-            raise ValueError(f"replica.port is {port!r}")
+            raise ValueError(f"replica.port is {shown(port)}")
         memory = data.get("memory_gib", {})
         if not isinstance(memory, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
             for v in memory.values()
         ):
-            raise ValueError(f"replica.memory_gib is {memory!r}")
+            raise ValueError(f"replica.memory_gib is {shown(memory)}")
         return cls(index, tuple(nodes), port, tuple((str(k), float(v)) for k, v in memory.items()))
 
 
@@ -112,30 +142,34 @@ class Deployment:
     @classmethod
     def from_dict(cls, data: Any) -> Deployment:
         if not isinstance(data, dict):
-            raise ValueError(f"a deployment is {data!r}")
-        text: dict[str, str] = {}
-        for key in ("name", "model", "engine", "layout"):
-            value = data.get(key)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"deployment.{key} is {value!r}")
-            text[key] = value
-        if name_problem(text["name"]) is not None:
-            raise ValueError(f"deployment.name is {text['name']!r}")
+            raise ValueError(f"a deployment is {shown(data)}")
+        name, engine = data.get("name"), data.get("engine")
+        if not isinstance(name, str) or name_problem(name) is not None:
+            raise ValueError(f"deployment.name is {shown(name)}")
+        if engine not in ENGINES:
+            raise ValueError(
+                f"deployment.engine is {shown(engine)} (halo knows {', '.join(ENGINES)})"
+            )
+        model = _text(data.get("model"), "deployment.model")
+        layout = _text(data.get("layout"), "deployment.layout", 64)
+        for key, value in (("model", model), ("layout", layout)):
+            if not value or value.startswith("-"):  # never an engine's option
+                raise ValueError(f"deployment.{key} is {shown(value)}")
         replicas, aliases = data.get("replicas"), data.get("aliases", [])
         if not isinstance(replicas, list) or not replicas:
-            raise ValueError(f"deployment.replicas is {replicas!r}")
-        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-            raise ValueError(f"deployment.aliases is {aliases!r}")
-        created, served = data.get("created", 0.0), data.get("served", "")
+            raise ValueError(f"deployment.replicas is {shown(replicas)}")
+        if not isinstance(aliases, list) or not all(
+            isinstance(a, str) and ALIAS.match(a) for a in aliases
+        ):
+            raise ValueError(f"deployment.aliases is {shown(aliases)}")
+        created = data.get("created", 0.0)
+        served = _text(data.get("served", ""), "deployment.served")
         if not isinstance(created, (int, float)) or isinstance(created, bool):
-            raise ValueError(f"deployment.created is {created!r}")
-        if not isinstance(served, str):
-            raise ValueError(f"deployment.served is {served!r}")
-        return cls(
-            text["name"], text["model"], text["engine"], text["layout"],
-            tuple(Replica.from_dict(r) for r in replicas), served, float(created),
-            tuple(aliases),
-        )  # fmt: skip
+            raise ValueError(f"deployment.created is {shown(created)}")
+        found = tuple(Replica.from_dict(r) for r in replicas)
+        if len({r.index for r in found}) < len(found):
+            raise ValueError(f"deployment {name}: two replicas have one index")
+        return cls(name, model, engine, layout, found, served, float(created), tuple(aliases))
 
 
 def parse_deployments(data: Any) -> list[Deployment]:
@@ -143,10 +177,10 @@ def parse_deployments(data: Any) -> list[Deployment]:
     if data is None:
         return []
     if not isinstance(data, list):
-        raise ValueError(f"deployments is {data!r}")
+        raise ValueError(f"deployments is {shown(data)}")
     found = [Deployment.from_dict(d) for d in data]
-    names = [d.name for d in found]
-    twice = next((n for n in names if names.count(n) > 1), None)
+    counted = Counter(d.name for d in found)  # not names.count(): a list may be long
+    twice = next((n for n in counted if counted[n] > 1), None)
     if twice is not None:
         raise ValueError(f"deployment {twice!r} appears twice")
     return found

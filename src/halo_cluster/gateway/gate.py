@@ -3,7 +3,7 @@ same host, run as ``python -m halo_cluster.gateway.gate --host H --port P --upst
 --keys FILE --usage FILE --models FILE``. No secret is in its argv: the keys come hashed
 from the key file (keys.py).
 
-- ``GET /health`` answers ``{"status": "ok"}`` to anyone (halo's liveness check).
+- ``GET /health`` (or ``HEAD``) answers ``{"status": "ok"}`` to anyone (halo's liveness check).
 - Every other request needs ``Authorization: Bearer <key>`` whose SHA-256 is an active key
   of the key file; without one it is answered 401 in OpenAI's error shape and the upstream is
   never contacted. The key file is read again when it changes (looked at no more than once a
@@ -21,15 +21,22 @@ from the key file (keys.py).
   ``"model"`` is an alias goes with the alias's id instead. The answer comes back chunk by
   chunk as the upstream sends it (an SSE stream is not held back); an upstream out of reach
   is a 502, a request body over 32 MiB a 413, both in OpenAI's error shape.
+- Not for a key: the router's control API (ROUTER_CONTROL: a client could register a server
+  of its own as a replica) is a 403, a path with a ``.``/``..`` segment or a control
+  character a 400, a compressed body a 415, a body that stalls (BODY_IDLE_S, BODY_TIMEOUT_S)
+  a 408, one cut or malformed a 400. A connection whose request head does not come within
+  HEAD_TIMEOUT_S is closed, so stalled clients cannot pile up (aiohttp's keep-alive timer:
+  armed at the connect in aiohttp 3.14.5, only after a first request in older ones).
 
-Per key name the gate counts requests, the requests it refused itself (413, 502), and the
+Per key name the gate counts requests, the requests it refused itself (4xx, 502), and the
 tokens of the answers (meter.py: the ``usage`` an answer carries, else for a stream an
 approximation from its events). Requests without a valid key are counted together
 (``anonymous_refused``). The counts go to the usage file (keys.py), atomically, mode 0600,
 at most every 2 s when they changed and once more on SIGTERM/SIGINT.
 
 Each request is one line on stderr: the key's name (never the key), the method, the path
-(without its query, which may carry secrets), the status and the milliseconds. A file that is
+(without its query, which may carry secrets), the status and the milliseconds. What aiohttp
+or asyncio log is one line too (OneLine): no traceback, no request bytes quoted. A file that is
 missing or bad at the start, or an address that cannot be listened on, is one line on stderr
 and exit code 2. aiohttp is imported only when the gate runs (it is an optional dependency).
 """
@@ -42,6 +49,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -72,6 +80,11 @@ if TYPE_CHECKING:
     from yarl import URL
 
 MAX_BODY_BYTES = 32 << 20
+INLINE_JSON_BYTES = 64 << 10  # a larger body's alias is looked for in a thread
+MAX_KEY_CHARS = 512  # a key is 48; a longer value is no key (and not hashed)
+BODY_IDLE_S = 30.0  # a request body that sends nothing for this long is a 408
+BODY_TIMEOUT_S = 300.0  # ... and one that takes longer in all
+HEAD_TIMEOUT_S = 60.0  # to send a request head from the connect (and idle keep-alive)
 RELOAD_INTERVAL_S = 1.0
 FLUSH_INTERVAL_S = 2.0
 SHUTDOWN_TIMEOUT_S = 5.0  # what a request still running at SIGTERM is given to finish
@@ -82,6 +95,11 @@ HOP_BY_HOP = frozenset({
 })  # fmt: skip
 # Expect: the gate has read the body already; the upstream gets it whole
 REQUEST_DROP = HOP_BY_HOP | {"authorization", "host", "content-length", "accept-encoding", "expect"}
+# vllm-router's control API (its first path segment): never a client's to call
+ROUTER_CONTROL = frozenset({
+    "workers", "add_worker", "remove_worker", "list_workers", "flush_cache", "get_loads",
+    "scheduling", "finish_session", "start_profile", "stop_profile", "get_server_info",
+})  # fmt: skip
 log = logging.getLogger("halo.gateway.gate")
 T = TypeVar("T")
 
@@ -139,9 +157,22 @@ def key_name(authorization: str | None, hashes: Mapping[str, str]) -> str | None
         return None
     scheme, _, key = authorization.strip().partition(" ")
     key = key.strip()
-    if scheme.lower() != "bearer" or not key:
+    # aiohttp hands undecodable header bytes over as surrogates: no key is more than ASCII
+    if scheme.lower() != "bearer" or not key or len(key) > MAX_KEY_CHARS or not key.isascii():
         return None
     return hashes.get(hash_key(key))
+
+
+def path_problem(path: str) -> tuple[int, str, str] | None:
+    """Why the gate refuses the (decoded) ``path`` of a request with a valid key: (status,
+    message, code), or None when it goes on."""
+    segments = path.split("/")
+    if any(s in (".", "..") for s in segments) or any(ord(c) < 32 or c == "\x7f" for c in path):
+        return 400, "the path has a '.' or '..' segment or a control character", "bad_path"
+    first = next((s for s in segments if s), "")
+    if first.lower() in ROUTER_CONTROL:
+        return 403, "the router's control API is not served through the gateway", "forbidden"
+    return None
 
 
 # -- counting ----------------------------------------------------------------------------------
@@ -186,15 +217,23 @@ def rewrite_model(body: bytes, aliases: Mapping[str, str]) -> bytes:
     """``body`` with its JSON ``"model"`` changed to the id when it is an alias."""
     if not aliases or b'"model"' not in body:
         return body
+    # no alias anywhere in it: not parsed (a 32 MiB body of token ids parses for seconds)
+    if not any(f'"{alias}"'.encode() in body for alias in aliases):
+        return body
     try:
         data = loads(body)
     except ValueError:
         return body
     if not isinstance(data, dict) or not isinstance(data.get("model"), str):
         return body
-    if data["model"] not in aliases:
+    alias = data["model"]
+    if alias not in aliases:
         return body
-    data["model"] = aliases[data["model"]]
+    named = re.compile(rb'"model"\s*:\s*' + re.escape(json.dumps(alias).encode()))
+    ident = b'"model": ' + json.dumps(aliases[alias]).encode()
+    if len(named.findall(body)) == 1:  # changed in place: dumping 32 MiB holds the GIL for long
+        return named.sub(lambda _: ident, body)
+    data["model"] = aliases[alias]
     return json.dumps(data).encode("utf-8")
 
 
@@ -203,15 +242,41 @@ def error_body(message: str, kind: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
-async def read_body(request: web.Request, limit: int = MAX_BODY_BYTES) -> bytes | None:
-    """The request's body, or None when it is longer than ``limit``."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            return None
+class BodyRefused(Exception):
+    """A request body the gate does not take: its answer's status, message and code."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        self.status, self.message, self.code = status, message, code
+
+
+TOO_LARGE = (413, "the request body is larger than 32 MiB", "request_too_large")
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The request's body; BodyRefused when it is longer than MAX_BODY_BYTES (413), compressed
+    (415), stalls BODY_IDLE_S or BODY_TIMEOUT_S (408; aiohttp also leaves a reader waiting
+    when a later chunk is malformed), or is cut or malformed (400)."""
+    from aiohttp.web import RequestPayloadError
+
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if request.body_exists and encoding != "identity":
+        raise BodyRefused(415, "send the request body uncompressed", "unsupported_encoding")
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise BodyRefused(*TOO_LARGE)
+    loop, body = asyncio.get_running_loop(), bytearray()
+    deadline = loop.time() + BODY_TIMEOUT_S
+    try:
+        while chunk := await asyncio.wait_for(
+            request.content.readany(), max(0.0, min(BODY_IDLE_S, deadline - loop.time()))
+        ):
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise BodyRefused(*TOO_LARGE)
+    except TimeoutError:
+        raise BodyRefused(408, "the request body stopped coming", "request_timeout") from None
+    except (ConnectionError, RequestPayloadError) as err:
+        message = f"the request body was cut or malformed ({type(err).__name__})"
+        raise BodyRefused(400, message, "bad_request_body") from None
     return bytes(body)
 
 
@@ -261,13 +326,17 @@ class Gate:
     async def _answer(self, request: web.Request) -> tuple[str | None, web.StreamResponse]:
         from aiohttp import web
 
-        if request.method == "GET" and request.path == "/health":
+        if request.method in ("GET", "HEAD") and request.path == "/health":
             return None, web.json_response({"status": "ok"})
         name = key_name(request.headers.get("Authorization"), self.hashes.get())
         if name is None:
             self.tally.refuse_anonymous()
             return None, _refusal(request.headers.get("Authorization") is None)
         self.tally.add(name, KeyUsage(requests=1))
+        refused = path_problem(request.path)
+        if refused is not None:
+            self.tally.add(name, KeyUsage(refused=1))
+            return name, _failure(*refused)
         if request.method == "GET" and request.path == "/v1/models":
             return name, web.json_response(self.models.get().openai_list())
         return name, await self._forward(request, name)
@@ -275,11 +344,16 @@ class Gate:
     async def _forward(self, request: web.Request, name: str) -> web.StreamResponse:
         import aiohttp
 
-        body = await read_body(request)
-        if body is None:
+        try:
+            body = await read_body(request)
+        except BodyRefused as err:
             self.tally.add(name, KeyUsage(refused=1))
-            return _failure(413, "the request body is larger than 32 MiB", "request_too_large")
-        body = rewrite_model(body, self.models.get().aliases())
+            return _failure(err.status, err.message, err.code)
+        aliases = self.models.get().aliases()
+        if len(body) < INLINE_JSON_BYTES:
+            body = rewrite_model(body, aliases)
+        else:  # in a thread: the loop serves the others while a large body is parsed
+            body = await asyncio.to_thread(rewrite_model, body, aliases)
         assert self.session is not None  # made when the app starts
         try:
             upstream = await self.session.request(
@@ -394,9 +468,15 @@ async def serve(gate: Gate) -> None:
     from aiohttp import web
 
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", gate.handle)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", gate.handle)  # a newline too
     app.cleanup_ctx.append(gate.session_context)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        handle_signals=False,
+        keepalive_timeout=HEAD_TIMEOUT_S,
+        auto_decompress=False,  # a body is relayed as it came (read_body refuses compressed)
+    )
     await runner.setup()
     try:
         await _listen(runner, gate.settings)
@@ -434,6 +514,22 @@ async def _until_stopped(gate: Gate) -> None:
             await asyncio.wait_for(stop.wait(), FLUSH_INTERVAL_S)
         gate.flush()
     log.info("stopping")
+
+
+class OneLine(logging.Filter):
+    """A record with an exception (aiohttp's "Error handling request", asyncio's) as one
+    line: the class and its first line up to the first colon, after which aiohttp's parser
+    quotes the request's bytes (a key may be among them), never a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        if err is not None:
+            said = (str(getattr(err, "message", None) or err).strip() or "-").splitlines()[0]
+            said = said.split(":")[0].strip()[:100]
+            record.msg = f"{record.getMessage()}: {type(err).__name__} ({said})"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        record.stack_info = None
+        return True
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -476,6 +572,8 @@ def main(argv: list[str] | None = None) -> int:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(OneLine())
     try:
         import aiohttp  # noqa: F401  (here, not at import: an optional dependency)
     except ImportError:

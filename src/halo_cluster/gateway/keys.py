@@ -21,6 +21,7 @@ import math
 import os
 import re
 import secrets
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +39,9 @@ MAX_FILE_BYTES = 1 << 20
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# a new key's name starts with a letter or digit: '-x' reads as an option, '.' and '..' as
+# directories (names in key files written before are read as they are)
+_NEW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _COUNTS = ("requests", "refused", "prompt_tokens", "completion_tokens")
 
@@ -122,9 +126,10 @@ def active_hashes(keyfile: KeyFile) -> dict[str, str]:
 
 def check_name(name: str) -> str:
     """``name`` when it can name a key; UsageError (one line) otherwise."""
-    if not _NAME.fullmatch(name):
+    if not _NEW_NAME.fullmatch(name):
         raise UsageError(
-            f"{name[:80]!r} cannot name a key: use 1 to 64 letters, digits, '.', '_' or '-'"
+            f"{name[:80]!r} cannot name a key: use 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
         )
     return name
 
@@ -250,10 +255,15 @@ def _record(item: Any) -> KeyRecord:
 
 
 def _one_active_each(keyfile: KeyFile) -> None:
-    names = [key.name for key in keyfile.keys if key.active]
-    twice = sorted({name for name in names if names.count(name) > 1})
+    counted = Counter(key.name for key in keyfile.keys if key.active)  # not quadratic
+    twice = sorted(name for name, count in counted.items() if count > 1)
     if twice:
         raise ValueError(f"two active keys named {twice[0]}")
+    # one key under two names: revoking one would leave it working under the other
+    owners: dict[str, str] = {}
+    for key in keyfile.keys:
+        if key.active and owners.setdefault(key.sha256, key.name) != key.name:
+            raise ValueError(f"keys {owners[key.sha256]} and {key.name} have the same SHA-256")
 
 
 def _name(value: Any) -> str:

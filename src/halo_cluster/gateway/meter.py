@@ -20,6 +20,9 @@ from halo_cluster.bounded.jsonin import loads
 
 MAX_JSON_ANSWER_BYTES = 1 << 20
 MAX_LINE_BYTES = 8 << 10
+# more tokens than any one answer has: not counted (summed into the usage file, a count past
+# 64 bits would make it a file the gate refuses at its next start)
+MAX_TOKENS = 1 << 32
 
 
 class Meter(Protocol):
@@ -115,7 +118,9 @@ def usage_pair(usage: Any) -> tuple[int, int] | None:
     if not isinstance(usage, dict):
         return None
     counts = [usage.get(name, 0) for name in ("prompt_tokens", "completion_tokens")]
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+    if not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_TOKENS for n in counts
+    ):
         return None
     return (counts[0], counts[1])
 
