@@ -18,7 +18,7 @@ from halo_cluster import engine_registry
 from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
-from halo_cluster.cluster.deployments import Deployment, parse_deployments
+from halo_cluster.cluster.deployments import Deployment, parse_deployments, shown
 from halo_cluster.config import Config
 from halo_cluster.errors import ParseError, StateError
 from halo_cluster.transport import TransportPlan
@@ -74,11 +74,11 @@ class ServedState:
         }
         for name, kind in kinds.items():
             if not isinstance(getattr(served, name), kind) or isinstance(served.port, bool):
-                raise ValueError(f"serve.{name} is {getattr(served, name)!r}")
+                raise ValueError(f"serve.{name} is {shown(getattr(served, name))}")
         if not all(isinstance(n, str) for n in served.nodes):
-            raise ValueError(f"serve.nodes is {served.nodes!r}")
+            raise ValueError(f"serve.nodes is {shown(served.nodes)}")
         if served.host is not None and served.host.startswith("-"):
-            raise ValueError(f"serve.host is {served.host!r}")
+            raise ValueError(f"serve.host is {shown(served.host)}")
         return served
 
 
