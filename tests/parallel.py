@@ -27,7 +27,7 @@ import pytest
 # every lab file in one chain; a new one joins the shorter (tests/tiers.py fails on one left out)
 LAB_CHAINS = {
     "chain-1": (
-        "tests/cluster/test_supervise_lab.py",  # 519 s
+        "tests/cluster/test_supervise_lab.py",  # ~280 s (one vLLM mp start for three faults)
         "tests/cluster/test_token_lab.py",  # 154
         "tests/bench/test_bench_lab.py",  # 124
         "tests/test_lab.py",  # 37
@@ -36,13 +36,13 @@ LAB_CHAINS = {
         "tests/monitor/test_monitor_lab.py",  # 18
         "tests/test_agentless_lab.py",  # 13
         "tests/engines/test_third_engine_lab.py",  # 6
-        "tests/deploy/test_gateway_lab.py",  # new
+        "tests/deploy/test_gateway_lab.py",  # ~90
+        "tests/cluster/test_serve_lab.py",  # 198
     ),
     "chain-2": (
         "tests/cluster/test_mesh_lab.py",  # 281 s
         "tests/capacity/test_lab_profile_lab.py",  # 219
-        "tests/cluster/test_serve_lab.py",  # 198
-        "tests/test_demo_lab.py",  # 146
+        "tests/test_demo_lab.py",  # ~240 (with the gateway part)
         "tests/recipes/test_tune_lab.py",  # 133
         "tests/cluster/test_ray_auth_lab.py",  # 53
         "tests/cluster/test_lifecycle_lab.py",  # 37
