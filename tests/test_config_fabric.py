@@ -311,7 +311,7 @@ def test_fabric_must_be_a_table(tmp_path: Path) -> None:
 def test_unknown_section_names_fabric_among_the_known(tmp_path: Path) -> None:
     assert _error(tmp_path, MESH + "[fabrics]\nmtu = 9000\n") == (
         "28: unknown section [fabrics] (known: [cluster], [ray], [serve], [models], [fabric], "
-        "[[node]])"
+        "[gateway], [[node]])"
     )
 
 

@@ -7,7 +7,8 @@
     │   ├── ConfigError       a bad halo.toml: file, field, line
     │   ├── FabricError       cabling that cannot be a routed fabric (which cable or node)
     │   ├── StateError        a state file (cluster, supervisor spec) not written by this halo
-    │   └── ListenError       the exporter cannot listen where it was told
+    │   ├── ListenError       the exporter cannot listen where it was told
+    │   └── RequestRefused    a request the gateway's key gate does not take (its HTTP status)
     ├── TransportError        a requested transport the node cannot provide, or not the one used
     │   └── NoTransportEvidence   nothing in the evidence says which transport ran
     ├── OperationError        an operation on the nodes failed (the message says where)
@@ -100,6 +101,15 @@ class StateError(UsageError):
 
 class ListenError(UsageError):
     """The address cannot be listened on (busy port, unknown host, no permission)."""
+
+
+class RequestRefused(UsageError):
+    """A request the gateway's key gate does not take: the status, message and code of its
+    answer (OpenAI's error shape)."""
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code = status, message, code
 
 
 class TransportError(HaloError):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from halo_cluster.cli.demo_lab import HALO
 from halo_cluster.cli.demo_mesh import lab_section
+from halo_cluster.cli.output import safe
+from halo_cluster.errors import OperationError
 from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ def _halo(*args: str, timeout: float = 900) -> tuple[int, str, str]:
 def _json(said: str, *args: str) -> Any:
     code, stdout, stderr = _halo(*args, "--json")
     if code != 0:
-        raise _Stop(f"{said} failed: {stderr.strip().splitlines()[-1:] or stdout[-200:]}")
+        raise OperationError(f"{said} failed: {stderr.strip().splitlines()[-1:] or stdout[-200:]}")
     return json.loads(stdout)
 
 
@@ -81,14 +83,12 @@ def _deployments(config: Path) -> list[dict[str, Any]]:
     try:
         return list(json.loads(stdout)["deployments"])
     except (ValueError, KeyError, TypeError):
-        raise _Stop(f"halo status failed: {stderr.strip()[-200:]}") from None
-
-
-class _Stop(Exception):
-    """A step that failed: the demo says so in one line and goes on to tear down."""
+        raise OperationError(f"halo status failed: {stderr.strip()[-200:]}") from None
 
 
 def _run(config: Path, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """Every step; one that fails (OperationError) is said in one line, then the lab is
+    torn down."""
     at = ("--config", str(config))
     code, _out, err = _halo("lab", "model", str(model), "--format", "both")
     if code != 0:
@@ -109,6 +109,7 @@ def _run(config: Path, model: Path, say: Callable[[str], None]) -> dict[str, Any
             f"halo gateway start: {gateway['url']}, vllm-router holding "
             f"{len(gateway['workers'])} replicas of {', '.join(models)}"
         )
+        _healthy(config)
         key = _json("halo gateway key add", "gateway", "key", "add", "team", *at)["key"]
         say("halo gateway key add team: a key, shown once, stored hashed")
         return {
@@ -118,9 +119,25 @@ def _run(config: Path, model: Path, say: Callable[[str], None]) -> dict[str, Any
             "failover": _failover(config, gateway["url"], key, say),
             "status": _deployments(config),
         }
-    except _Stop as err:
+    except OperationError as err:
         say(f"[yellow]{err}[/]")
         return {"error": str(err)}
+
+
+def _healthy(config: Path, within_s: float = 60.0) -> None:
+    """Until the router has checked every replica healthy (it asks every 2 s)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        _code, stdout, _err = _halo("gateway", "status", "--config", str(config), "--json")
+        try:
+            workers = json.loads(stdout)["workers"]
+        except (ValueError, KeyError, TypeError):
+            workers = []
+        if workers and all(w["healthy"] for w in workers):
+            return
+        if time.monotonic() > deadline:
+            raise OperationError(f"the router did not find every replica healthy in {within_s:g} s")
+        time.sleep(1.0)
 
 
 def _deployed(result: dict[str, Any], say: Callable[[str], None]) -> None:
@@ -154,7 +171,7 @@ def _asked(url: str, key: str, say: Callable[[str], None]) -> dict[str, Any]:
     for model in ("small", "fast", "chat"):
         status, text = ask(url, key, model)
         answers[model] = status
-        say(f"through the gateway, model {model!r} with the key: {status} {text[:40]!r}")
+        say(f"through the gateway, model {model!r} with the key: {status} {safe(repr(text[:40]))}")
     refused, _text = ask(url, None, "small")
     say(f"the same without a key: {refused} (no engine saw it)")
     return {"answers": answers, "without_key": refused}

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.bounded.redact import redact_url
-from halo_cluster.errors import HaloError, ListenError, UsageError
+from halo_cluster.errors import HaloError, ListenError, RequestRefused, UsageError
 from halo_cluster.gateway.keys import (
     KeyUsage,
     UsageFile,
@@ -242,27 +242,20 @@ def error_body(message: str, kind: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code}}
 
 
-class BodyRefused(Exception):
-    """A request body the gate does not take: its answer's status, message and code."""
-
-    def __init__(self, status: int, message: str, code: str) -> None:
-        self.status, self.message, self.code = status, message, code
-
-
 TOO_LARGE = (413, "the request body is larger than 32 MiB", "request_too_large")
 
 
 async def read_body(request: web.Request) -> bytes:
-    """The request's body; BodyRefused when it is longer than MAX_BODY_BYTES (413), compressed
+    """The request's body; RequestRefused when it is longer than MAX_BODY_BYTES (413), compressed
     (415), stalls BODY_IDLE_S or BODY_TIMEOUT_S (408; aiohttp also leaves a reader waiting
     when a later chunk is malformed), or is cut or malformed (400)."""
     from aiohttp.web import RequestPayloadError
 
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if request.body_exists and encoding != "identity":
-        raise BodyRefused(415, "send the request body uncompressed", "unsupported_encoding")
+        raise RequestRefused(415, "send the request body uncompressed", "unsupported_encoding")
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise BodyRefused(*TOO_LARGE)
+        raise RequestRefused(*TOO_LARGE)
     loop, body = asyncio.get_running_loop(), bytearray()
     deadline = loop.time() + BODY_TIMEOUT_S
     try:
@@ -271,12 +264,12 @@ async def read_body(request: web.Request) -> bytes:
         ):
             body += chunk
             if len(body) > MAX_BODY_BYTES:
-                raise BodyRefused(*TOO_LARGE)
+                raise RequestRefused(*TOO_LARGE)
     except TimeoutError:
-        raise BodyRefused(408, "the request body stopped coming", "request_timeout") from None
+        raise RequestRefused(408, "the request body stopped coming", "request_timeout") from None
     except (ConnectionError, RequestPayloadError) as err:
         message = f"the request body was cut or malformed ({type(err).__name__})"
-        raise BodyRefused(400, message, "bad_request_body") from None
+        raise RequestRefused(400, message, "bad_request_body") from None
     return bytes(body)
 
 
@@ -346,7 +339,7 @@ class Gate:
 
         try:
             body = await read_body(request)
-        except BodyRefused as err:
+        except RequestRefused as err:
             self.tally.add(name, KeyUsage(refused=1))
             return _failure(err.status, err.message, err.code)
         aliases = self.models.get().aliases()
