@@ -31,7 +31,11 @@ from halo_cluster.gateway.models_file import ModelEntry, ModelsFile
 from halo_cluster.gateway.worker_key import WORKER_KEY_ENV, worker_key
 
 READY_S = 60
-HEALTH_INTERVAL_S = 2  # the router's health checks: a dead replica out within ~6 s
+# the router's health checks: every 2 s, each given 5 s (a replica busy with a full batch on a
+# loaded CPU answers /health late: 2 s took the one replica of a deployment out under load,
+# every request then 503), out after 2 failures: a dead replica (refused at once) within ~4 s
+HEALTH_INTERVAL_S = 2
+HEALTH_TIMEOUT_S = 5
 HEALTH_FAILURES = 2
 
 
@@ -83,7 +87,7 @@ def router_argv(config: Config) -> list[str]:
         "--prometheus-host", g.metrics_host, "--prometheus-port", str(g.metrics_port),
         "--health-check-interval-secs", str(HEALTH_INTERVAL_S),
         "--health-failure-threshold", str(HEALTH_FAILURES),
-        "--health-check-timeout-secs", str(HEALTH_INTERVAL_S),
+        "--health-check-timeout-secs", str(HEALTH_TIMEOUT_S),
         "--log-level", "warning",
     ]  # fmt: skip
 
