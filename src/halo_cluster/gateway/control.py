@@ -37,6 +37,10 @@ READY_S = 60
 HEALTH_INTERVAL_S = 2
 HEALTH_TIMEOUT_S = 5
 HEALTH_FAILURES = 2
+# its circuit breaker opens after 10 failed sends to a replica; closed again after 5 s, not
+# its default 60 s: the one replica of a deployment is not shut out for a minute by a burst of
+# send errors under load (the health checks take a dead replica out)
+BREAKER_OPEN_S = 5
 
 
 def keys_path(config: Config) -> Path:
@@ -88,6 +92,7 @@ def router_argv(config: Config) -> list[str]:
         "--health-check-interval-secs", str(HEALTH_INTERVAL_S),
         "--health-failure-threshold", str(HEALTH_FAILURES),
         "--health-check-timeout-secs", str(HEALTH_TIMEOUT_S),
+        "--cb-timeout-duration-secs", str(BREAKER_OPEN_S),
         "--log-level", "warning",
     ]  # fmt: skip
 
