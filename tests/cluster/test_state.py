@@ -13,12 +13,13 @@ from halo_cluster.cluster.state import (
     ClusterState,
     NodeState,
     ServedState,
+    named_deployment,
     read_state,
     state_path,
     write_state,
 )
 from halo_cluster.config import Config, NodeConfig
-from halo_cluster.errors import StateError
+from halo_cluster.errors import StateError, UsageError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.transport import plan_transport
 from tests.conftest import ROOTS, halo
@@ -147,6 +148,12 @@ def test_deployments_round_trip_and_an_old_state_is_carried_over(tmp_path: Path)
     write_state(cfg, state)
     assert read_state(cfg) == state
     assert read_state(cfg).deployment("small") == small  # type: ignore[union-attr]
+    assert named_deployment(state, "small") == small
+    for held, known in ((state, "small"), (None, "none")):
+        with pytest.raises(
+            UsageError, match=rf"no deployment named 'big' \(deployments: {known}\)"
+        ):
+            named_deployment(held, "big")
     old = {"schema": "halo.state/1", "cluster": "s", "head": "a", "nodes": {}}
     state_path(cfg).write_text(json.dumps(old))
     carried = read_state(cfg)

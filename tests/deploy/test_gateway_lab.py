@@ -144,6 +144,11 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         assert [(d["name"], d["state"]) for d in state["deployments"]] == [
             ("small", "serving"), ("other", "serving"),
         ]  # fmt: skip
+        one = json.loads(halo("status", "--config", str(config), "--name", "other",
+                              "--json").stdout)  # fmt: skip
+        assert [d["name"] for d in one["deployments"]] == ["other"]
+        unknown = halo("status", "--config", str(config), "--name", "nope")
+        assert unknown.returncode == 2 and "deployments: small, other" in unknown.stderr
 
         # one replica killed: requests go on on the other, then it is back by itself
         _node(tmp_path, lab, "node2", "pkill -f llama-server")

@@ -63,18 +63,23 @@ def up(config_path: str | None, force: bool, as_json: bool) -> int:
 
 @click.command()
 @config_option()
+@click.option("--name", "deployment", help="Only this deployment ('halo run --name').")
 @click.option(
-    "--json", "as_json", is_flag=True, help="Print {cluster, head, nodes: [...], up_s} as JSON."
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print {cluster, head, nodes: [...], up_s, serve, gateway, deployments: [...]} as JSON.",
 )
-def status(config_path: str | None, as_json: bool) -> int:
-    """Nodes alive per Ray, each node's transport, how long the cluster has been up, and
-    the served model's health. Exit 1 when a configured node is not in the Ray cluster (on
-    a cluster served without Ray: when the server is not healthy)."""
+def status(config_path: str | None, deployment: str | None, as_json: bool) -> int:
+    """Nodes alive per Ray, each node's transport, how long the cluster has been up, the
+    served model's health, and the deployments with their replicas and the gateway (--name:
+    one deployment). Exit 1 when a configured node is not in the Ray cluster (on a cluster
+    served without Ray: when the server is not healthy), or a deployment is not serving."""
     from halo_cluster.serving.status import cluster_status
 
     cluster = cluster_handle(config_path, True)
     data = cluster_status(cluster)
-    data.update(_deployments(cluster))
+    data.update(_deployments(cluster, deployment))
     if as_json:
         emit_json(data)
     else:
@@ -108,13 +113,14 @@ def status(config_path: str | None, as_json: bool) -> int:
     return 0 if all(n["ray"] for n in data["nodes"]) else 1
 
 
-def _deployments(cluster: Any) -> dict[str, Any]:
-    """The deployments ('halo run --name') with their replicas, and the gateway (asked on
-    the head only where there is something for it to front or it was given keys)."""
+def _deployments(cluster: Any, name: str | None) -> dict[str, Any]:
+    """The deployments ('halo run --name'), or only ``name``, with their replicas, and the
+    gateway (asked on the head only where there is something for it to front or it was
+    given keys)."""
     from halo_cluster.deploy.view import deployments_view
     from halo_cluster.gateway import control
 
-    deployments = deployments_view(cluster)
+    deployments = deployments_view(cluster, name)
     used = deployments or control.keys_path(cluster.config).exists()
     return {
         "gateway": control.view(cluster).to_dict() if used else None,

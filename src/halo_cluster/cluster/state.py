@@ -20,7 +20,7 @@ from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.cluster.deployments import Deployment, parse_deployments, shown
 from halo_cluster.config import Config
-from halo_cluster.errors import ParseError, StateError
+from halo_cluster.errors import ParseError, StateError, UsageError
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.state/2"
@@ -173,3 +173,12 @@ def write_state(config: Config, state: ClusterState) -> None:
     path = state_path(config)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(state.to_dict(), indent=2), prefix=".state.")
+
+
+def named_deployment(state: ClusterState | None, name: str) -> Deployment:
+    """Deployment ``name`` of ``state``; an unknown one is one line naming those there are."""
+    found = state.deployment(name) if state else None
+    if state is None or found is None:
+        known = ", ".join(d.name for d in state.deployments) if state else ""
+        raise UsageError(f"no deployment named {name!r} (deployments: {known or 'none'})")
+    return found

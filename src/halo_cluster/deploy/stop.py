@@ -10,9 +10,8 @@ from typing import Any
 
 from halo_cluster.cluster.deployments import Deployment
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.state import read_state, state_path, write_state
+from halo_cluster.cluster.state import named_deployment, read_state, state_path, write_state
 from halo_cluster.deploy.units import unit_cluster
-from halo_cluster.errors import UsageError
 from halo_cluster.gateway import control as gateway
 from halo_cluster.serving.bringup import Serving
 
@@ -38,11 +37,7 @@ def stop_replicas(cluster: Cluster, deployment: Deployment) -> bool:
 
 
 def stop_deployment(cluster: Cluster, name: str) -> StopResult:
-    state = read_state(cluster.config)
-    found = state.deployment(name) if state else None
-    if state is None or found is None:
-        known = ", ".join(d.name for d in state.deployments) if state else ""
-        raise UsageError(f"no deployment named {name!r} (deployments: {known or 'none'})")
+    found = named_deployment(read_state(cluster.config), name)
     cluster.progress(f"stopping deployment {name}")
     stop_replicas(cluster, found)
     _forget(cluster, [name])

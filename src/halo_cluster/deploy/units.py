@@ -38,14 +38,10 @@ def deployment_unit(config: Config, name: str, index: int = 0) -> Config:
     """Replica ``index`` of deployment ``name`` as the bring-up served it, for the commands
     that read one server (``halo logs``, ``halo bench serve``); its worker key provided. An
     unknown name or replica is one line naming the known ones."""
-    from halo_cluster.cluster.state import read_state
+    from halo_cluster.cluster.state import named_deployment, read_state
     from halo_cluster.errors import UsageError
 
-    state = read_state(config)
-    found = state.deployment(name) if state else None
-    if state is None or found is None:
-        known = ", ".join(d.name for d in state.deployments) if state else ""
-        raise UsageError(f"no deployment named {name!r} (deployments: {known or 'none'})")
+    found = named_deployment(read_state(config), name)
     replica = next((r for r in found.replicas if r.index == index), None)
     if replica is None:
         raise UsageError(

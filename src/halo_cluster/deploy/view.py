@@ -10,7 +10,7 @@ from typing import Any
 
 from halo_cluster.cluster.deployments import Deployment, serve_address
 from halo_cluster.cluster.handle import Cluster
-from halo_cluster.cluster.state import read_state
+from halo_cluster.cluster.state import named_deployment, read_state
 from halo_cluster.deploy.units import provide_worker_key, unit_cluster
 from halo_cluster.serving.status import serve_health
 
@@ -48,12 +48,14 @@ def deployment_state(replica_states: list[str]) -> str:
     return "serving" if up == len(replica_states) else "degraded" if up else "failed"
 
 
-def deployments_view(cluster: Cluster) -> list[DeploymentView]:
+def deployments_view(cluster: Cluster, name: str | None = None) -> list[DeploymentView]:
+    """Every deployment as it is now, or only ``name`` (an unknown name is one line)."""
     state = read_state(cluster.config)
-    if state is None or not state.deployments:
+    chosen = [named_deployment(state, name)] if name else state.deployments if state else []
+    if not chosen:
         return []
     provide_worker_key(cluster.config)
-    return [_one(cluster, d) for d in state.deployments]
+    return [_one(cluster, d) for d in chosen]
 
 
 def _one(cluster: Cluster, deployment: Deployment) -> DeploymentView:
