@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the test suite uses for real (installed when run as root and missing).
 DEB_PACKAGES := openssh-server openssh-client iproute2 procps iputils-ping ethtool iperf3 sockperf \
-	qperf perftest prometheus prometheus-node-exporter chromium cmake g++ ninja-build libibverbs-dev rsync
+	qperf perftest prometheus prometheus-node-exporter chromium cmake g++ ninja-build libibverbs-dev rsync socat
 # torch for bench collective/tp: the CPU build (a plain "torch" requirement would pull a CUDA
 # build of several GB); installed first so that the extras' "torch>=2.4" is already met.
 TORCH := torch==2.13.0

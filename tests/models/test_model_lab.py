@@ -112,6 +112,8 @@ def test_sync_resume_repair_and_faults_over_a_100mbit_fabric(
         )
         assert all(row["written"] == size and row["files"] == 3 for row in first["nodes"].values())
         assert first["sent"] == size  # the source read once for three nodes
+        assert first["mb_s"] > 0 and first["cpu_s_per_gb"]["controller"] > 0
+        assert all(row["mb_s"] > 0 and row["cpu_s_per_gb"] > 0 for row in first["nodes"].values())
         for node in ("node1", "node2", "node3"):
             held = _exec(lab, node, "sha256sum /var/lib/halo/models/m/w/a.bin | cut -c1-64")
             assert (

@@ -233,22 +233,34 @@ def _spec(
     }
 
 
+def _chain(
+    receivers: list[dict[str, Any]], source: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``receivers`` (specs without their input) listening on loopback, last first, and
+    ``source`` run with the route through them; what the source said and each receiver's
+    events, in chain order, once every hop ended."""
+    secrets = [new_secret() for _ in receivers]
+    started = []
+    for spec, secret in reversed(list(zip(receivers, secrets, strict=True))):
+        started.insert(0, _listening({**spec, "input": {"listen": "127.0.0.1", "secret": secret}}))
+    route = [
+        {"address": "127.0.0.1", "port": events["port"], "secret": secret}
+        for (_thread, events, _ready), secret in zip(started, secrets, strict=True)
+    ]
+    sent = relay(_typed({**source, "route": route}), lambda _e: None).to_dict()
+    for thread, _events, _ready in started:
+        thread.join(10)
+    return sent, [events for _thread, events, _ready in started]
+
+
 def test_a_chain_writes_and_forwards_and_every_node_verifies(tmp_path: Path) -> None:
     top = _model(tmp_path, FILES)
     manifest = _manifest(top)
     want = {f.path: 0 for f in manifest.files}
-    secrets = [new_secret(), new_secret()]
-    tail = _spec(manifest, tmp_path / "n2", want, {"listen": "127.0.0.1", "secret": secrets[1]})
-    t2, e2, _ = _listening(tail)
-    middle = _spec(manifest, tmp_path / "n1", want, {"listen": "127.0.0.1", "secret": secrets[0]})
-    t1, e1, _ = _listening(middle)
-    source = _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])})
-    source["route"] = [
-        {"address": "127.0.0.1", "port": e1["port"], "secret": secrets[0]},
-        {"address": "127.0.0.1", "port": e2["port"], "secret": secrets[1]},
-    ]
-    sent = relay(_typed(source), lambda _e: None).to_dict()
-    t1.join(10), t2.join(10)
+    sent, (e1, e2) = _chain(
+        [_spec(manifest, tmp_path / "n1", want, {}), _spec(manifest, tmp_path / "n2", want, {})],
+        _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])}),
+    )
     assert sent["forwarded"] and sent["complete"] is None
     for node, events in (("n1", e1), ("n2", e2)):
         done = events["done"]
@@ -366,3 +378,100 @@ def test_verify_names_a_changed_file_and_takes_the_model_out_of_service(tmp_path
     with pytest.raises(ModelError, match=r"model tiny is incomplete .*: sync it first"):
         Store(store.root).verify("tiny")
     assert Store(store.root).remove("tiny") and not Store(store.root).remove("tiny")
+
+
+def test_a_file_of_many_blocks_resumes_mid_block_on_a_source_that_keeps_it_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small blocks: the 3 MiB file crosses in many; the source reads it (it writes its own
+    store too), the next node resumes a partial that ends inside a block, the last gets it
+    whole; every hop tells its CPU seconds."""
+    from halo_cluster.modelstore import sink
+
+    monkeypatch.setattr(sink, "BLOCK", 64 << 10)
+    monkeypatch.setattr(sink, "BLOCKS", 3)
+    big = "w/model.safetensors"
+    top = _model(tmp_path, FILES)
+    manifest = _manifest(top)
+    store = Store(str(tmp_path / "n1"))
+    store.ensure()
+    prefix = 100_000  # not a multiple of the block
+    partial = Path(store.partial("tiny", big))
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_bytes(FILES[big][:prefix])
+    everything = {f.path: 0 for f in manifest.files}
+    tail = _spec(manifest, tmp_path / "n2", everything, {})
+    middle = _spec(manifest, tmp_path / "n1", {**everything, big: prefix}, {})
+    middle["stream"] = tail["stream"]  # the stream starts where the furthest-behind node does
+    sent, (e1, e2) = _chain(
+        [middle, tail],
+        _spec(manifest, tmp_path / "n0", everything, {"files": dict(source_files(str(top))[0])}),
+    )
+    assert sent["complete"] is True and sent["forwarded"] and sent["cpu_s"] >= 0
+    assert e1["done"]["written"] == sum(len(d) for d in FILES.values()) - prefix
+    for node, events in (("n0", None), ("n1", e1), ("n2", e2)):
+        if events is not None:
+            done = events["done"]
+            assert (done["complete"], done["failed"]) == (True, {}) and done["cpu_s"] >= 0
+        for rel, data in FILES.items():
+            assert (tmp_path / node / "tiny" / rel).read_bytes() == data
+
+
+def test_a_disk_that_hangs_is_left_behind_and_the_chain_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The middle node's writes stop returning: after its idle limit it writes no more (its
+    files fail, with why) and forwards on; the node behind it gets everything."""
+    from halo_cluster.modelstore import sink
+    from halo_cluster.modelstore.store import Receiving
+
+    monkeypatch.setattr(sink, "BLOCK", 64 << 10)
+    monkeypatch.setattr(sink, "BLOCKS", 2)
+    release = threading.Event()
+    put = Receiving.put
+
+    def hang(self: Receiving, chunk: Any) -> None:
+        if "/n1/" in self.path:
+            release.wait(30)
+        put(self, chunk)
+
+    monkeypatch.setattr(Receiving, "put", hang)
+    top = _model(tmp_path, FILES)
+    manifest = _manifest(top)
+    want = {f.path: 0 for f in manifest.files}
+    middle = {**_spec(manifest, tmp_path / "n1", want, {}), "idle_s": 1}
+    try:
+        _sent, (e1, e2) = _chain(
+            [middle, _spec(manifest, tmp_path / "n2", want, {})],
+            _spec(manifest, None, want, {"files": dict(source_files(str(top))[0])}),
+        )
+        assert e2["done"]["complete"] is True
+        done = e1["done"]
+        assert done["complete"] is False and done["forwarded"] is True
+        assert set(done["failed"]) == set(FILES)
+        assert all("took no data for 1 s" in why for why in done["failed"].values())
+    finally:
+        release.set()
+
+
+def test_a_received_file_leaves_the_page_cache_once_it_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On unified memory the cache of a copied model takes what the engine's load needs:
+    every file a hop verifies is advised out of it, after its fsync."""
+    from halo_cluster.modelstore.store import Receiving
+
+    seen: list[tuple[Any, ...]] = []  # other tests' threads may call these too: by fd
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (seen.append(("fsync", fd)), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "posix_fadvise", lambda *args: seen.append(("advise", *args)))
+    store = Store(str(tmp_path / "n1"))
+    store.ensure()
+    data = b"w" * 10_000
+    receiving = Receiving(store, "tiny", "a", len(data), _sha(data), 0)
+    receiving.write(data)
+    fd = receiving.handle.fileno()
+    receiving.finish()
+    mine = [call for call in seen if call[1] == fd]
+    assert mine == [("fsync", fd), ("advise", fd, 0, 0, os.POSIX_FADV_DONTNEED)]
+    assert (tmp_path / "n1" / "tiny" / "a").read_bytes() == data

@@ -52,7 +52,9 @@ def test_a_hash_answer_reads_back() -> None:
 
 @given(JSON)
 def test_anything_is_a_hash_answer_or_one_modelerror(value: Any) -> None:
-    document = {**HashAnswer(MANIFEST, {}, {}).to_dict(), **value} if isinstance(value, dict) else value
+    document = (
+        {**HashAnswer(MANIFEST, {}, {}).to_dict(), **value} if isinstance(value, dict) else value
+    )
     try:
         parse_hash_answer(document)
     except ModelError as err:
@@ -78,6 +80,7 @@ def test_a_spec_reads_back_with_its_secrets_out_of_its_repr() -> None:
         PipeEvent("progress", received=5, written=3, total=9, seconds=0.5),
         PipeEvent("file", path="w", verified=False, reason="disk full"),
         PipeEvent("done", done=PipeDone(("w",), {}, None, True, None, True, 9, 9, 1.5)),
+        PipeEvent("done", done=PipeDone((), {}, None, True, None, None, 9, 0, 1.5, 0.25)),
     ],
 )
 def test_an_event_reads_back(event: PipeEvent) -> None:
@@ -119,3 +122,18 @@ def test_anything_is_a_spec_or_one_modelerror(value: Any) -> None:
 def test_any_line_is_an_event_or_none(line: str) -> None:
     found = parse_pipe_event(line)
     assert found is None or isinstance(found, PipeEvent)
+
+
+def test_a_sync_tells_its_rates_and_cpu_per_gb_and_none_where_nothing_was_measured() -> None:
+    from halo_cluster.models.sync import NodeSync, SyncResult
+
+    node = NodeSync("n2", "synced", received=2_000_000_000, seconds=4.0, cpu_s=3.0)
+    assert (node.to_dict()["mb_s"], node.to_dict()["cpu_s_per_gb"]) == (500.0, 1.5)
+    same = NodeSync("n3", "same").to_dict()  # nothing crossed: no rate, no cost
+    assert (same["mb_s"], same["cpu_s"], same["cpu_s_per_gb"]) == (None, None, None)
+    manifest = Manifest("m", (FileEntry("w", 1, "0" * 64),), "", "/m")
+    result = SyncResult("m", manifest, "here", {"n2": node}, seconds=2.0, sent=1_000_000_000)
+    result.controller_cpu_s = 0.5
+    told = result.to_dict()
+    assert told["mb_s"] == 500.0
+    assert told["cpu_s_per_gb"] == {"controller": 0.5, "source": None}

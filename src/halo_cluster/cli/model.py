@@ -96,7 +96,10 @@ class _Meter:
 @click.option("--name", help="The model's name in the stores (default: from SOURCE).")
 @_NODES
 @config_option()
-@json_option("Print {name, digest, size, files, source, seconds, sent, ok, nodes} as JSON.")
+@json_option(
+    "Print {name, digest, size, files, source, seconds, sent, mb_s, cpu_s_per_gb, ok, nodes: "
+    "{node: {status, bytes, written, received, seconds, mb_s, cpu_s, cpu_s_per_gb, ...}}} as JSON."
+)
 def sync(
     source: str, name: str | None, nodes: str | None, config_path: str | None, as_json: bool
 ) -> int:
@@ -144,14 +147,17 @@ def _print_sync(data: dict[str, Any]) -> None:
         if row["status"] == "same":
             click.echo(f"  {node}: already the same")
         elif row["status"] == "synced":
-            rate = row["written"] / row["seconds"] / 1e6 if row["seconds"] else 0.0
             resumed = f", {row['resumed'] / MIB:.1f} MiB resumed" if row["resumed"] else ""
+            cpu = f", {row['cpu_s_per_gb']:.2f} CPU s/GB" if row["cpu_s_per_gb"] is not None else ""
             click.echo(
                 f"  {node}: synced {row['files']} file(s), {row['written'] / MIB:.1f} MiB "
-                f"written ({rate:.0f} MB/s){resumed}"
+                f"written ({row['mb_s'] or 0:.0f} MB/s{cpu}){resumed}"
             )
         else:
             click.echo(f"  {node}: {row['status'].upper()}: {plain(row['reason'])}")
+    controller = data["cpu_s_per_gb"]["controller"]
+    if controller is not None:
+        click.echo(f"  this machine: {controller:.2f} CPU s/GB sent")
     if data.get("left_out"):
         shown = ", ".join(plain(path) for path in data["left_out"])
         click.echo(f"  left out (hidden files no engine reads): {shown}")

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,7 @@ class NodeSync:
     seconds: float = 0.0
     reason: str | None = None
     resumed: int = 0  # bytes not sent again: verified prefixes of partials
+    cpu_s: float | None = None  # its hop's process, user and system (None: not told)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +72,9 @@ class NodeSync:
             "received": self.received,
             "resumed": self.resumed,
             "seconds": round(self.seconds, 3),
+            "mb_s": _rate(self.received, self.seconds),
+            "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 3),
+            "cpu_s_per_gb": _per_gb(self.cpu_s, self.received),
             "reason": self.reason,
         }
 
@@ -84,6 +89,8 @@ class SyncResult:
     rounds: int = 0
     sent: int = 0  # bytes read from the source into the chain
     left_out: tuple[str, ...] = ()  # the source's files not synced (hidden: no engine reads them)
+    controller_cpu_s: float = 0.0  # this machine, its SSH clients included
+    source_cpu_s: float | None = None  # the source node's hop (None: the source is here)
 
     @property
     def ok(self) -> bool:
@@ -99,6 +106,11 @@ class SyncResult:
             "seconds": round(self.seconds, 3),
             "rounds": self.rounds,
             "sent": self.sent,
+            "mb_s": _rate(self.sent, self.seconds),
+            "cpu_s_per_gb": {
+                "controller": _per_gb(self.controller_cpu_s, self.sent),
+                "source": _per_gb(self.source_cpu_s, self.sent),
+            },
             "left_out": list(self.left_out),
             "ok": self.ok,
             "nodes": {name: n.to_dict() for name, n in self.nodes.items()},
@@ -187,7 +199,7 @@ class Sync:
         self.run_id = new_secret()[:16]
 
     def run(self) -> SyncResult:
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), _cpu_s()
         result = SyncResult(
             self.manifest.name,
             self.manifest,
@@ -211,6 +223,7 @@ class Sync:
                 break
             pending = retry
         result.seconds = time.monotonic() - started
+        result.controller_cpu_s = _cpu_s() - cpu_started
         return result
 
     # -- planning ---------------------------------------------------------------------------
@@ -373,7 +386,10 @@ class Sync:
         if local is not None:
             result.sent += local.received
         elif self.source.node in hops:
-            result.sent += hops[self.source.node].received
+            source = hops[self.source.node]
+            result.sent += source.received
+            if source.done is not None and source.done.cpu_s is not None:
+                result.source_cpu_s = (result.source_cpu_s or 0.0) + source.done.cpu_s
         for name, hop in hops.items():
             if not name or name not in result.nodes or not hop.spec.target:
                 continue  # this machine, or the source node only sending
@@ -382,11 +398,27 @@ class Sync:
             node.written += done.written or hop.written
             node.received += done.received or hop.received
             node.seconds += done.seconds
+            if done.cpu_s is not None:
+                node.cpu_s = (node.cpu_s or 0.0) + done.cpu_s
             if done.complete:
                 node.status, node.reason = "synced", None
                 continue
             node.status = "failed"
             node.reason = _reason(hop, done)
+
+
+def _cpu_s() -> float:
+    """This process's CPU seconds so far and its children's that ended (the SSH clients)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def _rate(size: int, seconds: float) -> float | None:
+    return round(size / seconds / 1e6, 1) if seconds > 0 and size else None
+
+
+def _per_gb(cpu_s: float | None, size: int) -> float | None:
+    return round(cpu_s / (size / 1e9), 3) if cpu_s is not None and size else None
 
 
 def _reason(hop: _Hop, done: PipeDone) -> str:

@@ -284,15 +284,22 @@ def _stat_regular(path: str) -> os.stat_result:
     return info
 
 
-def read_chunks(path: str, start: int, end: int) -> Iterator[bytes]:
-    """Bytes ``start`` to ``end`` of a regular file, in chunks (never more than asked)."""
+def open_regular(path: str) -> int:
+    """A descriptor of ``path`` for reading; ModelError unless it is a regular file (opened
+    without blocking: a FIFO put in a file's place is refused, not waited on)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as err:
         raise ModelError(f"{path}: {err.strerror or err}") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ModelError(f"{path}: not a regular file")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ModelError(f"{path}: not a regular file")
+    return fd
+
+
+def read_chunks(path: str, start: int, end: int) -> Iterator[bytes]:
+    """Bytes ``start`` to ``end`` of a regular file, in chunks (never more than asked)."""
+    with os.fdopen(open_regular(path), "rb") as handle:
         handle.seek(start)
         left = end - start
         while left > 0:

@@ -23,21 +23,21 @@ from __future__ import annotations
 import hmac
 import json
 import os
-import queue
 import selectors
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from halo_cluster.errors import ModelError
-from halo_cluster.modelstore.manifest import CHUNK, Manifest, read_chunks
-from halo_cluster.modelstore.store import Receiving, Store
+from halo_cluster.modelstore.manifest import Manifest, open_regular
+from halo_cluster.modelstore.sink import Blocks, Sink
+from halo_cluster.modelstore.store import Store
 from halo_cluster.modelstore.transfer import (
     PipeDone,
     PipeEvent,
     PipeSpec,
     RouteHop,
+    StreamFile,
     parse_route,
     route_line,
 )
@@ -48,6 +48,7 @@ MAX_ROUTE = 1 << 20
 PROGRESS_S = 0.5
 AUTH_S = 5.0  # what one peer may take to send its secret (the real upstream sends it at once)
 MAX_PENDING = 16  # peers heard at once
+SENDFILE_PIECE = 64 << 20  # a source's sendfile, between two looks at the progress
 
 
 def new_secret() -> str:
@@ -84,7 +85,6 @@ class _Upstream:
         finally:
             listener.close()
         self.conn.settimeout(idle_s)
-        self.buffer = bytearray(CHUNK)
         self.route = self._route()
 
     def _route(self) -> tuple[RouteHop, ...]:
@@ -105,20 +105,18 @@ class _Upstream:
         except ModelError as err:
             raise ModelError(f"the hop before sent a bad route: {err}") from None
 
-    def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
-        view = memoryview(self.buffer)
-        left = end - start
-        while left > 0:
-            try:
-                got = self.conn.recv_into(view[: min(CHUNK, left)])
-            except socket.timeout:
-                raise ModelError(f"{path}: nothing came for {self.idle_s:g} s") from None
-            except OSError as err:
-                raise ModelError(f"{path}: the hop before failed ({err.strerror or err})") from None
-            if got == 0:
-                raise ModelError(f"{path}: the hop before closed {left} B before the end")
-            left -= got
-            yield view[:got]
+    def fill(self, path: str, block: bytearray, length: int) -> tuple[int, str | None]:
+        """``block[:length]``: the stream's next ``length`` bytes (of ``path``); how many came
+        and, when the stream broke before all did, why."""
+
+        def broke(err: OSError | None, left: int) -> str:
+            if isinstance(err, socket.timeout):
+                return f"{path}: nothing came for {self.idle_s:g} s"
+            if err is not None:
+                return f"{path}: the hop before failed ({err.strerror or err})"
+            return f"{path}: the hop before closed {left} B before the end"
+
+        return _fill(block, length, self.conn.recv_into, broke)
 
     def close(self) -> None:
         self.conn.close()
@@ -218,16 +216,56 @@ class _Files:
 
     def __init__(self, paths: dict[str, str]) -> None:
         self.paths = paths
+        self._fd: int | None = None
+        self._path = ""
 
-    def chunks(self, path: str, start: int, end: int) -> Iterator[memoryview]:
+    def open(self, path: str, start: int) -> int:
+        """``path`` opened (a regular file, read from ``start`` on): its descriptor."""
         real = self.paths.get(path)
         if real is None:
             raise ModelError(f"{path}: not in the source")
-        for chunk in read_chunks(real, start, end):
-            yield memoryview(chunk)
+        self.close()
+        self._fd, self._path = open_regular(real), path
+        os.lseek(self._fd, start, os.SEEK_SET)
+        return self._fd
+
+    def fill(self, path: str, block: bytearray, length: int) -> tuple[int, str | None]:
+        assert self._fd is not None and self._path == path
+        fd = self._fd
+
+        def broke(err: OSError | None, _left: int) -> str:
+            if err is not None:
+                return f"{path}: {err.strerror or err}"
+            return f"{path}: shorter than the manifest says (changed while read?)"
+
+        return _fill(block, length, lambda view: os.readv(fd, [view]), broke)
 
     def close(self) -> None:
-        return None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fill(
+    block: bytearray,
+    length: int,
+    read: Callable[[memoryview], int],
+    broke: Callable[[OSError | None, int], str],
+) -> tuple[int, str | None]:
+    """``block[:length]`` filled by as many ``read`` calls as it takes; how many bytes came
+    and, when the source ended or failed first, ``broke``'s line (its error or None, and the
+    bytes it still owed)."""
+    view = memoryview(block)
+    got = 0
+    while got < length:
+        try:
+            more = read(view[got:length])
+        except OSError as err:  # socket.timeout too
+            return got, broke(err, length - got)
+        if more == 0:
+            return got, broke(None, length - got)
+        got += more
+    return got, None
 
 
 def _downstream(route: tuple[RouteHop, ...], emit: Emit) -> socket.socket | None:
@@ -251,8 +289,6 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
     """Run one hop as ``spec`` says; how it ended (also emitted, as ``done``): what this hop
     verified, what failed and why, whether it forwarded everything."""
     manifest = spec.manifest
-    want = spec.want
-    entries = manifest.by_path()
     store = Store(spec.store) if spec.store and spec.target else None
     refused: str | None = None  # this node's store cannot take the model: it only forwards
     if store is not None:
@@ -261,33 +297,13 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
             store.invalidate(manifest.name)
         except ModelError as err:
             refused = str(err)
-    started = time.monotonic()
-    verified: list[str] = []
-    failed: dict[str, str] = {}
+    started, cpu_started = time.monotonic(), _cpu_s()
+    blocks = Blocks()
+    sink = Sink(store, manifest.name, spec.want, blocks, emit, refused)
     total = sum(f.size - f.offset for f in spec.stream)
-    counts = {"received": 0, "written": 0}
     source: _Files | _Upstream | None = None
-    forward: socket.socket | None = None
-    forward_error: str | None = None
+    hop: _Pass | None = None
     error: str | None = None
-    last = [0.0]
-
-    def progress(final: bool = False) -> None:
-        now = time.monotonic()
-        if final or now - last[0] >= PROGRESS_S:
-            last[0] = now
-            emit(
-                PipeEvent(
-                    "progress",
-                    received=counts["received"],
-                    written=counts["written"],
-                    total=total,
-                    seconds=now - started,
-                )
-            )
-
-    route: tuple[RouteHop, ...] = ()
-    finisher = _Finisher(verified, failed, emit)
     try:
         if spec.files is not None:
             source = _Files(spec.files)
@@ -297,114 +313,169 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
                 listen_address(str(spec.listen)), spec.secret, spec.wait_s, spec.idle_s, emit
             )
             route = source.route
-        forward = _downstream(route, emit)
-        if route and forward is None:
-            forward_error = "could not connect"
-        disk_error: str | None = refused
-        for item in spec.stream:
-            path, start, size = item.path, item.offset, item.size
-            entry = entries.get(path)
-            if entry is None:
-                raise ModelError(f"{path}: in the stream but not in the manifest")
-            mine = want.get(path)
-            receiving: Receiving | None = None
-            if store is not None and mine is not None and disk_error is None:
-                try:
-                    receiving = Receiving(
-                        store, manifest.name, path, entry.size, entry.sha256, mine
-                    )
-                except (OSError, ModelError) as err:
-                    disk_error = _why(err)
-                    failed[path] = disk_error
-            position = start
-            for chunk in source.chunks(path, start, size):
-                if forward is not None:
-                    try:
-                        forward.sendall(chunk)
-                    except OSError as err:
-                        forward_error = err.strerror or str(err)
-                        emit(PipeEvent("forward-failed", reason=forward_error))
-                        forward.close()
-                        forward = None
-                end = position + len(chunk)
-                if receiving is not None and end > receiving.written:
-                    before = receiving.written
-                    try:
-                        receiving.write(chunk[before - position :])
-                        counts["written"] += end - before
-                    except OSError as err:  # a full disk: this node stops writing, not forwarding
-                        disk_error = _why(err)
-                        failed[path] = disk_error
-                        receiving.close()
-                        receiving = None
-                position = end
-                counts["received"] += len(chunk)
-                progress()
-            if receiving is not None:
-                finisher.put(receiving)  # fsync and rename while the stream goes on
+        hop = _Pass(source, _downstream(route, emit), sink, blocks, spec.idle_s, emit, total)
+        if route and hop.forward is None:
+            hop.forward_error = "could not connect"
+        hop.run(spec.stream, manifest)
     except ModelError as err:
         error = str(err)
     finally:
-        finisher.wait()
-        if forward is not None:
-            forward.close()
+        sink.close()
+        if hop is not None:
+            hop.close()
         if source is not None:
             source.close()
     complete: bool | None = None if store is None else False
     error = error or refused
-    if store is not None and error is None and not failed:
+    if store is not None and error is None and not sink.failed:
         error = _complete(store, manifest)
         complete = error is None
-    progress(final=True)
+    received = hop.received if hop is not None else 0
+    forward_error = hop.forward_error if hop is not None else None
+    if hop is not None:  # the stream's time, from its first peer admitted (not the wait for it)
+        started = hop.started
+    emit(PipeEvent("progress", received=received, written=sink.written, total=total,
+                   seconds=time.monotonic() - started))  # fmt: skip
     done = PipeDone(
-        tuple(verified),
-        failed,
+        tuple(sink.verified),
+        dict(sink.failed),
         error,
         forward_error is None,
         forward_error,
         complete,
-        counts["received"],
-        counts["written"],
+        received,
+        sink.written,
         time.monotonic() - started,
+        round(_cpu_s() - cpu_started, 3),
     )
     emit(PipeEvent("done", done=done))
     return done
 
 
-class _Finisher:
-    """Files received whole, made durable (fsync), checked and renamed into place on a
-    thread of their own: a hop keeps reading and forwarding meanwhile, so a slow disk does
-    not stall the chain behind it between files."""
+def _cpu_s() -> float:
+    """This process's CPU seconds so far, user and system (a node's hop is a process of its
+    own; the source hop on the controller counts the controller's)."""
+    times = os.times()
+    return times.user + times.system
 
-    def __init__(self, verified: list[str], failed: dict[str, str], emit: Emit) -> None:
-        self.verified, self.failed, self.emit = verified, failed, emit
-        self.queue: queue.Queue[Receiving | None] = queue.Queue()
-        self.thread: threading.Thread | None = None
 
-    def put(self, receiving: Receiving) -> None:
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, daemon=True)
-            self.thread.start()
-        self.queue.put(receiving)
+class _Pass:
+    """One hop's pass over the stream: each file's bytes read from the source into a block,
+    handed to the sink where this node keeps the file, and forwarded to the next hop. A
+    source that keeps nothing hands its files to the kernel (sendfile: no copy here)."""
 
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.queue.put(None)
-            self.thread.join()
+    def __init__(
+        self,
+        source: _Files | _Upstream,
+        forward: socket.socket | None,
+        sink: Sink,
+        blocks: Blocks,
+        idle_s: float,
+        emit: Emit,
+        total: int,
+    ) -> None:
+        self.source, self.forward, self.sink, self.blocks = source, forward, sink, blocks
+        self.idle_s, self.emit, self.total = idle_s, emit, total
+        self.forward_error: str | None = None
+        self.received = 0
+        self.started = self.last = time.monotonic()
+        self._spare: bytearray | None = None  # a block of its own, once the sink is left behind
 
-    def _run(self) -> None:
-        while True:
-            receiving = self.queue.get()
-            if receiving is None:
-                return
-            path = receiving.rel
-            try:
-                receiving.finish()
-                self.verified.append(path)
-                self.emit(PipeEvent("file", path=path, verified=True))
-            except (OSError, ModelError) as err:
-                self.failed[path] = _why(err)
-                self.emit(PipeEvent("file", path=path, verified=False, reason=self.failed[path]))
+    def run(self, stream: tuple[StreamFile, ...], manifest: Manifest) -> None:
+        entries = manifest.by_path()
+        for item in stream:
+            entry = entries.get(item.path)
+            if entry is None:
+                raise ModelError(f"{item.path}: in the stream but not in the manifest")
+            keeps = self.sink.keeps(item.path)
+            if isinstance(self.source, _Files):
+                fd = self.source.open(item.path, item.offset)
+                if not keeps:
+                    self._send_file(fd, item)
+                    continue
+            if keeps:
+                self.sink.open(item.path, entry.size, entry.sha256)
+            self._blocks(item, keeps)
+            if keeps:
+                self.sink.end()
+
+    def _blocks(self, item: StreamFile, keeps: bool) -> None:
+        position = item.offset
+        while position < item.size:
+            block = self._block(keeps)
+            got, broke = self.source.fill(item.path, block, min(len(block), item.size - position))
+            if block is not self._spare:
+                self.sink.feed(block, got, position)  # before forwarding: both at once
+            self._send(memoryview(block)[:got])
+            position += got
+            self._count(got)
+            if broke is not None:  # what came is written and forwarded: a resume starts there
+                raise ModelError(broke)
+
+    def _block(self, keeps: bool) -> bytearray:
+        if keeps and not self.sink.left_behind:
+            block = self.blocks.take(self.idle_s)
+            if block is not None:
+                return block
+            self.sink.abandon(self.idle_s)  # its files fail, named; the stream goes on
+        if self._spare is None:
+            self._spare = bytearray(self.blocks.size)
+        return self._spare
+
+    def _send(self, view: memoryview) -> None:
+        if self.forward is None:
+            return
+        try:
+            self.forward.sendall(view)
+        except OSError as err:
+            self._forward_failed(err)
+
+    def _send_file(self, fd: int, item: StreamFile) -> None:
+        """``item`` from the source's file straight to the next hop (the kernel's sendfile),
+        in pieces so that progress is told as it goes."""
+        position = item.offset
+        with os.fdopen(fd, "rb", buffering=0, closefd=False) as handle:
+            while position < item.size and self.forward is not None:
+                count = min(SENDFILE_PIECE, item.size - position)
+                try:
+                    sent = self.forward.sendfile(handle, position, count)
+                except OSError as err:
+                    self._forward_failed(err)
+                    break
+                if sent < count:
+                    raise ModelError(
+                        f"{item.path}: shorter than the manifest says (changed while read?)"
+                    )
+                position += sent
+                self._count(sent)
+        if self.forward is None:  # nowhere to send: nothing to read
+            self._count(item.size - position)
+
+    def _forward_failed(self, err: OSError) -> None:
+        self.forward_error = err.strerror or str(err) or type(err).__name__
+        self.emit(PipeEvent("forward-failed", reason=self.forward_error))
+        if self.forward is not None:
+            self.forward.close()
+        self.forward = None
+
+    def _count(self, length: int) -> None:
+        self.received += length
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_S:
+            self.last = now
+            self.emit(
+                PipeEvent(
+                    "progress",
+                    received=self.received,
+                    written=self.sink.written,
+                    total=self.total,
+                    seconds=now - self.started,
+                )
+            )
+
+    def close(self) -> None:
+        if self.forward is not None:
+            self.forward.close()
 
 
 def _complete(store: Store, manifest: Manifest) -> str | None:
@@ -426,10 +497,3 @@ def _complete(store: Store, manifest: Manifest) -> str | None:
     except OSError as err:
         return f"cannot mark {manifest.name} complete: {err.strerror or err}"
     return None
-
-
-def _why(err: BaseException) -> str:
-    if isinstance(err, OSError):
-        where = f"{err.filename}: " if err.filename else ""
-        return f"{where}{err.strerror or err}"
-    return str(err)

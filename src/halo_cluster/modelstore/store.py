@@ -335,8 +335,14 @@ class Receiving:
         self.written = offset
 
     def write(self, chunk: bytes | memoryview) -> None:
-        self.handle.write(chunk)
+        """``chunk`` written and hashed."""
+        self.put(chunk)
         self.digest.update(chunk)
+
+    def put(self, chunk: bytes | memoryview) -> None:
+        """``chunk`` written only: its hashing is the caller's (a thread of its own, in the
+        same order)."""
+        self.handle.write(chunk)
         self.written += len(chunk)
 
     def close(self) -> None:
@@ -348,6 +354,7 @@ class Receiving:
         try:
             self.handle.flush()
             os.fsync(self.handle.fileno())
+            drop_cached(self.handle.fileno())
         finally:
             self.close()
         got = self.digest.hexdigest()
@@ -361,6 +368,16 @@ class Receiving:
         self.store.make_dirs(self.name, self.rel.rpartition("/")[0])  # never through a link
         os.replace(self.path, final)  # a link in the file's place is replaced, not followed
         self.store.cache.remember(final, os.stat(final), got)
+
+
+def drop_cached(fd: int) -> None:
+    """The file's pages out of the page cache once they are on disk: on a node whose GPU
+    shares the memory (unified memory), the cache a copied model leaves behind would take
+    what the engine's load needs. Where the kernel cannot (tmpfs) it is a no-op."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        with contextlib.suppress(OSError):
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def _not_halos(path: str) -> str:

@@ -282,6 +282,7 @@ class PipeDone:
     received: int = 0
     written: int = 0
     seconds: float = 0.0
+    cpu_s: float | None = None  # the hop's process, user and system (None: not told)
 
     @property
     def ok(self) -> bool:
@@ -299,6 +300,7 @@ class PipeDone:
             "received": self.received,
             "written": self.written,
             "seconds": self.seconds,
+            "cpu_s": self.cpu_s,
         }
 
 
@@ -306,6 +308,7 @@ def _done(data: dict[str, Any]) -> PipeDone:
     failed = fields.obj(data.get("failed") or {}, "done's failed")
     complete = data.get("complete")
     error, forward_error = data.get("error"), data.get("forward_error")
+    cpu_s = data.get("cpu_s")
     return PipeDone(
         tuple(fields.text(v, "a verified file") for v in data.get("verified") or []),
         {str(k): fields.text(v, f"failed {k}") for k, v in failed.items()},
@@ -316,6 +319,7 @@ def _done(data: dict[str, Any]) -> PipeDone:
         fields.whole(data.get("received"), "done's received", 0),
         fields.whole(data.get("written"), "done's written", 0),
         fields.number(data.get("seconds"), "done's seconds", 0.0),
+        None if cpu_s is None else fields.number(cpu_s, "done's cpu_s", 0.0),
     )
 
 
