@@ -49,6 +49,7 @@ def test_rpc_server_binds_the_fabric_address_never_every_interface() -> None:
         "ggml-rpc-server", "-H", "10.0.0.2", "-p", "50052", "-c",
     ]  # fmt: skip
     assert rpc_server_argv(LlamaCppOptions(), "10.0.0.2", cache=False)[-1] == "50052"
+    assert "-c" not in rpc_server_argv(LlamaCppOptions(cache_gib=0), "10.0.0.2")  # no quota: off
     for everywhere in ("0.0.0.0", "::", ""):
         with pytest.raises(ValueError, match="fabric address"):
             rpc_server_argv(options, everywhere)

@@ -47,7 +47,13 @@ def test_layers_over_rpc_across_lab_nodes(
     env = {"HALO_TEST_KEY": SECRET}
     try:
         text = config.read_text()
-        config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
+        text = text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1)
+        # node2's RPC tensor cache over its quota (1 MiB): the least recently used file goes
+        config.write_text(
+            text.replace("[serve.llama_cpp]\n", "[serve.llama_cpp]\ncache_gib = 0.001\n")
+        )
+        _node(tmp_path, lab, "node2", "mkdir -p /var/lib/halo/models/.rpc-cache/rpc && cd $_ && "
+              "head -c 2M /dev/zero > stale && touch -d 2020-01-01 stale && head -c 4k /dev/zero > kept")  # fmt: skip
         tiny_models.copy(lab / "model", "gguf")
         # no 'halo up': llama.cpp uses no Ray, its plans come from the nodes' facts. Not
         # supervised: the test kills rpc-server below to see status name the lost node, and a
@@ -56,6 +62,9 @@ def test_layers_over_rpc_across_lab_nodes(
             tmp_path, config, lab / "model" / "model.gguf", "--json", "--no-supervise", env=env
         )
         assert served.returncode == 0, served.stderr
+        assert "node2: RPC tensor cache trimmed" in served.stderr
+        listed = json.loads(halo("model", "ls", "--config", str(config), "--json").stdout)
+        assert listed["rpc_cache"]["node2"]["bytes"] < 1 << 20  # 'stale' gone, the rest kept
         result = json.loads(served.stdout)
         status = json.loads(halo("lab", "status", "--dir", str(lab), "--json").stdout)
         fabric = {n["name"]: n["fabric_address"] for n in status["nodes"]}

@@ -256,6 +256,10 @@ def test_model_commands(store: str, name: str, path: str, prefixes: list[str]) -
     }  # fmt: skip
     assert parsed(commands.MODEL_PIPE.argv()) == {"command": "model-pipe"}  # spec: environment
     assert parsed(commands.MODEL_STOP.argv(run=name)) == {"command": "model-stop", "run": name}
+    trim = commands.RPC_CACHE.argv(store=store, quota_bytes=1 << 36)
+    assert parsed(trim) == {"command": "rpc-cache", "store": store, "quota_bytes": 1 << 36}
+    looked = parsed(commands.RPC_CACHE.argv(store=store))
+    assert looked == {"command": "rpc-cache", "store": store, "quota_bytes": None}
     spec = "/root/.local/state/halo/supervise-lab.spec.json"
     assert wire.supervise_args(spec) == ["supervise", "--spec", spec]
     assert parsed(wire.supervise_args(spec)) == {"command": "supervise", "spec": spec}
@@ -287,7 +291,7 @@ def test_every_command_has_its_builder_tested() -> None:
         "ray-nodes",
         "net-probe", "bench-driver", "setup", "exporter", "node-info", "model-list",
         "model-state", "model-verify", "model-rm", "model-hash", "model-pipe", "model-stop",
-        "supervise",
+        "rpc-cache", "supervise",
     }  # fmt: skip
     assert set(wire.NAMES) == tested
     assert [m.name for m in commands.NET_PROBE.modes] == ["serve", "ping", "stream"]

@@ -167,7 +167,8 @@ def _print_sync(data: dict[str, Any]) -> None:
 @_NODES
 @config_option()
 @json_option(
-    "Print {models: [{name, size, source, digest, nodes: {node: {state}}}], nodes} as JSON."
+    "Print {store, models: [{name, size, source, digest, nodes: {node: {state}}}], rpc_cache: "
+    "{node: {files, bytes}}, unreachable} as JSON."
 )
 def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int:
     """Every model in the nodes' stores: on each node same (as the others), different,
@@ -179,9 +180,20 @@ def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int
     listing = store_listing(cluster, chosen)
     rows = model_table(listing)
     errors = {n: v.error for n, v in listing.items() if isinstance(v, Unreadable)}
+    caches = {
+        n: v.rpc_cache
+        for n, v in listing.items()
+        if not isinstance(v, Unreadable) and v.rpc_cache is not None
+    }
     if as_json:
-        models = [row.to_dict() for row in rows]
-        emit_json({"store": cluster.config.models.dir, "models": models, "unreachable": errors})
+        emit_json(
+            {
+                "store": cluster.config.models.dir,
+                "models": [row.to_dict() for row in rows],
+                "rpc_cache": {n: {"files": c.files, "bytes": c.bytes} for n, c in caches.items()},
+                "unreachable": errors,
+            }
+        )
         return 0
     from halo_cluster.cli.output import console, plain, table
 
@@ -191,6 +203,9 @@ def ls_command(nodes: str | None, config_path: str | None, as_json: bool) -> int
         states = (_state(row.nodes[n]) for n in chosen)
         grid.add_row(plain(row.name), size, *states, plain(row.source or "-"))
     console().print(grid)
+    held = [f"{n} {c.bytes / MIB:.1f} MiB" for n, c in caches.items() if c.files]
+    if held:
+        click.echo(f"llama.cpp RPC tensor cache ([serve.llama_cpp] cache_gib): {', '.join(held)}")
     for node, error in errors.items():
         click.echo(f"{node}: unreachable: {error}", err=True)
     return 0

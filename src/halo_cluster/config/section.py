@@ -72,6 +72,17 @@ class Section:
             raise self.error(key, f"{self.label}.{key} must be at most {maximum}")
         return value
 
+    def amount(self, key: str, default: float, maximum: float) -> float:
+        """A number >= 0 and <= ``maximum`` (a size, a share of one), or ``default``."""
+        value = self.table.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(key, f"{self.label}.{key} must be a number >= 0")
+        if not 0 <= value <= maximum:  # NaN fails this too
+            raise self.error(key, f"{self.label}.{key} must be from 0 to {maximum:g}")
+        return float(value)
+
     def fraction(self, key: str) -> float | None:
         """A number in (0, 1], or None when absent."""
         value = self.table.get(key)

@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from halo_cluster.capacity.estimate import kv_bytes_per_token
+from halo_cluster.bounded.jsonin import loads
+from halo_cluster.capacity.estimate import GIB, kv_bytes_per_token
 from halo_cluster.client.fanout import each
 from halo_cluster.config import Config, NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
@@ -31,9 +32,11 @@ from halo_cluster.engines.protocol import (
     Witness,
 )
 from halo_cluster.engines.start import Ready, StartPlan, launch
-from halo_cluster.errors import LifecycleError, UsageError, WireError
+from halo_cluster.errors import LifecycleError, ModelError, UsageError, WireError
+from halo_cluster.modelstore.rpc_cache import CacheUse, parse_cache_use
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
+from halo_cluster.wire.commands import RPC_CACHE
 from halo_cluster.witness.logs import llama_problems, llama_recheck
 from halo_cluster.witness.nccl_log import parse_logs
 
@@ -139,10 +142,38 @@ class LlamaCpp:
         workers = self._workers(ctx)
         (layers, local), rdma_builds = self._preflight(ctx, workers)
         workers = [self._with_transport(ctx, w, rdma_builds) for w in workers]
+        self._trim_caches(ctx, workers)
         rdma = bool(workers) and all(w.transport == "rdma" for w in workers)
         members = [ctx.head, *[w.node for w in workers]]
         # the GGUF as read here (None: only the head has it), kept for the memory check
         return Prepared(members, rdma, "llama.cpp-rpc", None, (workers, layers, local))
+
+    def _trim_caches(self, ctx: ServeContext, workers: list[Worker]) -> None:
+        """Each worker's RPC tensor cache trimmed to ``cache_gib`` before its rpc-server
+        starts (rpc-server never removes a tensor): the ones used longest ago go first. A
+        cache that cannot be trimmed is one line, and the serve goes on."""
+        options: LlamaCppOptions = ctx.request.options
+        store, quota = ctx.config.models.dir, options.cache_bytes
+
+        def trim(worker: Worker) -> tuple[str, CacheUse | str]:
+            node = worker.node
+            result = ctx.client(node).call(*RPC_CACHE.argv(store=store, quota_bytes=quota))
+            if not result.ok:
+                return node.name, result.error_text().removeprefix("halo: error: ").strip()
+            try:
+                return node.name, parse_cache_use(loads(result.stdout))
+            except (ValueError, ModelError) as err:
+                return node.name, f"an answer halo cannot read ({err})"
+
+        for name, used in each(workers, trim):
+            if isinstance(used, str):
+                ctx.progress(f"{name}: the RPC tensor cache was not trimmed: {used}")
+            elif used.removed_files:
+                ctx.progress(
+                    f"{name}: RPC tensor cache trimmed to {used.bytes / GIB:.1f} GiB of "
+                    f"{options.cache_gib:g} ({used.removed_files} file(s), "
+                    f"{used.removed_bytes / GIB:.1f} GiB removed, the least recently used)"
+                )
 
     def _workers(self, ctx: ServeContext) -> list[Worker]:
         """Every node but the head, each on its configured fabric address (TCP until the

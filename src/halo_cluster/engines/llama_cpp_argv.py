@@ -22,6 +22,7 @@ from halo_cluster.config import NodeConfig, ServeConfig
 from halo_cluster.config.section import Section
 from halo_cluster.engines.owned import OwnedOptions
 from halo_cluster.engines.scripts import tcp_probe
+from halo_cluster.modelstore.rpc_cache import CACHE_DIR
 
 RPC_SERVER = "ggml-rpc-server"
 LLAMA_SERVER = "llama-server"
@@ -32,7 +33,9 @@ NO_AUTH_NOTE = (
 )
 
 
-OPTION_KEYS = ("build", "rpc_port", "threads", "args")
+OPTION_KEYS = ("build", "rpc_port", "threads", "args", "cache_gib")
+DEFAULT_CACHE_GIB = 64.0  # each worker's RPC tensor cache, at most (0: none)
+MAX_CACHE_GIB = 1 << 20
 # llama-server's options that halo sets itself, each in every spelling its --help lists for
 # it, and the halo option that sets each
 _OWNED = {
@@ -78,6 +81,7 @@ class LlamaCppOptions:
     rpc_port: int = DEFAULT_RPC_PORT  # ggml-rpc-server's port on every worker
     threads: int | None = None  # llama.cpp's CPU threads per node (default: its own)
     args: tuple[str, ...] = ()  # more of llama-server's options, as given
+    cache_gib: float = DEFAULT_CACHE_GIB  # each worker's RPC tensor cache at most (0: off)
 
     @classmethod
     def from_section(cls, section: Section | None) -> LlamaCppOptions:
@@ -90,7 +94,12 @@ class LlamaCppOptions:
             or DEFAULT_RPC_PORT,
             threads=section.number("threads", None),
             args=section.words("args"),
+            cache_gib=section.amount("cache_gib", DEFAULT_CACHE_GIB, MAX_CACHE_GIB),
         )
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_gib * (1 << 30))
 
 
 def binary(options: LlamaCppOptions, name: str) -> str:
@@ -124,18 +133,19 @@ def rpc_env(transport: str, cache: str | None = None) -> dict[str, str]:
 
 
 def rpc_cache_dir(models_dir: str) -> str:
-    """Where a worker's rpc-server keeps the tensors it received: beside the node's models."""
-    return models_dir.rstrip("/") + "/.rpc-cache"
+    """Where a worker's rpc-server keeps the tensors it received: beside the node's models
+    (as a shell word: ``models_dir`` may start with ~, expanded on the node)."""
+    return models_dir.rstrip("/") + "/" + CACHE_DIR
 
 
 def rpc_server_argv(options: LlamaCppOptions, address: str, cache: bool = True) -> list[str]:
-    """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address); with ``cache``,
-    its local tensor cache on (``-c``): a second load takes the big tensors from the worker's
-    disk instead of the wire."""
+    """``ggml-rpc-server`` bound to ``address`` (a worker's fabric address); with ``cache``
+    and a quota above 0 (``cache_gib``), its local tensor cache on (``-c``): a second load
+    takes the big tensors from the worker's disk instead of the wire."""
     if address in ("0.0.0.0", "::", ""):
         raise ValueError("rpc-server must bind a fabric address, not every interface")
     argv = [binary(options, RPC_SERVER), "-H", address, "-p", str(options.rpc_port)]
-    if cache:
+    if cache and options.cache_gib > 0:
         argv.append("-c")
     if options.threads:
         argv += ["-t", str(options.threads)]

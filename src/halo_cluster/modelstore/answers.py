@@ -13,6 +13,7 @@ from typing import Any
 
 from halo_cluster.errors import ModelError
 from halo_cluster.modelstore import fields
+from halo_cluster.modelstore.rpc_cache import CacheUse, parse_cache_use
 
 
 # -- model-list -------------------------------------------------------------------------------
@@ -64,18 +65,25 @@ def _stored(value: Any, where: str) -> StoredModel:
 class Listing:
     store: str
     models: tuple[StoredModel, ...]
+    rpc_cache: CacheUse | None = None  # llama.cpp's RPC tensor cache in the store
 
     def to_dict(self) -> dict[str, Any]:
-        return {"store": self.store, "models": [m.to_dict() for m in self.models]}
+        return {
+            "store": self.store,
+            "models": [m.to_dict() for m in self.models],
+            "rpc_cache": None if self.rpc_cache is None else self.rpc_cache.to_dict(),
+        }
 
 
 def parse_listing(value: Any) -> Listing:
     """A node's ``model-list`` answer (parsed JSON)."""
     data = fields.obj(value, "model-list")
     models = fields.items(data.get("models", []), "model-list models")
+    cache = data.get("rpc_cache")
     return Listing(
         fields.text(data.get("store", ""), "model-list store"),
         tuple(_stored(m, "model-list model") for m in models),
+        None if cache is None else parse_cache_use(cache, "model-list rpc_cache"),
     )
 
 

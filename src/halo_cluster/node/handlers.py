@@ -289,6 +289,14 @@ def model_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def rpc_cache(args: argparse.Namespace) -> int:
+    from halo_cluster.modelstore.rpc_cache import look, trim
+
+    used = look(args.store) if args.quota_bytes is None else trim(args.store, args.quota_bytes)
+    emit_json(used.to_dict())
+    return 0
+
+
 def _usage(message: str) -> Exception:
     from halo_cluster.errors import UsageError
 
@@ -322,5 +330,6 @@ HANDLERS: dict[str, Handler] = {
     "model-hash": model_hash,
     "model-pipe": model_pipe,
     "model-stop": model_stop,
+    "rpc-cache": rpc_cache,
     "supervise": supervise,
 }

@@ -19,6 +19,7 @@ from halo_cluster.modelstore.manifest import (
     source_files,
 )
 from halo_cluster.modelstore.pipe import relay
+from halo_cluster.modelstore.rpc_cache import look
 from halo_cluster.modelstore.store import HASHES, Store
 from halo_cluster.modelstore.transfer import HashAnswer, PipeEvent, parse_pipe_spec
 
@@ -93,7 +94,7 @@ def run(command: str, store: str, name: str = "") -> None:
     """model-list, model-state, model-verify, model-rm: their answer on stdout."""
     here = Store(store)
     if command == "model-list":
-        emit_json(Listing(here.root, tuple(here.listing())).to_dict())
+        emit_json(Listing(here.root, tuple(here.listing()), look(store)).to_dict())
     elif command == "model-state":
         emit_json(here.state(name).to_dict())
     elif command == "model-verify":

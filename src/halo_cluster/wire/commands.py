@@ -164,6 +164,11 @@ MODEL_HASH = Command(
     ),
 )
 MODEL_PIPE = Command("model-pipe")  # the spec in $HALO_MODEL_SPEC
+# llama.cpp's RPC tensor cache in the store: trimmed to --quota-bytes (the oldest used first)
+RPC_CACHE = Command(
+    "rpc-cache",
+    (_STORE, Arg("--quota-bytes", INT, low=0, help="trim to this size (default: only look)")),
+)
 MODEL_STOP = Command("model-stop", (Arg("--run", required=True),))
 # the supervisor on the head: its spec (with the API key) is a 0600 file, never argv
 SUPERVISE = Command("supervise", (Arg("--spec", required=True, help="the spec file (JSON)"),))
@@ -189,6 +194,7 @@ COMMANDS = (
     MODEL_HASH,
     MODEL_PIPE,
     MODEL_STOP,
+    RPC_CACHE,
     SUPERVISE,
 )
 NAMES = tuple(c.name for c in COMMANDS)
@@ -203,6 +209,8 @@ def read_value(arg: Arg, text: str) -> Any:
             value = int(text)
         except ValueError:
             raise ValueError(f"{text!r} is not an integer") from None
+        if arg.low is not None and value < arg.low and arg.high is None:
+            raise ValueError(f"{value} is below {arg.low}")
         if (arg.low is not None and value < arg.low) or (arg.high is not None and value > arg.high):
             raise ValueError(f"{value} is not in {arg.low}..{arg.high}")
         return value
