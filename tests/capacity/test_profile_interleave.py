@@ -87,3 +87,53 @@ def test_a_server_that_streams_too_few_tokens_is_one_line(
     finally:
         short.shutdown()
         short.server_close()
+
+
+def test_a_vllm_start_lost_to_a_port_in_use_is_made_again_once_and_other_causes_are_named(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranks' stderr is kept: a layout whose rank died on a port taken meanwhile starts
+    again on other ports (once); any other death is one line with what the rank raised."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from halo_cluster.lab import profile
+
+    def dies(said: str) -> str:
+        return f"import sys; sys.stderr.write('Traceback (most recent call last):\\n{said}\\n'); sys.exit(1)"
+
+    scripts = [dies("OSError: [Errno 98] Address already in use"), "import time; time.sleep(30)"]
+    started: list[str] = []
+
+    def start(
+        self: object, vllm: str, checkpoint: str, tp: int, processes: list, logs: Path
+    ) -> int:
+        logs.mkdir(parents=True, exist_ok=True)
+        code = scripts[len(started)]
+        started.append(code)
+        with open(logs / "rank0.log", "wb") as log:
+            processes.append(
+                subprocess.Popen([sys.executable, "-c", code], stderr=log, start_new_session=True)
+            )
+        return 8000 + len(started)
+
+    monkeypatch.setattr(profile.Profiler, "_vllm_start", start)
+    monkeypatch.setattr(profile, "healthy", lambda port: port == 8002)
+    told: list[str] = []
+    lab = profile.Profiler.__new__(profile.Profiler)
+    lab.progress = told.append
+    processes: list = []
+    try:
+        assert lab._vllm_ready("vllm", "ckpt", 2, processes, Path(str(tmp_path))) == 8002
+        assert len(processes) == 1 and processes[0].poll() is None  # the first attempt's gone
+        assert told == [
+            "vllm serve (TP=2): rank0: OSError: [Errno 98] Address already in use; "
+            "starting it again on other ports"
+        ]
+        scripts.append(dies("RuntimeError: Gloo connectFullMesh failed"))
+        with pytest.raises(HaloError, match=r"TP=1\) exited \(1\) before it was ready: rank0: "
+                           r"RuntimeError: Gloo connectFullMesh failed"):  # fmt: skip
+            lab._vllm_ready("vllm", "ckpt", 1, [], Path(str(tmp_path)) / "again")
+    finally:
+        served.stop_all(processes)

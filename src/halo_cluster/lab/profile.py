@@ -346,20 +346,46 @@ class Profiler:
         drift over minutes weighs on each alike."""
         servers: dict[int, int] = {}
         processes: list[Any] = []
-        try:
-            for tp in layouts:
-                port = self._vllm_start(vllm, checkpoint, tp, processes)
-                # every layout started so far: one that dies meanwhile is named at once
-                wait_all(processes, partial(healthy, port), f"vllm serve (TP={tp})", 900.0)
-                servers[tp] = port
-            return interleaved_decode(servers, VLLM_REQUESTS, self.progress)
-        finally:
-            stop_all(processes)
+        with tempfile.TemporaryDirectory(prefix="halo-profile-vllm-") as logs:
+            try:
+                for tp in layouts:
+                    servers[tp] = self._vllm_ready(vllm, checkpoint, tp, processes, Path(logs))
+                return interleaved_decode(servers, VLLM_REQUESTS, self.progress)
+            finally:
+                stop_all(processes)
 
-    def _vllm_start(self, vllm: str, checkpoint: str, tp: int, processes: list[Any]) -> int:
+    def _vllm_ready(
+        self, vllm: str, checkpoint: str, tp: int, processes: list[Any], logs: Path
+    ) -> int:
+        """TP=``tp``'s ranks started and healthy (every layout started so far watched: one
+        that dies meanwhile is named at once, with what its log raised); its API port. Ports
+        are picked free just before vLLM binds them, so another process may take one first:
+        a start that fails on a port in use is made again once, on other ports."""
+        what = f"vllm serve (TP={tp})"
+        for attempt in (1, 2):
+            mine = len(processes)
+            port = self._vllm_start(vllm, checkpoint, tp, processes, logs / f"tp{tp}-{attempt}")
+            try:
+                wait_all(processes, partial(healthy, port), what, 900.0)
+                return port
+            except HaloError as err:
+                said = _log_cause(logs / f"tp{tp}-{attempt}")
+                if attempt == 1 and said is not None and "in use" in said:
+                    self.progress(f"{what}: {said}; starting it again on other ports")
+                    stop_all(processes[mine:])
+                    del processes[mine:]
+                    continue
+                raise HaloError(f"{err}: {said}" if said else str(err)) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _vllm_start(
+        self, vllm: str, checkpoint: str, tp: int, processes: list[Any], logs: Path
+    ) -> int:
         """Start TP=``tp``'s ranks, each added to ``processes`` as it starts (so that what
-        started is stopped whatever happens next); its API port."""
+        started is stopped whatever happens next), each one's stderr in ``logs``; its API
+        port."""
         port, master = free_port(), free_port()
+        logs.mkdir(parents=True, exist_ok=True)
         for rank in range(tp):
             env = {**VLLM_ENV, "VLLM_CPU_OMP_THREADS_BIND": str(rank % 2)}
             if tp > 1:
@@ -370,11 +396,14 @@ class Profiler:
                     "--master-port", str(master), "--enforce-eager",
                     "--max-model-len", "1024", "--max-num-seqs", "8"]  # fmt: skip
             argv += ["--headless"] if rank else ["--host", "127.0.0.1", "--port", str(port)]
-            processes.append(
-                self.runner.start(
-                    ["env", *(f"{k}={v}" for k, v in env.items()), *argv], new_session=True
+            with open(logs / f"rank{rank}.log", "wb") as log:  # the child keeps its own copy
+                processes.append(
+                    self.runner.start(
+                        ["env", *(f"{k}={v}" for k, v in env.items()), *argv],
+                        stderr=log,
+                        new_session=True,
+                    )
                 )
-            )
         return port
 
     def _bench(self, argv: list[str]) -> float:
@@ -424,6 +453,20 @@ for _ in range({ranks} - 1):
     os.wait()
 print(statistics.median(took[{rounds} // 10:]) * 1e6)
 """
+
+
+def _log_cause(logs: Path) -> str | None:
+    """What a layout's ranks raised, as one line (the last 64 KiB of each rank's log read),
+    or None."""
+    from halo_cluster.witness.engine_log import raised
+
+    for log in sorted(logs.glob("rank*.log")):
+        with open(log, "rb") as handle:
+            handle.seek(max(0, log.stat().st_size - (64 << 10)))
+            said = raised(handle.read().decode("utf-8", "replace").splitlines())
+        if said is not None:
+            return f"{log.stem}: {said}"
+    return None
 
 
 def _request(
