@@ -108,3 +108,19 @@ def test_the_cli_says_what_a_source_is_not(tmp_path: Path) -> None:
     )
     bad = halo("model", "verify", "../x", "--config", str(config), cwd=tmp_path)
     assert bad.returncode == 1 and "model name '../x'" in bad.stderr
+
+
+def test_the_name_a_path_gets_is_known_before_it_is_hashed(tmp_path: Path) -> None:
+    """What 'halo model sync' asks the nodes about while the source is hashed: the name of
+    a path here or on a node; nothing for a Hugging Face id or a path that is not there."""
+    from types import SimpleNamespace
+
+    from halo_cluster.models.source import expected_name
+
+    cluster = SimpleNamespace(config=SimpleNamespace(nodes=[SimpleNamespace(name="node1")]))
+    shard = tmp_path / "Big Model-00001-of-00003.gguf"
+    shard.write_bytes(b"GGUF")
+    assert expected_name(cluster, str(shard)) == "Big-Model"  # type: ignore[arg-type]
+    assert expected_name(cluster, "node1:/models/qwen3/") == "qwen3"  # type: ignore[arg-type]
+    assert expected_name(cluster, "Qwen/Qwen3-8B") is None  # type: ignore[arg-type]
+    assert expected_name(cluster, "nodeX:/models/qwen3") is None  # type: ignore[arg-type]

@@ -111,8 +111,8 @@ def sync(
     (each node writes and forwards at once); a node holding the same model costs one round
     trip. Files land as partials, verified, then renamed; an interrupted sync resumes.
     Exit 1 when a node could not be synced."""
-    from halo_cluster.models.source import resolve_source
-    from halo_cluster.models.sync import Sync
+    from halo_cluster.models.source import expected_name, resolve_source
+    from halo_cluster.models.sync import StateAhead, Sync
     from halo_cluster.modelstore.manifest import check_name
 
     if name is not None:
@@ -121,14 +121,21 @@ def sync(
     targets = _nodes(cluster, nodes)
     meter = _Meter(as_json)
     meter.say(f"hashing {source}")
-    found = resolve_source(cluster, source, name, meter.hashing)
+    expected = name or expected_name(cluster, source)
+    ahead = StateAhead(cluster, targets, expected) if expected else None
+    try:
+        found = resolve_source(cluster, source, name, meter.hashing)
+    except BaseException:
+        if ahead is not None:  # its round trips end before this does: nothing left running
+            ahead.wait()
+        raise
     manifest = found.manifest
     meter.say(
         f"{manifest.name}: {len(manifest.files)} file(s), {manifest.size / MIB:.1f} MiB, "
         f"sha256 of the whole {manifest.digest[:12]}…"
     )
     meter.started = time.monotonic()
-    result = Sync(cluster, found, targets, meter.hops).run()
+    result = Sync(cluster, found, targets, meter.hops, ahead).run()
     if as_json:
         emit_json(result.to_dict())
     else:

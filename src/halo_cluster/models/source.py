@@ -75,6 +75,19 @@ def resolve_source(
     )
 
 
+def expected_name(cluster: Cluster, text: str) -> str | None:
+    """The name a source at a path (here or ``NODE:PATH``) gets without ``--name``, known
+    before it is hashed; None for anything else (a Hugging Face id is named from its files)."""
+    node, colon, rest = text.partition(":")
+    path = rest if colon and node in {n.name for n in cluster.config.nodes} and rest else text
+    if path is text and not os.path.exists(text):
+        return None
+    try:
+        return default_name(path)
+    except ModelError:
+        return None
+
+
 def _relabel(manifest: Manifest, source: str) -> Manifest:
     return Manifest(manifest.name, manifest.files, manifest.entry, source)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from halo_cluster.client.fanout import fan_out
+from halo_cluster.client.fanout import Outcome, fan_out
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.errors import ModelError
 from halo_cluster.models.source import Source
@@ -183,6 +183,30 @@ class _Hop:
             self.done = event.done
 
 
+class StateAhead:
+    """Every target's state of model ``name``, asked on a thread of its own while the
+    source is hashed (both are a round trip to a node): ``for_manifest`` hands the answers
+    over when the manifest got that name, and None when it did not (they are asked again)."""
+
+    def __init__(self, cluster: Cluster, targets: list[str], name: str) -> None:
+        self.name = name
+        self._outcomes: list[Outcome[str, ModelState]] = []
+        self._thread = threading.Thread(
+            target=self._ask, args=(cluster, targets), daemon=True, name="model-state-ahead"
+        )
+        self._thread.start()
+
+    def _ask(self, cluster: Cluster, targets: list[str]) -> None:
+        self._outcomes = fan_out(targets, lambda n: node_state(cluster, n, self.name))
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def for_manifest(self, manifest: Manifest) -> list[Outcome[str, ModelState]] | None:
+        self.wait()
+        return self._outcomes if manifest.name == self.name else None
+
+
 class Sync:
     def __init__(
         self,
@@ -190,6 +214,7 @@ class Sync:
         source: Source,
         targets: list[str],
         on_progress: Callable[[dict[str, _Hop]], None] | None = None,
+        ahead: StateAhead | None = None,
     ) -> None:
         self.cluster = cluster
         self.source = source
@@ -197,6 +222,7 @@ class Sync:
         self.on_progress = on_progress or (lambda _hops: None)
         self.manifest = source.manifest
         self.run_id = new_secret()[:16]
+        self._ahead = ahead.for_manifest(self.manifest) if ahead is not None else None
 
     def run(self) -> SyncResult:
         started, cpu_started = time.monotonic(), _cpu_s()
@@ -230,7 +256,9 @@ class Sync:
     def _plan(self, nodes: list[str], result: SyncResult) -> dict[str, _Need]:
         """What each node needs (one round trip per node, in parallel); nodes that hold
         the manifest already are marked ``same``; unreachable ones ``unreachable``."""
-        outcomes = fan_out(nodes, lambda n: node_state(self.cluster, n, self.manifest.name))
+        outcomes, self._ahead = self._ahead, None  # asked ahead: the first round's only
+        if outcomes is None or [o.item for o in outcomes] != nodes:
+            outcomes = fan_out(nodes, lambda n: node_state(self.cluster, n, self.manifest.name))
         states: dict[str, ModelState] = {}
         for outcome in outcomes:
             if outcome.error is not None or outcome.value is None:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from halo_cluster.jsonout import emit_json
-from halo_cluster.wire.answers import Counters, NodeInfo, Power
 from halo_cluster.wire.commands import BENCH_SPEC_ENV, MODEL_SPEC_ENV, SERVE_KEY_ENV
 
 if TYPE_CHECKING:
@@ -32,6 +31,7 @@ def inventory(args: argparse.Namespace) -> int:
 def counters(args: argparse.Namespace) -> int:
     from halo_cluster.facts.counters import read_paths
     from halo_cluster.facts.root import Root
+    from halo_cluster.wire.answers import Counters
 
     reader = Root(args.root)
     # rdma: (device, port); link: a routed fabric's cables
@@ -48,6 +48,7 @@ def power(args: argparse.Namespace) -> int:
     from halo_cluster.facts.energy import tier
     from halo_cluster.facts.power import read_power
     from halo_cluster.facts.root import Root
+    from halo_cluster.wire.answers import Power
 
     reader = Root(args.root)
     readings = read_power(reader)
@@ -256,6 +257,7 @@ def node_info(args: argparse.Namespace) -> int:
     import platform
 
     from halo_cluster import __version__
+    from halo_cluster.wire.answers import NodeInfo
 
     emit_json(NodeInfo(__version__, platform.python_version()).to_dict())
     return 0
