@@ -158,6 +158,20 @@ def source_files(path: str) -> tuple[list[tuple[str, str]], str]:
     return files, files[0][0]
 
 
+def regular_files(top: str) -> Iterator[tuple[str, os.stat_result]]:
+    """(path, lstat) of every regular file under ``top``, links neither followed nor given;
+    a file gone while walked is passed over."""
+    for folder, _dirs, names in os.walk(top, followlinks=False):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield path, info
+
+
 def _directory_files(top: str) -> list[tuple[str, str]]:
     real_top = os.path.realpath(top)
     found: list[tuple[str, str]] = []

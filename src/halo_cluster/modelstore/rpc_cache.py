@@ -19,6 +19,7 @@ from typing import Any
 
 from halo_cluster.errors import ModelError
 from halo_cluster.modelstore import fields
+from halo_cluster.modelstore.manifest import regular_files
 
 CACHE_DIR = ".rpc-cache"
 
@@ -103,17 +104,7 @@ def _entries(top: str) -> list[tuple[float, int, str]]:
         raise ModelError(f"{top}: {err.strerror or err}") from None
     if not stat.S_ISDIR(info.st_mode):
         raise ModelError(f"{top}: not a directory (a link or a file): halo never follows it")
-    found = []
-    for folder, _dirs, files in os.walk(top, followlinks=False):
-        for name in files:
-            path = os.path.join(folder, name)
-            try:
-                entry = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISREG(entry.st_mode):
-                found.append((max(entry.st_atime, entry.st_mtime), entry.st_size, path))
-    return found
+    return [(max(i.st_atime, i.st_mtime), i.st_size, path) for path, i in regular_files(top)]
 
 
 def _links(top: str) -> list[str]:

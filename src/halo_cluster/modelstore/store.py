@@ -34,6 +34,7 @@ from halo_cluster.modelstore.manifest import (
     manifest_from,
     prefix_sha256,
     read_chunks,
+    regular_files,
     relative_ok,
 )
 from halo_cluster.modelstore.transfer import Held, ModelState
@@ -182,16 +183,10 @@ class Store:
         self.check(name, f"{META}/partial")
         top = os.path.join(self.model_dir(name), META, "partial")
         found: dict[str, dict[str, Any]] = {}
-        for folder, _dirs, files in os.walk(top, followlinks=False):
-            for fname in files:
-                full = os.path.join(folder, fname)
-                try:
-                    info = os.lstat(full)
-                except OSError:
-                    continue
-                rel = os.path.relpath(full, top).replace(os.sep, "/")
-                if stat.S_ISREG(info.st_mode) and info.st_size > 0 and relative_ok(rel):
-                    found[rel] = {"size": info.st_size, "sha256": prefix_sha256(full, info.st_size)}
+        for full, info in regular_files(top):
+            rel = os.path.relpath(full, top).replace(os.sep, "/")
+            if info.st_size > 0 and relative_ok(rel):
+                found[rel] = {"size": info.st_size, "sha256": prefix_sha256(full, info.st_size)}
         return found
 
     def state(self, name: str) -> ModelState:
