@@ -475,3 +475,81 @@ def test_a_received_file_leaves_the_page_cache_once_it_is_on_disk(
     mine = [call for call in seen if call[1] == fd]
     assert mine == [("fsync", fd), ("advise", fd, 0, 0, os.POSIX_FADV_DONTNEED)]
     assert (tmp_path / "n1" / "tiny" / "a").read_bytes() == data
+
+
+def _hanging_sink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, threading.Event]:
+    """A sink whose disk takes no write until the event is set (``sink.hanging``: set once
+    its first write waits)."""
+    from halo_cluster.modelstore.sink import Blocks, Sink
+    from halo_cluster.modelstore.store import Receiving
+
+    release, hanging = threading.Event(), threading.Event()
+    put = Receiving.put
+
+    def hang(self: Receiving, chunk: Any) -> None:
+        hanging.set()
+        release.wait(30)
+        put(self, chunk)
+
+    monkeypatch.setattr(Receiving, "put", hang)
+    store = Store(str(tmp_path / "n1"))
+    store.ensure()
+    sink = Sink(store, "tiny", {"a": 0}, Blocks(2, 1024), lambda _e: None)
+    sink.hanging = hanging
+    return sink, release
+
+
+def test_a_sink_left_behind_that_comes_back_keeps_its_partial_and_its_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(4096)
+    sink, release = _hanging_sink(tmp_path, monkeypatch)
+    sink.open("a", len(data), _sha(data))
+    for index in range(2):
+        block = sink.blocks.take(1)
+        assert block is not None
+        block[:1024] = data[index * 1024 : (index + 1) * 1024]
+        sink.feed(block, 1024, index * 1024)
+    assert sink.hanging.wait(10)  # its first write waits on the disk
+    sink.abandon(60)
+    sink.end()
+    release.set()
+    assert sink._thread is not None
+    sink._queue.put(("stop", None, 0, 0))
+    sink._thread.join(10)  # the disk came back: what it wrote stays a partial, unfinished
+    sink._hasher.wait()
+    sink._finisher.wait()
+    partial = Path(Store(str(tmp_path / "n1")).partial("tiny", "a"))
+    assert partial.read_bytes() == data[:1024]  # the first block; the rest was never taken
+    assert sink.verified == [] and "took no data for 60 s" in sink.failed["a"]
+
+
+def test_a_disk_that_hangs_on_the_last_blocks_costs_the_idle_limit_not_the_transfer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(1024)
+    sink, release = _hanging_sink(tmp_path, monkeypatch)
+    try:
+        sink.open("a", len(data), _sha(data))
+        block = sink.blocks.take(1)
+        assert block is not None
+        block[:] = data
+        sink.feed(block, 1024, 0)
+        sink.end()
+        sink.close(0.5)  # returns once no block came back for 0.5 s
+        assert sink.left_behind and "took no data for 0.5 s" in sink.failed["a"]
+    finally:
+        release.set()
+
+
+def test_a_file_cut_short_stays_a_partial_to_resume_from(tmp_path: Path) -> None:
+    from halo_cluster.modelstore.store import Receiving
+
+    store = Store(str(tmp_path / "n1"))
+    store.ensure()
+    data = b"x" * 100
+    receiving = Receiving(store, "tiny", "a", len(data), _sha(data), 0)
+    receiving.write(data[:40])
+    with pytest.raises(ModelError, match="a: 40 of 100 B received"):
+        receiving.finish()
+    assert Path(receiving.path).read_bytes() == data[:40]

@@ -369,8 +369,10 @@ class Profiler:
                 wait_all(processes, partial(healthy, port), what, 900.0)
                 return port
             except HaloError as err:
-                said = _log_cause(logs / f"tp{tp}-{attempt}")
-                if attempt == 1 and said is not None and "in use" in said:
+                mine_died = any(p.poll() is not None for p in processes[mine:])
+                # an earlier layout may be the one that died: its logs then say why
+                said = _log_cause(logs / f"tp{tp}-{attempt}" if mine_died else logs)
+                if attempt == 1 and mine_died and said is not None and "in use" in said:
                     self.progress(f"{what}: {said}; starting it again on other ports")
                     stop_all(processes[mine:])
                     del processes[mine:]
@@ -460,12 +462,13 @@ def _log_cause(logs: Path) -> str | None:
     or None."""
     from halo_cluster.witness.engine_log import raised
 
-    for log in sorted(logs.glob("rank*.log")):
+    for log in sorted(logs.glob("**/rank*.log")):
         with open(log, "rb") as handle:
             handle.seek(max(0, log.stat().st_size - (64 << 10)))
             said = raised(handle.read().decode("utf-8", "replace").splitlines())
         if said is not None:
-            return f"{log.stem}: {said}"
+            where = log.relative_to(logs).with_suffix("")
+            return f"{str(where).replace('/', ' ')}: {said}"
     return None
 
 

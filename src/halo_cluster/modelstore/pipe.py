@@ -320,7 +320,7 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
     except ModelError as err:
         error = str(err)
     finally:
-        sink.close()
+        sink.close(spec.idle_s)
         if hop is not None:
             hop.close()
         if source is not None:
@@ -413,11 +413,13 @@ class _Pass:
                 raise ModelError(broke)
 
     def _block(self, keeps: bool) -> bytearray:
-        if keeps and not self.sink.left_behind:
+        while keeps and not self.sink.left_behind:
+            since = self.blocks.given
             block = self.blocks.take(self.idle_s)
             if block is not None:
                 return block
-            self.sink.abandon(self.idle_s)  # its files fail, named; the stream goes on
+            if self.sink.stalled(since):  # its files fail, named; the stream goes on
+                self.sink.abandon(self.idle_s)
         if self._spare is None:
             self._spare = bytearray(self.blocks.size)
         return self._spare

@@ -37,6 +37,7 @@ class Blocks:
 
     def __init__(self, count: int | None = None, size: int | None = None) -> None:
         self.size = size or BLOCK
+        self.given = 0  # blocks given back so far: the sink's progress
         self._free: queue.Queue[bytearray] = queue.Queue()
         for _ in range(count or BLOCKS):
             self._free.put(bytearray(self.size))
@@ -49,6 +50,7 @@ class Blocks:
             return None
 
     def give(self, block: bytearray) -> None:
+        self.given += 1
         self._free.put(block)
 
 
@@ -72,6 +74,7 @@ class Sink:
         self.written = 0
         self.disk_error = refused  # once set, this node writes no more files
         self.left_behind = False
+        self.opening = False  # opening a file (reading a resumed partial's prefix again)
         self._finisher = Finisher(self.verified, self.failed, emit)
         self._hasher = Hasher(blocks, self._finisher)
         self._queue: queue.Queue[tuple[str, object, int, int]] = queue.Queue()
@@ -98,6 +101,11 @@ class Sink:
     def end(self) -> None:
         self._put(("end", None, 0, 0))
 
+    def stalled(self, since: int) -> bool:
+        """No block given back since the pool's count was ``since``, and not re-reading a
+        resumed partial's prefix (that gives none back, however long it takes)."""
+        return self.blocks.given == since and not self.opening
+
     def abandon(self, seconds: float) -> None:
         """Left behind: its thread gave no block back for ``seconds``. The files it was
         given and had not finished fail; nothing more is written."""
@@ -108,12 +116,18 @@ class Sink:
             if path not in self.verified:
                 self.failed.setdefault(path, why)
 
-    def close(self) -> None:
-        """Every file handed over is written, finished or failed (not waited for when the
-        sink was left behind: its thread is a daemon)."""
+    def close(self, idle_s: float) -> None:
+        """Every file handed over is written, finished or failed. A sink that gives no block
+        back for ``idle_s`` meanwhile is left behind (its threads are daemons, not waited
+        for): a disk that hangs on the last blocks costs that long, not the transfer."""
         if self._thread is not None and not self.left_behind:
             self._queue.put(("stop", None, 0, 0))
-            self._thread.join()
+            while self._thread.is_alive():
+                since = self.blocks.given
+                self._thread.join(idle_s)
+                if self._thread.is_alive() and self.stalled(since):
+                    self.abandon(idle_s)
+                    return
         if not self.left_behind:
             self._hasher.wait()
             self._finisher.wait()
@@ -131,6 +145,10 @@ class Sink:
                 if self._receiving is not None:
                     self._receiving.close()
                 return
+            if self.left_behind and kind == "end" and self._receiving is not None:
+                self._receiving.close()  # never finished: what it holds stays a partial
+                self._receiving = None
+                continue
             if kind == "data":
                 assert isinstance(value, bytearray)
                 self._write(value, length, position)
@@ -145,10 +163,13 @@ class Sink:
         mine = self.want.get(path)
         if self.store is None or mine is None or self.disk_error is not None:
             return
+        self.opening = True  # a resumed partial's prefix is read again: no block moves
         try:
             self._receiving = Receiving(self.store, self.name, path, size, sha256, mine)
         except (OSError, ModelError) as err:
             self._fail(path, err)
+        finally:
+            self.opening = False
 
     def _write(self, block: bytearray, length: int, position: int) -> None:
         """The block's bytes this node lacks written, then handed to the hasher (which gives

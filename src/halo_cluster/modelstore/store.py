@@ -345,15 +345,18 @@ class Receiving:
             self.handle.close()
 
     def finish(self) -> None:
-        """Verified and in place, or ModelError (the partial removed: it cannot be resumed)."""
+        """Verified and in place, or ModelError: a partial cut short is kept (a later sync
+        resumes it); one of full size whose sha256 is wrong is removed (it cannot be)."""
         try:
             self.handle.flush()
             os.fsync(self.handle.fileno())
             drop_cached(self.handle.fileno())
         finally:
             self.close()
+        if self.written < self.size:  # cut short: what it holds stays, to resume from
+            raise ModelError(f"{self.rel}: {self.written} of {self.size} B received")
         got = self.digest.hexdigest()
-        if self.written != self.size or got != self.sha:
+        if got != self.sha:
             os.unlink(self.path)
             raise ModelError(
                 f"{self.rel}: received {self.written} B with sha256 {got[:12]}…, "

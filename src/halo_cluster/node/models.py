@@ -95,7 +95,11 @@ def run(command: str, store: str, name: str = "") -> None:
     """model-list, model-state, model-verify, model-rm: their answer on stdout."""
     here = Store(store)
     if command == "model-list":
-        emit_json(Listing(here.root, tuple(here.listing()), look(store)).to_dict())
+        try:
+            cache = look(store)
+        except ModelError:  # a link or a file in its place: the models are listed all the same
+            cache = None
+        emit_json(Listing(here.root, tuple(here.listing()), cache).to_dict())
     elif command == "model-state":
         emit_json(here.state(name).to_dict())
     elif command == "model-verify":
