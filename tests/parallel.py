@@ -26,28 +26,28 @@ import pytest
 
 # every lab file in one chain; a new one joins the shorter (tests/tiers.py fails on one left out)
 LAB_CHAINS = {
-    "chain-1": (  # ~1370 s by the clean-clone run at f8f5d94
-        "tests/cluster/test_supervise_lab.py",  # 693 s (8 tests; one vLLM mp start for three faults)
-        "tests/cluster/test_serve_lab.py",  # 276
-        "tests/cluster/test_token_lab.py",  # 198
-        "tests/deploy/test_gateway_lab.py",  # 71
-        "tests/test_lab.py",  # 36
-        "tests/models/test_model_lab.py",  # 30
-        "tests/cluster/test_serve_llama_lab.py",  # 29
-        "tests/monitor/test_monitor_lab.py",  # 17
-        "tests/test_agentless_lab.py",  # 11
+    "chain-1": (  # ~1500 s by the clean-clone run at 3b8aeee
+        "tests/cluster/test_supervise_lab.py",  # 767 s (8 tests; one vLLM mp start for three faults)
+        "tests/cluster/test_serve_lab.py",  # 287
+        "tests/cluster/test_token_lab.py",  # 267
+        "tests/cluster/test_serve_llama_lab.py",  # 58
+        "tests/test_lab.py",  # 40
+        "tests/models/test_model_lab.py",  # 36
+        "tests/monitor/test_monitor_lab.py",  # 20
+        "tests/test_agentless_lab.py",  # 14
         "tests/engines/test_third_engine_lab.py",  # 6
     ),
-    "chain-2": (  # ~1380 s
-        "tests/cluster/test_mesh_lab.py",  # 335
-        "tests/test_demo_lab.py",  # 306 (with the gateway part)
-        "tests/capacity/test_lab_profile_lab.py",  # 258
-        "tests/recipes/test_tune_lab.py",  # 191
-        "tests/bench/test_bench_lab.py",  # 160
-        "tests/cluster/test_ray_auth_lab.py",  # 61
-        "tests/cluster/test_lifecycle_lab.py",  # 58
-        "tests/bench/test_serve_tunnel_lab.py",  # 4
-        "tests/test_doctor_ssh_lab.py",  # 3
+    "chain-2": (  # ~1530 s
+        "tests/cluster/test_mesh_lab.py",  # 384
+        "tests/test_demo_lab.py",  # 318 (with the gateway part)
+        "tests/capacity/test_lab_profile_lab.py",  # 232
+        "tests/recipes/test_tune_lab.py",  # 205
+        "tests/bench/test_bench_lab.py",  # 166
+        "tests/deploy/test_gateway_lab.py",  # 92
+        "tests/cluster/test_ray_auth_lab.py",  # 65
+        "tests/cluster/test_lifecycle_lab.py",  # 55
+        "tests/bench/test_serve_tunnel_lab.py",  # 6
+        "tests/test_doctor_ssh_lab.py",  # 2
     ),
 }
 CHAIN_OF = {path: chain for chain, paths in LAB_CHAINS.items() for path in paths}
