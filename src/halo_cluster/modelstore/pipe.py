@@ -48,6 +48,7 @@ MAX_ROUTE = 1 << 20
 PROGRESS_S = 0.5
 AUTH_S = 5.0  # what one peer may take to send its secret (the real upstream sends it at once)
 MAX_PENDING = 16  # peers heard at once
+SHORTER = "shorter than the manifest says (changed while read?)"
 SENDFILE_PIECE = 64 << 20  # a source's sendfile, between two looks at the progress
 
 
@@ -236,7 +237,7 @@ class _Files:
         def broke(err: OSError | None, _left: int) -> str:
             if err is not None:
                 return f"{path}: {err.strerror or err}"
-            return f"{path}: shorter than the manifest says (changed while read?)"
+            return f"{path}: {SHORTER}"
 
         return _fill(block, length, lambda view: os.readv(fd, [view]), broke)
 
@@ -334,8 +335,7 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
     forward_error = hop.forward_error if hop is not None else None
     if hop is not None:  # the stream's time, from its first peer admitted (not the wait for it)
         started = hop.started
-    emit(PipeEvent("progress", received=received, written=sink.written, total=total,
-                   seconds=time.monotonic() - started))  # fmt: skip
+    emit(_progress(received, sink.written, total, time.monotonic() - started))
     done = PipeDone(
         tuple(sink.verified),
         dict(sink.failed),
@@ -350,6 +350,10 @@ def relay(spec: PipeSpec, emit: Emit) -> PipeDone:
     )
     emit(PipeEvent("done", done=done))
     return done
+
+
+def _progress(received: int, written: int, total: int, seconds: float) -> PipeEvent:
+    return PipeEvent("progress", received=received, written=written, total=total, seconds=seconds)
 
 
 def _cpu_s() -> float:
@@ -445,9 +449,7 @@ class _Pass:
                     self._forward_failed(err)
                     break
                 if sent < count:
-                    raise ModelError(
-                        f"{item.path}: shorter than the manifest says (changed while read?)"
-                    )
+                    raise ModelError(f"{item.path}: {SHORTER}")
                 position += sent
                 self._count(sent)
         if self.forward is None:  # nowhere to send: nothing to read
@@ -465,15 +467,7 @@ class _Pass:
         now = time.monotonic()
         if now - self.last >= PROGRESS_S:
             self.last = now
-            self.emit(
-                PipeEvent(
-                    "progress",
-                    received=self.received,
-                    written=self.sink.written,
-                    total=self.total,
-                    seconds=now - self.started,
-                )
-            )
+            self.emit(_progress(self.received, self.sink.written, self.total, now - self.started))
 
     def close(self) -> None:
         if self.forward is not None:
