@@ -26,10 +26,10 @@ import pytest
 
 # every lab file in one chain; a new one joins the shorter (tests/tiers.py fails on one left out)
 LAB_CHAINS = {
-    "chain-1": (  # ~1500 s by the clean-clone run at 3b8aeee
-        "tests/cluster/test_supervise_lab.py",  # 767 s (8 tests; one vLLM mp start for three faults)
-        "tests/cluster/test_serve_lab.py",  # 287
-        "tests/cluster/test_token_lab.py",  # 267
+    "chain-1": (  # ~1300 s by the run at 496ad64 and the merges since (docs/testing.md)
+        "tests/cluster/test_serve_lab.py",  # ~530 (with the token witness and Ray's faults)
+        "tests/cluster/test_supervise_lab.py",  # ~430 (llama.cpp's faults; vLLM mp's three)
+        "tests/bench/test_bench_lab.py",  # 166
         "tests/cluster/test_serve_llama_lab.py",  # 58
         "tests/test_lab.py",  # 40
         "tests/models/test_model_lab.py",  # 36
@@ -37,15 +37,14 @@ LAB_CHAINS = {
         "tests/test_agentless_lab.py",  # 14
         "tests/engines/test_third_engine_lab.py",  # 6
     ),
-    "chain-2": (  # ~1530 s
+    "chain-2": (  # ~1300 s
         "tests/cluster/test_mesh_lab.py",  # 384
-        "tests/test_demo_lab.py",  # 318 (with the gateway part)
-        "tests/capacity/test_lab_profile_lab.py",  # 232
-        "tests/recipes/test_tune_lab.py",  # 205
-        "tests/bench/test_bench_lab.py",  # 166
-        "tests/deploy/test_gateway_lab.py",  # 92
-        "tests/cluster/test_ray_auth_lab.py",  # 65
+        "tests/test_demo_lab.py",  # 348 (with the gateway part)
+        "tests/capacity/test_lab_profile_lab.py",  # 243
+        "tests/recipes/test_tune_lab.py",  # 192
+        "tests/cluster/test_ray_auth_lab.py",  # 70
         "tests/cluster/test_lifecycle_lab.py",  # 55
+        "tests/deploy/test_gateway_lab.py",  # ~40 (llama.cpp only since)
         "tests/bench/test_serve_tunnel_lab.py",  # 6
         "tests/test_doctor_ssh_lab.py",  # 2
     ),

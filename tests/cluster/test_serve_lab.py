@@ -1,12 +1,16 @@
 """halo serve in the lab with the real engine (vLLM's CPU build from the engine environment,
-TP=2 across two lab nodes): the issue's acceptance run, the two witnesses, bench serve with
-tokens from usage, status naming the ranks and a lost node, heal and serve again with vLLM's
-own executor, stop leaving nothing, secrets kept out of argv, logs and state. The refusal
-path uses the forged stand-in engine (a recorded-style RCCL log), never the demo."""
+TP=2 across two lab nodes), one lab for one engine's whole story: the token witness's
+reference recorded on one node, vLLM's own executor agreeing with it, then other weights in
+node2's copy failing it alone (both transport witnesses still passing); then Ray, bench serve
+with tokens from usage, status naming the ranks, the supervisor restarting the killed API
+server, status naming a lost node and the supervisor bringing Ray and the server back once it
+boots again, stop leaving nothing, secrets kept out of argv, logs and state. The refusal path uses the forged stand-in engine (a
+recorded-style RCCL log), never the demo."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +20,7 @@ from typing import Any
 import pytest
 
 from halo_cluster.examples import EXAMPLES
+from tests.cluster.test_supervise_lab import KILL_RANK, Lab, restarted
 from tests.conftest import HALO, halo
 from tests.models_once import TinyModels
 
@@ -28,9 +33,11 @@ def _node(tmp: Path, lab: str, node: str, script: str) -> str:
     return done.stdout
 
 
-def _with_key(config: Path) -> None:
+def _configure(config: Path) -> None:
+    """The API key from the environment, and the supervisor's quick rounds."""
     text = config.read_text()
-    config.write_text(text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1))
+    text = text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1)
+    config.write_text(text + "\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\n")
 
 
 @pytest.mark.engine
@@ -43,27 +50,50 @@ def test_real_engine_tp2_across_lab_nodes(
     assert halo("lab", "up", "--nodes", "2", "--name", "eng", "--dir", str(lab)).returncode == 0
     try:
         tiny_models.copy(lab / "model")
-        _with_key(config)
+        tiny_models.copy(lab / "other", seed=7)  # the same shapes, another model's weights
+        _configure(config)
         # the model into each node's own store; every rank then opens its node's copy
         synced = halo(
             "model", "sync", str(lab / "model"), "--name", "tiny", "--config", str(config)
         )
         assert synced.returncode == 0, synced.stderr
         # a fresh lab, no 'halo up': vLLM's own executor needs no Ray, its plans come from
-        # the nodes' facts
-        first = halo(
-            "serve", "tiny", "--config", str(config), "--executor", "mp", "--json",
-            cwd=tmp_path, env=env, timeout=600,
-        )  # fmt: skip
-        assert first.returncode == 0, first.stderr
-        mp = json.loads(first.stdout)
+        # the nodes' facts. First the token witness's reference, greedy answers on one node
+        code, one = _serve_mp(config, tmp_path, env, "--tp", "1", "--nodes", "1",
+                              "--reference", "record", "--no-supervise")  # fmt: skip
+        assert code == 0 and one["tokens"]["recorded"] == "vllm tp1 on node1", one
+        halo("stop", "--config", str(config), cwd=tmp_path)
+        code, mp = _serve_mp(config, tmp_path, env, "--reference", "full")
+        assert code == 0, mp["problems"]
         assert mp["model"] == "/var/lib/halo/models/tiny"
         assert (mp["executor"], mp["proven"], mp["problems"]) == ("mp", "socket", [])
+        assert mp["layout"] == "vllm tp2 on node1+node2"
         assert [r["node"] for r in mp["ranks"]] == ["node1", "node2"]
+        # TP=2 adds in another order than TP=1: log-probabilities move by bf16's last bit
+        # (0.0078 nats measured), close calls of the random model may flip; within tolerance
+        assert mp["tokens"]["ok"], mp["tokens"]["problems"]
+        assert mp["tokens"]["drift_nats"] < mp["tokens"]["tolerance_nats"]
+        assert len(mp["tokens"]["prompts"]) == 4
         assert not any(n["ray"] for n in _status(config, env)["nodes"])
         healthy = halo("status", "--config", str(config), env=env)
         assert healthy.returncode == 0 and "vLLM, mp executor" in healthy.stdout, healthy.stdout
         assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
+        # node2's copy of the weights is another model's: the token witness alone fails (by
+        # its path: by its name, the store would refuse a copy changed since it was synced)
+        shutil.copyfile(
+            lab / "other" / "model.safetensors",
+            lab / "stores" / "node2" / "tiny" / "model.safetensors",
+        )
+        code, wrong = _serve_mp(config, tmp_path, env, "--no-supervise", model=mp["model"])
+        assert (code, wrong["stopped"], wrong["proven"]) == (1, True, None)
+        assert wrong["engine"]["backend"] == "gloo" and wrong["traffic"]["problems"] == []
+        assert wrong["tokens"]["ok"] is False and wrong["problems"] == wrong["tokens"]["problems"]
+        assert wrong["problems"][0].startswith(
+            "vllm tp2 on node1+node2: prompt 1 differs from the one-node reference "
+            "(vllm tp1 on node1) at token "
+        ), wrong["problems"][0]
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, "D", node, LEFTOVER).strip() == "", node
         # then Ray, and vLLM's ranks as Ray actors
         assert halo("up", "--config", str(config), cwd=tmp_path).returncode == 0
         served = halo(
@@ -85,7 +115,7 @@ def test_real_engine_tp2_across_lab_nodes(
             assert paths["fabric"]["name"] == "enp194s0np0" and paths["mgmt"]["name"] == "eno1"
             # kilobytes per token on the fabric (the all-reduces), next to nothing on mgmt
             assert paths["fabric"]["bytes_per_token"] > 4096 > paths["mgmt"]["bytes_per_token"]
-        assert result["ready_s"] < 300
+        assert result["ready_s"] < 300 and result["supervisor"]["state"] == "serving"
         bench = halo(
             "bench", "serve", "--config", str(config), "--concurrency", "1,4",
             "--prompts", "8", "--json", "--out", str(tmp_path / "serve.json"),
@@ -113,6 +143,13 @@ def test_real_engine_tp2_across_lab_nodes(
         assert "backend=gloo" in logs and SECRET not in logs
         status = json.loads(halo("status", "--config", str(config), "--json", env=env).stdout)
         assert status["serve"]["healthy"] and len(status["serve"]["ranks"]) == 2
+        # the API server killed on the head: the supervisor starts the ranks again and proves
+        # them again (both witnesses) with nobody asking
+        supervised = Lab(tmp_path, "eng", lab)
+        supervised.until(lambda s: bool(s.get("last_probe")), "a first probe")
+        supervised.exec("node1", KILL_RANK.replace("$1", "eng"))
+        found = restarted(supervised, 1)
+        assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
         # a node dies while serving: status names it without waiting out its health request
         # (halo gives that 15 s; the rest is startup and SSH on a live node, seconds)
         assert halo("lab", "kill", "--dir", str(lab), "node2").returncode == 0
@@ -121,18 +158,37 @@ def test_real_engine_tp2_across_lab_nodes(
         assert time.monotonic() - start < 15
         serve = json.loads(lost.stdout)["serve"]
         assert not serve["healthy"] and serve["lost"] == ["node2"] and "node2" in serve["detail"]
-        # the head's vLLM may already have ended on losing its peer (a loaded machine sees
-        # that sooner or later): either way, stop leaves nothing behind
+        degraded = supervised.until(lambda s: s["state"] == "degraded", "degraded")
+        assert degraded["cause"].startswith("lost node2")
+        # node2 boots again: Ray there started again by the supervisor, then the server
+        assert halo("lab", "heal", "--dir", str(lab), "node2").returncode == 0
+        restarted(supervised, 2)
+        said = halo("logs", "--supervisor", "--config", str(config), cwd=tmp_path).stdout
+        assert "starting Ray on node2 again" in said and SECRET not in said
+        status = _status(config, env)
+        assert status["serve"]["healthy"] and all(n["ray"] for n in status["nodes"])
         stopped = halo("stop", "--config", str(config), cwd=tmp_path)
-        assert stopped.returncode == 0 and stopped.stdout.strip() in (
-            "server stopped",
-            "no server was running",
-        ), stopped.stdout
-        assert _node(tmp_path, "D", "node1", LEFTOVER).strip() == ""
+        assert stopped.returncode == 0 and "server stopped" in stopped.stdout, stopped.stdout
+        for node in ("node1", "node2"):
+            assert _node(tmp_path, "D", node, LEFTOVER).strip() == "", node
     finally:
         halo("stop", "--config", str(config), cwd=tmp_path)
         halo("down", "--config", str(config), cwd=tmp_path)
         halo("lab", "down", "--name", "eng", "--dir", str(lab))
+
+
+def _serve_mp(
+    config: Path, cwd: Path, env: dict[str, str], *more: str, model: str = "tiny"
+) -> tuple[int, dict[str, Any]]:
+    """halo serve over vLLM's own executor of the synced model (by its name in the stores,
+    or a path): its exit code and JSON."""
+    done = halo(
+        "serve", model, "--config", str(config), "--executor", "mp", "--json", *more,
+        cwd=cwd, env=env, timeout=600,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr
+    data: dict[str, Any] = json.loads(done.stdout)
+    return done.returncode, data
 
 
 def _status(config: Path, env: dict[str, str]) -> dict[str, Any]:

@@ -1,10 +1,11 @@
-"""Two deployments behind one gateway in a three-node lab, with both engines' real builds:
-'small' as two llama.cpp replicas (node1, node2) and 'other' on vLLM on node3, each replica
-served, proven and supervised alone; the gateway (vllm-router behind halo's key gate) on node1 routes by
-model, lists both (with an alias), refuses a missing, wrong or revoked key before any
-engine sees it, keeps answering while a replica is killed and takes it back once its
-supervisor restarted it; 'halo stop small' leaves 'other' serving; 'halo stop' and
-'halo gateway stop' leave nothing running."""
+"""Two deployments behind one gateway in a three-node lab, with llama.cpp's real build:
+'small' as two replicas (node1, node2) and 'other' on node3, each replica served, proven and
+supervised alone; the gateway (vllm-router behind halo's key gate) on node1 routes by model,
+lists both (with an alias), refuses a missing, wrong or revoked key before any engine sees
+it, keeps answering while a replica is killed and takes it back once its supervisor
+restarted it; 'halo stop small' leaves 'other' serving; 'halo stop' and 'halo gateway stop'
+leave nothing running. A vLLM deployment behind the gateway is the demo's
+(tests/test_demo_lab.py): one vLLM start serves both."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def _node(tmp: Path, lab: Path, node: str, script: str) -> str:
 
 
 def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
-    tmp_path: Path, lab_host: None, llama_cpp: str, vllm_engine: str, tiny_models: TinyModels
+    tmp_path: Path, lab_host: None, llama_cpp: str, tiny_models: TinyModels
 ) -> None:
     lab = tmp_path / "G"
     up = ("lab", "up", "--name", "gw", "--dir", str(lab), "--nodes", "3", "--installed")
@@ -81,7 +82,7 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         text = config.read_text()
         config.write_text(text + f'\n[gateway]\nhost = "{host}"\naliases = {{ fast = "small" }}\n')
         tiny_models.copy(lab / "model", "gguf")
-        tiny_models.copy(lab / "hf")
+        tiny_models.copy(lab / "other", "gguf")
         run = ("run", "--config", str(config), "--json")
         single = ("--layout", "llama.cpp single")
         small = halo(*run, str(lab / "model" / "model.gguf"), *single, "--name", "small",
@@ -91,8 +92,8 @@ def test_two_deployments_replicas_keys_and_failover_behind_one_gateway(
         assert deployed["state"] == "serving"
         assert [r["nodes"] for r in deployed["replicas"]] == [["node1"], ["node2"]]
         assert all(r["proven"] == "one node" for r in deployed["replicas"])
-        other = halo(*run, str(lab / "hf"), "--layout", "vllm TP1", "--name", "other",
-                     cwd=tmp_path, timeout=900)  # fmt: skip
+        other = halo(*run, str(lab / "other" / "model.gguf"), *single, "--name", "other",
+                     cwd=tmp_path, timeout=600)  # fmt: skip
         assert other.returncode == 0, other.stderr
         assert [r["nodes"] for r in json.loads(other.stdout)["replicas"]] == [["node3"]]
 
