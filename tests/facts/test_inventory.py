@@ -206,7 +206,7 @@ def test_no_rdma_node_complete() -> None:
         "devices": {"infiniband": [], "kfd": False, "dri": []},
         "rdma_core": {"release": None, "library": None, "providers": []},
         "firewall": {"backend": None, "default_zone": None, "zones": {}, "trusted_interfaces": []},
-        "amd_memory": {"gttsize_mib": None, "ttm_pages_limit": None},
+        "amd_memory": {"gttsize_mib": None, "ttm_pages_limit": None, "ttm_page_pool_size": None},
         "container": None,
         "versions": {},
         "power": [],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from halo_cluster.runner.result import Result
 from halo_cluster.setup.apply import apply_steps, current_steps
 from halo_cluster.setup.container import container_argv
 from halo_cluster.setup.grub import edit_grub, grub_args
-from halo_cluster.setup.steps import MEMLOCK_FILE, MEMLOCK_TEXT, SetupOptions
+from halo_cluster.setup.steps import MEMLOCK_FILE, MEMLOCK_TEXT, SetupOptions, kernel_args
 from tests.conftest import EXPECTED, OUTPUTS, ROOTS, SCENARIOS
 
 GOLDEN = EXPECTED / "setup"
@@ -43,6 +44,14 @@ def test_gtt_is_computed_from_memory_not_fixed() -> None:
     command = steps["kernel"].to_dict()["commands"][0]
     assert "amdgpu.gttsize=126976 ttm.pages_limit=32505856" in command
     assert "--remove-args=amd_iommu=off amdgpu.gttsize=32768" in command
+
+
+def test_a_page_pool_on_the_command_line_follows_the_limit() -> None:
+    inv = collect_inventory(str(ROOTS / "strix-e810"))
+    assert kernel_args(inv)[0][-1] == "ttm.pages_limit=32505856"  # none set: none added
+    pooled = (inv.kernel.cmdline or "") + " ttm.page_pool_size=8388608"
+    add, _ = kernel_args(replace(inv, kernel=replace(inv.kernel, cmdline=pooled)))
+    assert add[-2:] == ["ttm.pages_limit=32505856", "ttm.page_pool_size=32505856"]
 
 
 def test_grub_edit_fedora_layout() -> None:

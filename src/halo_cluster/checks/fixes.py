@@ -81,6 +81,21 @@ def kernel_args(fam: str, add: list[str], remove: list[str]) -> list[str]:
     return [*steps, tool, "sudo reboot"]
 
 
+def module_overrides(fam: str) -> list[str]:
+    """Where a module parameter the kernel command line sets is overridden: modprobe.d
+    files, then the initramfs built with the old value, then a reboot."""
+    initramfs = {
+        "fedora": "sudo dracut --force",
+        "debian": "sudo update-initramfs -u",
+    }.get(fam, "# rebuild the initramfs (dracut --force, or mkinitcpio -P)")
+    return [
+        "grep -rs 'ttm\\|amdgpu' /etc/modprobe.d /usr/lib/modprobe.d"
+        "   # a line 'options ttm ...' there wins: remove it",
+        initramfs,
+        "sudo reboot",
+    ]
+
+
 def trust_interface_argv(fam: str, backend: str | None, iface: str) -> list[list[str]]:
     if backend == "ufw" or (backend is None and fam == "debian"):
         return [["ufw", "allow", "in", "on", iface]]

@@ -7,6 +7,7 @@ from halo_cluster.checks import Finding, fail, info, ok, warn
 from halo_cluster.checks import fixes as fx
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.network import net_checks, rdma_checks
+from halo_cluster.facts.model import AmdMemory
 
 GIB = 2**30
 MIB = 2**20
@@ -55,20 +56,79 @@ def recommended_gtt_mib(total_kib: int, carveout_bytes: int) -> int:
     return rounded - GTT_HEADROOM_MIB
 
 
+GTT_ARGS = ("amdgpu.gttsize", "ttm.pages_limit", "ttm.page_pool_size")
+PAGES_PER_MIB = MIB // 4096
+
+
+def gtt_args(cmdline: list[str]) -> dict[str, int | None]:
+    """The GTT and TTM settings on a kernel command line: each one's last value (the one
+    the kernel keeps), None where it is not a whole number; absent ones left out."""
+    found: dict[str, int | None] = {}
+    for arg in cmdline:
+        name, _, value = arg.partition("=")
+        if name in GTT_ARGS:
+            found[name] = int(value) if value.isdigit() else None
+    return found
+
+
+def gtt_disagreement(args: dict[str, int | None]) -> str | None:
+    """Why the command line's GTT and TTM settings disagree with each other (one line), or
+    None. ``amdgpu.gttsize`` is in MiB, the TTM ones in 4 KiB pages."""
+    for name, value in args.items():
+        if value is None:
+            return f"{name} on the kernel command line is not a whole number"
+    gtt, limit = args.get("amdgpu.gttsize"), args.get("ttm.pages_limit")
+    pool = args.get("ttm.page_pool_size")
+    if gtt is not None and limit is not None and abs(gtt * PAGES_PER_MIB - limit) > limit // 100:
+        return (
+            f"amdgpu.gttsize={gtt} ({gtt / 1024:.0f} GiB) and ttm.pages_limit={limit} "
+            f"({limit / PAGES_PER_MIB / 1024:.0f} GiB) disagree: ROCm gets the smaller"
+        )
+    if pool is not None and limit is not None and pool != limit:
+        return (
+            f"ttm.page_pool_size={pool} differs from ttm.pages_limit={limit}: set both to "
+            "the same number of pages"
+        )
+    return None
+
+
+def gtt_not_applied(args: dict[str, int | None], running: AmdMemory) -> str | None:
+    """Which command-line setting the running kernel holds otherwise (one line), or None: a
+    modprobe.d file or an initramfs built before the change overrides it, or it waits for a
+    reboot."""
+    for name, held in (
+        ("amdgpu.gttsize", running.gttsize_mib),
+        ("ttm.pages_limit", running.ttm_pages_limit),
+        ("ttm.page_pool_size", running.ttm_page_pool_size),
+    ):
+        wanted = args.get(name)
+        if wanted is not None and held is not None and wanted != held:
+            return (
+                f"the running kernel holds {name}={held}, the command line asks {wanted}: "
+                "a modprobe.d file or an old initramfs overrides it, or it waits for a reboot"
+            )
+    return None
+
+
 def check_gtt(ctx: NodeContext) -> Finding:
     apu = ctx.apus[0]
     total = ctx.inv.memory.total_kib
     if total is None or apu.gtt_total_bytes is None:
         return info("amd.gtt_size", "GTT size or memory size unknown")
     want_mib = recommended_gtt_mib(total, apu.vram_total_bytes or 0)
-    pages = want_mib * (MIB // 4096)
+    pages = want_mib * PAGES_PER_MIB
     gtt_mib = apu.gtt_total_bytes // MIB
-    limit = ctx.inv.amd_memory.ttm_pages_limit
+    running = ctx.inv.amd_memory
+    limit = running.ttm_pages_limit
     evidence = [f"GTT {gtt_mib} MiB, memory {total // 1024} MiB, ttm.pages_limit {limit}"]
+    if running.ttm_page_pool_size:
+        evidence.append(f"ttm.page_pool_size {running.ttm_page_pool_size}")
+    args = gtt_args(_cmdline(ctx))
+    add = [f"amdgpu.gttsize={want_mib}", f"ttm.pages_limit={pages}"]
+    if "ttm.page_pool_size" in args:  # kept, and made the same as the limit
+        add.append(f"ttm.page_pool_size={pages}")
     fix = fx.kernel_args(
-        ctx.family,
-        [f"amdgpu.gttsize={want_mib}", f"ttm.pages_limit={pages}"],
-        [a for a in _cmdline(ctx) if a.startswith(("amdgpu.gttsize=", "ttm.pages_limit="))],
+        ctx.family, add, [a for a in _cmdline(ctx) if a.partition("=")[0] in GTT_ARGS]
     )
     if gtt_mib < want_mib * 0.95:
         return warn(
@@ -78,6 +138,12 @@ def check_gtt(ctx: NodeContext) -> Finding:
             *evidence,
             fix=fix,
         )
+    disagree = gtt_disagreement(args)
+    if disagree:
+        return warn("amd.gtt_size", disagree, *evidence, fix=fix)
+    not_applied = gtt_not_applied(args, running)
+    if not_applied:
+        return warn("amd.gtt_size", not_applied, *evidence, fix=fx.module_overrides(ctx.family))
     if limit is not None and limit * 4096 < apu.gtt_total_bytes:
         return warn(
             "amd.gtt_size",

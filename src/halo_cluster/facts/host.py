@@ -54,6 +54,7 @@ def read_amd_memory(root: Root) -> AmdMemory:
     return AmdMemory(
         gttsize_mib=root.parse("sys/module/amdgpu/parameters/gttsize", p.parse_int),
         ttm_pages_limit=root.parse("sys/module/ttm/parameters/pages_limit", p.parse_int),
+        ttm_page_pool_size=root.parse("sys/module/ttm/parameters/page_pool_size", p.parse_int),
     )
 
 

@@ -124,10 +124,14 @@ class Firewall:
 
 @dataclass(frozen=True)
 class AmdMemory:
-    """Kernel limits on GPU-visible system memory (``sys/module/*/parameters``)."""
+    """Kernel limits on GPU-visible system memory (``sys/module/*/parameters``), as the
+    running kernel holds them: ``ttm_pages_limit`` caps what TTM (so ROCm) may map, in 4 KiB
+    pages; ``ttm_page_pool_size`` is how many freed pages TTM keeps for reuse (0: its
+    default)."""
 
     gttsize_mib: int | None
     ttm_pages_limit: int | None
+    ttm_page_pool_size: int | None = None
 
 
 GAUGE, COUNTER = "power", "energy"  # a power source: watts now, or joules since a start

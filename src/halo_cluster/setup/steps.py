@@ -10,7 +10,12 @@ from halo_cluster.checks import Finding
 from halo_cluster.checks import fixes as fx
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.network import check_firmware
-from halo_cluster.checks.platform import check_firewall, check_memlock, recommended_gtt_mib
+from halo_cluster.checks.platform import (
+    check_firewall,
+    check_memlock,
+    gtt_args,
+    recommended_gtt_mib,
+)
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
@@ -223,6 +228,8 @@ def kernel_args(inv: Inventory) -> tuple[list[str], list[str]]:
     if apus and inv.memory.total_kib:
         gtt = recommended_gtt_mib(inv.memory.total_kib, apus[0].vram_total_bytes or 0)
         add += [f"amdgpu.gttsize={gtt}", f"ttm.pages_limit={gtt * 256}"]
+        if "ttm.page_pool_size" in gtt_args((inv.kernel.cmdline or "").split()):
+            add.append(f"ttm.page_pool_size={gtt * 256}")  # one that is set follows the limit
     return add, ["amd_iommu=off"]
 
 
