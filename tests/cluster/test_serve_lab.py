@@ -1,11 +1,12 @@
 """halo serve in the lab with the real engine (vLLM's CPU build from the engine environment,
 TP=2 across two lab nodes), one lab for one engine's whole story: the token witness's
-reference recorded on one node, vLLM's own executor agreeing with it, then other weights in
-node2's copy failing it alone (both transport witnesses still passing); then Ray, bench serve
-with tokens from usage, status naming the ranks, the supervisor restarting the killed API
-server, status naming a lost node and the supervisor bringing Ray and the server back once it
-boots again, stop leaving nothing, secrets kept out of argv, logs and state. The refusal path uses the forged stand-in engine (a
-recorded-style RCCL log), never the demo."""
+reference recorded on one node, vLLM's own executor agreeing with it, its supervisor through
+a killed rank, a wedge and a crash loop, then other weights in node2's copy failing the token
+witness alone (both transport witnesses still passing); then Ray, bench serve with tokens
+from usage, status naming the ranks, the supervisor restarting the killed API server, status
+naming a lost node and the supervisor bringing Ray and the server back once it boots again,
+stop leaving nothing, secrets kept out of argv, logs and state. The refusal path uses the
+forged stand-in engine (a recorded-style RCCL log), never the demo."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from typing import Any
 import pytest
 
 from halo_cluster.examples import EXAMPLES
-from tests.cluster.test_supervise_lab import KILL_RANK, Lab, restarted
+from tests.cluster.test_supervise_lab import Lab, restarted
 from tests.conftest import HALO, halo
 from tests.models_once import TinyModels
 
 SECRET = "s3cr3t-key-never-in-argv"
 LEFTOVER = "pgrep -af 'vllm serve|VLLM::|RayWorker|ray::IDLE' | grep -v pgrep; ls -A /dev/shm"
+KILL_RANK = 'kill -KILL "$(cat "$HOME/.local/state/halo/serve-lab-eng.pid")"'  # on its node
 
 
 def _node(tmp: Path, lab: str, node: str, script: str) -> str:
@@ -37,7 +39,8 @@ def _configure(config: Path) -> None:
     """The API key from the environment, and the supervisor's quick rounds."""
     text = config.read_text()
     text = text.replace("[serve]\n", '[serve]\napi_key_env = "HALO_TEST_KEY"\n', 1)
-    config.write_text(text + "\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\n")
+    supervise = "\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\ncrash_restarts = 4\n"
+    config.write_text(text + supervise)
 
 
 @pytest.mark.engine
@@ -77,7 +80,8 @@ def test_real_engine_tp2_across_lab_nodes(
         assert not any(n["ray"] for n in _status(config, env)["nodes"])
         healthy = halo("status", "--config", str(config), env=env)
         assert healthy.returncode == 0 and "vLLM, mp executor" in healthy.stdout, healthy.stdout
-        assert "server stopped" in halo("stop", "--config", str(config), cwd=tmp_path).stdout
+        _mp_faults(Lab(tmp_path, "eng", lab, env))
+        assert halo("stop", "--config", str(config), cwd=tmp_path).returncode == 0
         # node2's copy of the weights is another model's: the token witness alone fails (by
         # its path: by its name, the store would refuse a copy changed since it was synced)
         shutil.copyfile(
@@ -145,9 +149,9 @@ def test_real_engine_tp2_across_lab_nodes(
         assert status["serve"]["healthy"] and len(status["serve"]["ranks"]) == 2
         # the API server killed on the head: the supervisor starts the ranks again and proves
         # them again (both witnesses) with nobody asking
-        supervised = Lab(tmp_path, "eng", lab)
+        supervised = Lab(tmp_path, "eng", lab, env)
         supervised.until(lambda s: bool(s.get("last_probe")), "a first probe")
-        supervised.exec("node1", KILL_RANK.replace("$1", "eng"))
+        supervised.exec("node1", KILL_RANK)
         found = restarted(supervised, 1)
         assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
         # a node dies while serving: status names it without waiting out its health request
@@ -175,6 +179,37 @@ def test_real_engine_tp2_across_lab_nodes(
         halo("stop", "--config", str(config), cwd=tmp_path)
         halo("down", "--config", str(config), cwd=tmp_path)
         halo("lab", "down", "--name", "eng", "--dir", str(lab))
+
+
+def _mp_faults(lab: Lab) -> None:
+    """The supervisor of the mp executor's TP=2 through three faults in turn, on one start of
+    the engine: a rank killed on node2 restarts every rank; the head's API server stopped (a
+    wedge) is found by generation and restarted; then every start fails (node1's copy of
+    the model is gone) and it gives up after K = 4 attempts, the two restarts that worked
+    counted. Each restart proves the witnesses again, the token witness's answers too.
+    node1's copy is put back."""
+    lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
+    lab.exec("node2", KILL_RANK)
+    found = restarted(lab, 1)
+    assert lab.causes("restarting") == ["the engine's process exited on node2"]
+    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
+    assert lab.status()["serve"]["healthy"]
+    lab.exec("node1", KILL_RANK.replace("-KILL", "-STOP"))
+    found = restarted(lab, 2)
+    assert lab.causes("restarting")[1].startswith("wedged: no token within 60 s"), found
+    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
+    store = lab.dir / "stores" / "node1" / "tiny"
+    store.rename(store.with_name("tiny.away"))
+    try:
+        lab.exec("node1", KILL_RANK)
+        failed = lab.until(lambda s: s["state"] == "failed", "failed")
+    finally:
+        store.with_name("tiny.away").rename(store)
+    assert failed["cause"].startswith("crash loop: 4 restarts within 600 s did not keep it up")
+    # both restarts are in the window too: K = 4 attempts in all, the last two failed
+    assert (failed["attempts"], failed["restarts"]) == (4, 2)
+    for node in ("node1", "node2"):
+        assert "vllm serve" not in lab.exec(node, "pgrep -a -f '[v]llm serve' || true"), node
 
 
 def _serve_mp(

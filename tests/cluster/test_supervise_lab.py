@@ -9,7 +9,6 @@ state file, as the head wrote it); their bounds only keep a broken run from hang
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,15 +22,16 @@ from tests.models_once import TinyModels
 pytestmark = pytest.mark.engine
 BOUND_S = 240.0
 LEFT = "pgrep -a -f '[l]lama-server|[g]gml-rpc-server|[s]upervise --spec' || true"
-LEFT_VLLM = "pgrep -a -f '[v]llm serve' || true"
 
 
 class Lab:
     """A lab by its name and directory (``tmp/name`` unless given), and its supervisor's
-    state as the head wrote it."""
+    state as the head wrote it; ``env``: what halo's commands get (a served API key)."""
 
-    def __init__(self, tmp: Path, name: str, directory: Path | None = None) -> None:
-        self.dir, self.name = directory or tmp / name, name
+    def __init__(
+        self, tmp: Path, name: str, directory: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.dir, self.name, self.env = directory or tmp / name, name, env
         self.config = str(self.dir / "halo.toml")
 
     def exec(self, node: str, script: str) -> str:
@@ -59,7 +59,7 @@ class Lab:
         return [h["cause"] for h in self.state().get("history", []) if h["state"] == state]
 
     def status(self) -> dict[str, Any]:
-        shown = halo("status", "--config", self.config, "--json")
+        shown = halo("status", "--config", self.config, "--json", env=self.env)
         data: dict[str, Any] = json.loads(shown.stdout)
         return data
 
@@ -177,64 +177,3 @@ def test_halo_stop_during_a_restart_leaves_nothing_running(served: Lab) -> None:
         assert lab.exec(node, LEFT).strip() == "", node
     assert "halo-supervise" not in lab.exec("node2", "cat ~/.ssh/authorized_keys 2>/dev/null")
     assert "spec" not in lab.exec("node1", "ls ~/.local/state/halo")  # the API key's file
-
-
-# -- vLLM's CPU build, its own mp executor (over Ray: tests/cluster/test_serve_lab.py) ----------
-@pytest.fixture
-def vllm_lab(
-    tmp_path: Path, lab_host: None, vllm_engine: str, tiny_models: TinyModels
-) -> Iterator[Lab]:
-    lab = Lab(tmp_path, f"sv{os.getpid() % 10000}v")
-    up = halo("lab", "up", "--name", lab.name, "--dir", str(lab.dir))
-    assert up.returncode == 0, up.stderr
-    with open(lab.config, "a") as config:
-        config.write("\n[serve.supervise]\ninterval_s = 2\ndeadline_s = 60\ncrash_restarts = 4\n")
-    try:
-        tiny_models.copy(lab.dir / "model")
-        yield lab
-    finally:
-        halo("stop", "--config", lab.config)
-        halo("down", "--config", lab.config)
-        halo("lab", "down", "--dir", str(lab.dir))
-
-
-def _serve_vllm(lab: Lab, *flags: str) -> dict[str, Any]:
-    done = halo(
-        "serve", str(lab.dir / "model"), "--config", lab.config, "--json", *flags, timeout=900
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    assert result["proven"] == "socket" and result["supervisor"]["state"] == "serving"
-    return result
-
-
-KILL_RANK = 'kill -KILL "$(cat "$HOME/.local/state/halo/serve-lab-$1.pid")"'
-
-
-def test_vllm_mp_a_killed_rank_then_a_wedge_are_restarted_then_a_crash_loop_fails(
-    vllm_lab: Lab,
-) -> None:
-    """One served TP=2 over vLLM's mp executor through three faults in turn (one start of
-    the engine for all three): a rank killed on node2 restarts every rank; the head's API
-    server stopped (a wedge) is found by generation and restarted; then every start fails
-    and the supervisor gives up after K = 4 attempts (the two restarts that worked count)."""
-    lab = vllm_lab
-    _serve_vllm(lab, "--executor", "mp")
-    lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
-    lab.exec("node2", KILL_RANK.replace("$1", lab.name))
-    found = restarted(lab, 1)
-    assert lab.causes("restarting") == ["the engine's process exited on node2"]
-    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
-    assert lab.status()["serve"]["healthy"]
-    lab.exec("node1", KILL_RANK.replace("-KILL", "-STOP").replace("$1", lab.name))
-    found = restarted(lab, 2)
-    assert lab.causes("restarting")[1].startswith("wedged: no token within 60 s"), found
-    assert found["proof_log"]["problems"] == [] and found["proof"]["problems"] == []
-    (lab.dir / "model").rename(lab.dir / "model.away")  # every start now fails
-    lab.exec("node1", KILL_RANK.replace("$1", lab.name))
-    failed = lab.until(lambda s: s["state"] == "failed", "failed")
-    assert failed["cause"].startswith("crash loop: 4 restarts within 600 s did not keep it up")
-    # both restarts are in the window too: K = 4 attempts in all, the last two failed
-    assert (failed["attempts"], failed["restarts"]) == (4, 2)
-    for node in ("node1", "node2"):
-        assert "vllm serve" not in lab.exec(node, LEFT_VLLM), node
