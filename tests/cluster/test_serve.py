@@ -169,6 +169,7 @@ class Node:
         self.fail = fail  # preflight exit code, e.g. {"preflight": 11}
         self.memory = ""  # the answer to the memory check ('' as a node that tells nothing)
         self.answer = ANSWER  # its greedy answer to every prompt (serve-tokens)
+        self.limits = ""  # its answer to scripts.limits_script ('' as a node that tells nothing)
 
     def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
         script = stdin or ""
@@ -182,6 +183,8 @@ class Node:
             return ping_answer(ethtool=("enp194s0np0", "driver: veth\n"))(args, script)
         if "MemAvailable" in script and "alive=" not in script:  # the memory check
             return Result(args, 0, self.memory, "")
+        if "== limits" in script:  # the engine's own limits, asked once it serves
+            return Result(args, 0, self.limits if self.running else "alive=0\n", "")
         if "command -v" in script:
             return Result(args, self.fail.get("preflight", 0), "", "")
         if "setsid" in script:
@@ -444,6 +447,29 @@ def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
     srv = cluster(tmp_path / "b", nodes, ServeConfig(model="/m"), {"node1": strix_plan()})
     kept = serve(srv, tp=1, allow_fallback=True, wait_s=5)
     assert not kept.stopped and nodes["node1"].running and kept.problems
+
+
+def test_an_engine_that_may_lock_8_mib_is_refused_under_rdma_naming_who_set_it(
+    tmp_path: Path,
+) -> None:
+    """The engine's own limits (issue 47, item 1): the recorded answer of this machine's
+    login session, as a systemd unit would have left them; the witnesses pass."""
+    recorded = (OUTPUTS / "engine-limits" / "debian-session-v1.txt").read_text()
+    good = (OUTPUTS / "nccl" / "rccl-roce-2rank.log").read_text()
+    nodes = {"node1": Node(good, (10, 10, 30_000))}
+    nodes["node1"].limits = recorded.replace("0::/\n", "0::/system.slice/halo-vllm.service\n")
+    srv = cluster(tmp_path, nodes, ServeConfig(model="/m"), {"node1": strix_plan()})
+    result = serve(srv, tp=1, wait_s=5)
+    assert result.stopped and result.verdict["transport"] == "roce" and not nodes["node1"].running
+    found = result.limits["node1"]
+    assert (found["memlock_bytes"], found["owner"]) == (8388608, "system unit halo-vllm.service")
+    assert result.problems == found["problems"] and len(found["problems"]) == 1
+    assert "may lock only 8 MiB of memory: RDMA memory registration fails" in result.problems[0]
+    assert found["fix"][0] == (
+        "sudo systemctl edit halo-vllm.service   # [Service] LimitMEMLOCK=infinity"
+    )
+    assert found["notes"][0].endswith("may open 20000 files; vLLM asks for 65536 (many "
+                                      "connections or shards fail with 'Too many open files')")  # fmt: skip
 
 
 def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:

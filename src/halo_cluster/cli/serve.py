@@ -196,6 +196,11 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
     click.echo(plain(tokens_line(result.tokens)))
     for problem in result.problems:
         click.echo(f"  problem: {plain(problem)}", err=True)
+    for found in result.limits.values():
+        for note in found["notes"]:
+            click.echo(f"  note: {plain(note)}", err=True)
+        for line in found["fix"]:
+            click.echo(f"    {plain(line)}", err=True)
     if result.stopped and not result.tokens.get("problems"):
         click.echo(
             "halo: error: the evidence shows another path than the plan asked for: "

@@ -90,6 +90,28 @@ def memory_script(size_path: str | None = None) -> str:
     return f"{MEMINFO}{size}exit 0\n"
 
 
+def limits_script(cluster: str) -> str:
+    """The limits of the process 'halo serve' started on a node, as the kernel holds them
+    (``checks.engine_limits.parse_limits_answer``): ``alive=`` and ``pid=`` lines, then its
+    /proc/PID/limits, its /proc/PID/cgroup and its cgroup's memory.max (cgroup v1's
+    memory.limit_in_bytes where there is no v2 one), each under a ``== name`` line and read
+    with a bound."""
+    _log, pid = log_paths(cluster)
+    return (
+        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
+        '[ "$alive" = 1 ] || exit 0\necho "pid=$p"\n'
+        'echo "== limits"; head -c 8192 "/proc/$p/limits" 2>/dev/null\n'
+        'echo "== cgroup"; head -c 4096 "/proc/$p/cgroup" 2>/dev/null\n'
+        "g=\"$(sed -n 's/^0:://p' \"/proc/$p/cgroup\" 2>/dev/null | head -n 1)\"\n"
+        "m=\"$(sed -n 's/^[0-9]*:memory://p' \"/proc/$p/cgroup\" 2>/dev/null | head -n 1)\"\n"
+        'if [ -n "$g" ] && [ -r "/sys/fs/cgroup$g/memory.max" ]; then\n'
+        '  echo "== memory.max"; head -c 64 "/sys/fs/cgroup$g/memory.max"\n'
+        'elif [ -n "$m" ] && [ -r "/sys/fs/cgroup/memory$m/memory.limit_in_bytes" ]; then\n'
+        '  echo "== memory.max"; head -c 64 "/sys/fs/cgroup/memory$m/memory.limit_in_bytes"\n'
+        "fi\nexit 0\n"
+    )
+
+
 def probe_script(cluster: str) -> str:
     """The supervisor's question to a member, answered as ``key=value`` lines: whether the
     process 'halo serve' started there runs, MemTotal/MemAvailable (KiB) and the 'full'

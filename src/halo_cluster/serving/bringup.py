@@ -30,6 +30,7 @@ import socket
 import time
 from typing import Any
 
+from halo_cluster.checks.engine_limits import limit_findings, parse_limits_answer
 from halo_cluster.client.fanout import each
 from halo_cluster.cluster import proof
 from halo_cluster.cluster.handle import Cluster
@@ -174,6 +175,8 @@ class Serving:
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             result.memory = {row.node: row.to_dict() for row in rows}
+            result.limits = self._limits(prepared, {row.node: row.need_bytes for row in rows})
+            result.problems += [p for found in result.limits.values() for p in found["problems"]]
             result.layout = name
             result.tokens = self._tokens(request, name, known)
             wrong = result.tokens.get("problems") or []
@@ -328,6 +331,30 @@ class Serving:
         self._save(state)
 
     # -- health and requests --------------------------------------------------------------
+    def _limits(
+        self, prepared: Prepared, need: dict[str, float | None]
+    ) -> dict[str, dict[str, Any]]:
+        """Each member's engine process as the kernel holds it: its locked-memory and
+        open-files limits and its cgroup's memory limit, who set them, and what falls short
+        of the plan (problems: locked memory under RDMA, a cgroup below the model's need;
+        notes: open files), with the fix for that owner. An answer halo cannot read is a
+        note, never a refusal."""
+
+        def one(node: NodeConfig) -> tuple[str, dict[str, Any]]:
+            script = scripts.limits_script(self.config.name)
+            answer = self.cluster.client(node).script(script, 30)
+            try:
+                found = parse_limits_answer(node.name, answer.stdout)
+            except WireError as err:
+                return node.name, {"problems": [], "notes": [str(err)], "fix": []}
+            if found is None:
+                return node.name, {"problems": [], "notes": [], "fix": []}
+            problems, notes, fix = limit_findings(found, prepared.rdma, need.get(node.name))
+            return node.name, {**found.to_dict(), "problems": problems, "notes": notes,
+                               "fix": fix}  # fmt: skip
+
+        return dict(each(prepared.members, one))
+
     def _wait_healthy(self, request: ServeRequest, members: list[NodeConfig]) -> None:
         serve = request.serve
         args = serve_health_args(scripts.local_host(serve.host), serve.port)

@@ -30,3 +30,6 @@ class ServeResult:
     # the token witness: the comparison with the one-node reference (or what was recorded,
     # or why there was none)
     tokens: dict[str, Any] = field(default_factory=dict)
+    # each member's engine process as the kernel holds it: its limits, their owner, and
+    # what falls short of the plan (checks.engine_limits)
+    limits: dict[str, dict[str, Any]] = field(default_factory=dict)
