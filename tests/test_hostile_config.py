@@ -56,6 +56,10 @@ def write(tmp_path: Path, content: str | bytes, name: str = "halo.toml") -> Path
          "halo.toml:4: serve.command moved: write it as 'command = ...' under [serve.vllm]"),
         ('[serve]\nhost = "-oProxyCommand=x"\n' + NODE,
          "halo.toml:2: serve.host '-oProxyCommand=x': give an address to bind"),
+        ("[serve]\nstall_s = 5\n" + NODE,
+         "halo.toml:2: serve.stall_s must be seconds between 30 and 86400 (default 600)"),
+        ("[serve]\nstall_s = true\n" + NODE,
+         "halo.toml:2: serve.stall_s must be seconds between 30 and 86400 (default 600)"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line(tmp_path: Path, content: str | bytes, message: str) -> None:

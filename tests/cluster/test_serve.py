@@ -402,6 +402,37 @@ def test_a_server_that_dies_while_starting_is_named_with_its_fatal_line(tmp_path
     )
 
 
+def test_a_start_that_makes_no_progress_fails_with_that_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load watchdog (issue 47, item 6): the engine runs, /health never answers, and no
+    node's log grows or reads anything: the start fails after stall_s, naming it and the
+    head's last line, and what it started is stopped."""
+    monkeypatch.setattr("halo_cluster.serving.bringup.CHECK_EVERY_S", 0.0)
+
+    class Hangs(Node):
+        def run(self, argv, stdin=None, timeout=30.0, on_line=None):  # type: ignore[no-untyped-def]
+            script = stdin or ""
+            if "serve-health" in script:
+                return Result(tuple(argv), 1, "", "")
+            if "read_bytes" in script:  # scripts.progress_script: nothing moves
+                return Result(tuple(argv), 0, "alive=1\nlog_bytes=120\nread_bytes=4096\n", "")
+            if script.startswith("tail -n 1 "):
+                return Result(tuple(argv), 0, "Loading weights took 0.02 seconds\n", "")
+            return super().run(argv, stdin, timeout, on_line)
+
+    nodes = {"node1": Hangs("", (0, 0, None)), "node2": Hangs("", (0, 0, None))}
+    with pytest.raises(LifecycleError) as err:
+        serve(cluster(tmp_path, nodes, ServeConfig(model="/m", stall_s=1.5)), tp=2, wait_s=60)
+    assert str(err.value) == (
+        "no progress for 1.5 s while loading: no new log line and nothing read from storage "
+        "on any node (node1 log 120 B, read 4096 B); the head's "
+        "log ends with: Loading weights took 0.02 seconds; stopped it (a slow disk or a huge "
+        "model may need more: [serve] stall_s)"
+    )
+    assert not any(n.running for n in nodes.values())
+
+
 def strix_plan() -> TransportPlan:
     return plan_transport(collect_inventory(str(ROOTS / "strix-e810")), "auto", "192.168.100.2")
 

@@ -337,6 +337,11 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
             "api_key_env", "serve.api_key_env names an environment variable, e.g. HALO_API_KEY"
         )
     host = _bind_host(where, raw, "host", "serve")
+    stall = raw.get("stall_s", 600.0)
+    if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 30 <= stall <= 86400:
+        raise where.error(
+            "stall_s", "serve.stall_s must be seconds between 30 and 86400 (default 600)"
+        )
     engine = _string(where, raw, "engine", "serve", default=engine_registry.DEFAULT)
     if engine not in engine_registry.names():
         known = " or ".join(f'"{n}"' for n in engine_registry.names())
@@ -350,6 +355,7 @@ def _serve(where: _Locator, raw: Any) -> ServeConfig:
         max_model_len=ints["max_model_len"],
         max_num_seqs=ints["max_num_seqs"],
         extra_args=tuple(extra),
+        stall_s=float(stall),
         sections=sections,
         supervise=supervise,
     )

@@ -48,6 +48,7 @@ SERVE_KEYS = {
     "max_model_len",
     "max_num_seqs",
     "extra_args",
+    "stall_s",
 }
 # keys that [serve] held before engines had their own tables: where each lives now
 MOVED_SERVE_KEYS = {
@@ -130,6 +131,8 @@ class ServeConfig:
     max_model_len: int | None = None
     max_num_seqs: int | None = None
     extra_args: tuple[str, ...] = ()  # appended to the engine's own command line
+    # a start with no new log line and nothing read on any node for this long has stalled
+    stall_s: float = 600.0
     sections: Mapping[str, Section] = field(default_factory=dict)
     supervise: SuperviseSettings = field(default_factory=SuperviseSettings)  # [serve.supervise]
 

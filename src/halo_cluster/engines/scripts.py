@@ -90,6 +90,22 @@ def memory_script(size_path: str | None = None) -> str:
     return f"{MEMINFO}{size}exit 0\n"
 
 
+def progress_script(cluster: str) -> str:
+    """A starting engine's signs of progress on a node, as ``key=value`` lines: whether it
+    runs, the bytes of its log, and the bytes its process group has read from storage
+    (``read_bytes`` of /proc/PID/io: files read or mapped weights paged in; not sockets,
+    which a waiting engine polls all the time)."""
+    log, pid = log_paths(cluster)
+    return (
+        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
+        f'echo "log_bytes=$(stat -c %s {log} 2>/dev/null || echo 0)"\n'
+        '[ "$alive" = 1 ] || exit 0\nb=0\n'
+        'for q in $(ps -e -o pid=,pgid= | awk -v g="$p" \'$2 == g {print $1}\'); do\n'
+        '  while read -r k v; do [ "$k" = read_bytes: ] && b=$((b + v)); done \\\n'
+        '    < "/proc/$q/io" 2>/dev/null\ndone\necho "read_bytes=$b"\n'
+    )
+
+
 def limits_script(cluster: str) -> str:
     """The limits of the process 'halo serve' started on a node, as the kernel holds them
     (``checks.engine_limits.parse_limits_answer``): ``alive=`` and ``pid=`` lines, then its

@@ -60,6 +60,7 @@ from halo_cluster.printable import printable
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.serving import memory, reference
 from halo_cluster.serving.result import ServeResult
+from halo_cluster.serving.stall import CHECK_EVERY_S, StallWatch
 from halo_cluster.supervise import control
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
@@ -362,6 +363,7 @@ class Serving:
         head = self.cluster.client(self.head)
         started = time.monotonic()
         deadline = started + request.wait_s
+        watch, asked = StallWatch(serve.stall_s), started - CHECK_EVERY_S
         while True:
             if head.call(*args, env=env, timeout=30).ok:
                 return
@@ -373,6 +375,17 @@ class Serving:
                 raise LifecycleError(
                     f"the server exited while starting on {', '.join(n.name for n in dead)}: {line}"
                 )
+            now = time.monotonic()
+            if now - asked >= CHECK_EVERY_S:
+                asked = now
+                watch.observe(now, dict(each(members, self._progress)))
+                stalled = watch.stalled(now)
+                if stalled:
+                    last = process.tail(head, self.config.name, 1).strip()[-300:]
+                    raise LifecycleError(
+                        f"{stalled}; the head's log ends with: {last or 'nothing'}; stopped it "
+                        "(a slow disk or a huge model may need more: [serve] stall_s)"
+                    )
             if time.monotonic() > deadline:
                 raise LifecycleError(
                     f"the server did not become healthy within {request.wait_s:g} s; stopped it"
@@ -381,6 +394,11 @@ class Serving:
             if int(waited) // 10 != int(waited - 1.5) // 10:  # a line every 10 s
                 self.progress(f"waiting for /health ({waited:.0f} s)")
             time.sleep(1.0)
+
+    def _progress(self, node: NodeConfig) -> tuple[str, str]:
+        """A member's answer to the progress script (its log, what it read)."""
+        script = scripts.progress_script(self.config.name)
+        return node.name, self.cluster.client(node).script(script, 30).stdout
 
     def _complete(self, serve: ServeConfig, tokens: int) -> ServeProbe:
         """One request of ``tokens`` tokens, sent on the head (a server bound to its
