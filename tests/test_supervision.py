@@ -36,6 +36,15 @@ def test_a_dead_process_restarts_at_once() -> None:
     assert policy.restarts_at == [100.0]
 
 
+def test_garbage_behind_a_green_health_check_restarts_at_once() -> None:
+    policy = sv.Policy(SETTINGS)
+    said = "prompt 1 differs from the one-node reference (vllm tp1 on node1) at token 0"
+    garbage = replace(probe(), garbage=said)
+    assert policy.decide(sv.SERVING, garbage) == sv.Action(sv.RESTART, f"garbage: {said}")
+    lost = replace(garbage, members=(member("node1"), member(reachable=False)))
+    assert policy.decide(sv.SERVING, lost).kind == sv.DEGRADE  # a lost node comes first
+
+
 def test_a_wedge_takes_the_configured_rounds_in_a_row() -> None:
     policy = sv.Policy(replace(SETTINGS, wedge_probes=3, deadline_s=5.0))
     wedged = probe(gen=False, detail="generation: timed out")

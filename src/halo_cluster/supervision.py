@@ -55,6 +55,9 @@ class SuperviseSettings:
     crash_restarts: int = 3  # K: restarts allowed within the window ...
     crash_window_s: float = 600.0  # W: ... before the state is 'failed'
     start_timeout_s: float = 900.0  # a restarted group must answer /health within this
+    # the canary: one greedy prompt against the one-node reference at most this often, on a
+    # healthy round (0: never; only where 'halo serve' compared tokens)
+    canary_s: float = 300.0
     memory_min_available_pct: float = 3.0  # MemAvailable below this % of MemTotal: stop
     memory_max_pressure_pct: float = 60.0  # /proc/pressure/memory "full avg10" above: stop
 
@@ -91,6 +94,7 @@ LIMITS: dict[str, tuple[type, float, float]] = {
     "crash_restarts": (int, 1, WEEK_S),
     "crash_window_s": (float, 1.0, WEEK_S),
     "start_timeout_s": (float, 5.0, WEEK_S),
+    "canary_s": (float, 0.0, WEEK_S),
     "memory_min_available_pct": (float, 0.0, WEEK_S),
     "memory_max_pressure_pct": (float, 0.0, 100.0),
 }
@@ -134,6 +138,7 @@ class Probe:
     generated: bool
     latency_s: float | None = None  # the generation's time, when it completed
     detail: str = ""  # why /health or the generation failed
+    garbage: str = ""  # the canary's answer differed from the one-node reference: how
 
 
 # -- what to do next -------------------------------------------------------------------------
@@ -183,6 +188,8 @@ class Policy:
         rayless = [m.name for m in probe.members if m.ray is False]
         if rayless:
             return self.restart(probe.at, f"Ray is not running on {', '.join(rayless)}")
+        if probe.garbage:  # answers behind a green /health that are not the model's
+            return self.restart(probe.at, f"garbage: {probe.garbage}")
         if probe.health and probe.generated:
             self.wedged_rounds = 0
             return Action(NOTHING)

@@ -178,6 +178,25 @@ def test_a_restart_whose_tokens_differ_is_not_serving(supervised: Any) -> None:
     assert "the tokens differ from the one-node reference" in (sup.record.cause or "")
 
 
+def test_the_canary_finds_garbage_behind_a_green_health_check(supervised: Any) -> None:
+    """Issue 47, item 7: the server keeps answering /health and one-token probes, but its
+    answer to the reference's first prompt is no longer the reference's (as when weights
+    change under a running server): the canary restarts it, and the restart's proof, the
+    token witness again, keeps failing, so it ends in failed."""
+    start, _lines, _tmp = supervised
+    sup = start(tokens=token_check("xxxx"), canary_s=0.5, crash_restarts=1)
+    until(lambda: (sup.record.proof_tokens or {}).get("canary"), "a canary that passed")
+    assert sup.record.proof_tokens["problems"] == [] and sup.record.state == sv.SERVING
+    other = TokenCheck(**{**sup.spec.tokens.__dict__, "answers": (TokenAnswer("xxyx", ()),)})
+    sup.spec = replace(sup.spec, tokens=other)
+    until(lambda: sup.record.state == sv.FAILED, "failed")
+    restarting = [h.cause for h in sup.record.history if h.state == sv.RESTARTING]
+    assert restarting[0].startswith(
+        "garbage: the tokens differ from the one-node reference: standin on node1: prompt 1 "
+        "differs from the one-node reference (standin on node1) at character 2"
+    ), restarting
+
+
 def test_a_stopped_server_is_a_wedge_and_restarted(supervised: Any) -> None:
     start, _lines, _tmp = supervised
     sup = start(wedge_probes=2)

@@ -372,6 +372,7 @@ _SUPERVISE_LIMITS: dict[str, tuple[type, float]] = {
     "crash_restarts": (int, 1),
     "crash_window_s": (float, 1.0),
     "start_timeout_s": (float, 5.0),
+    "canary_s": (float, 0.0),
     "memory_min_available_pct": (float, 0.0),
     "memory_max_pressure_pct": (float, 0.0),
 }

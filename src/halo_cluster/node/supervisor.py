@@ -18,6 +18,7 @@ before the server, so a stop never races a restart)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -45,6 +46,7 @@ from halo_cluster.wire.supervise import (
     Member,
     Spec,
     SupervisorState,
+    TokenCheck,
     parse_spec,
 )
 from halo_cluster.witness.logs import log_nodes, recheck_problems
@@ -92,6 +94,7 @@ class Supervisor:
     def __init__(self, spec: Spec, spec_path: Path, emit: Callable[[str], None]) -> None:
         self.spec = spec
         self.settings = spec.settings
+        self.canary_at = time.monotonic()  # 'halo serve' compared every prompt just now
         base = spec_path.parent / f"supervise-{spec.cluster}"
         self.state_path = Path(f"{base}.json")
         ssh_config = Path(f"{base}.ssh_config")
@@ -177,7 +180,8 @@ class Supervisor:
             healthy, generated, latency, detail = False, False, None, "a member is lost"
         else:
             healthy, generated, latency, detail = self.generate()
-        probe = sv.Probe(at, members, healthy, generated, latency, detail)
+        garbage = self.canary() if healthy and generated else ""
+        probe = sv.Probe(at, members, healthy, generated, latency, detail, garbage)
         rounded = None if latency is None else round(latency, 4)
         self.record.last_probe = LastProbe(round(at, 3), healthy, generated, rounded, detail)
         self.record.nodes = {m.name: _member_dict(m) for m in members}
@@ -343,8 +347,22 @@ class Supervisor:
             return "the counters show another path than the plans asked for: " + problems[0]
         return None
 
-    def recheck_tokens(self) -> str | None:
-        check = self.spec.tokens
+    def canary(self) -> str:
+        """The token witness's first prompt against the one-node reference, at most every
+        ``canary_s`` (a few tokens): what differs ('' when the answer is the reference's, or
+        when it is not due, or there is no reference). A server whose weights or container
+        changed under it answers /health and a one-token probe all the same."""
+        check, every = self.spec.tokens, self.settings.canary_s
+        now = time.monotonic()
+        if check is None or every <= 0 or now - self.canary_at < every:
+            return ""
+        self.canary_at = now
+        one = dataclasses.replace(check, prompts=check.prompts[:1], answers=check.answers[:1])
+        problem = self.recheck_tokens(one, canary=True)
+        return "" if problem is None or "requests failed" in problem else problem
+
+    def recheck_tokens(self, check: TokenCheck | None = None, canary: bool = False) -> str | None:
+        check = check or self.spec.tokens
         if check is None:
             return None  # 'halo serve' compared no tokens (no reference): nothing to repeat
         host = "127.0.0.1" if self.spec.host == "0.0.0.0" else self.spec.host
@@ -356,7 +374,8 @@ class Supervisor:
         except (OSError, ValueError) as err:
             return f"the token witness's requests failed: {_short(str(err))}"
         verdict = compare(check.layout, check.reference_layout, check.answers, got.answers)
-        self.record.proof_tokens = {"at": round(time.time(), 3), **verdict.to_dict()}
+        self.record.proof_tokens = {"at": round(time.time(), 3), "canary": canary,
+                                    **verdict.to_dict()}  # fmt: skip
         if verdict.problems:
             return "the tokens differ from the one-node reference: " + verdict.problems[0]
         return None
