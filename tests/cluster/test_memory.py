@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from halo_cluster.checks.memory_owners import MemoryOwner, how_to_stop, parse_owners
 from halo_cluster.config import ServeConfig
 from halo_cluster.engines.llama_cpp import FIT_MIN_CTX, kv_tokens, local_model
 from halo_cluster.engines.protocol import ModelMemory
 from halo_cluster.lab.tiny_model import write_model
 from halo_cluster.lab.tiny_spec import TinyModelSpec
 from halo_cluster.serving.memory import GIB, NodeMemory, per_node, refusal
+from tests.conftest import OUTPUTS
 
 MEMORY = ModelMemory({"n1": 0.6, "n2": 0.4}, {"n1": 0.6 * GIB, "n2": 0.4 * GIB}, "KV for 4096")
 
@@ -27,7 +29,7 @@ def test_each_member_needs_its_share_and_its_kv() -> None:
     ]
     assert [r.short for r in rows] == [False, True]
     assert rows[1].to_dict() == {
-        "available_gib": 2.0, "weights_gib": 2.0, "kv_gib": 0.4, "need_gib": 2.4
+        "available_gib": 2.0, "weights_gib": 2.0, "kv_gib": 0.4, "need_gib": 2.4, "owners": []
     }  # fmt: skip
     assert refusal(rows, MEMORY.kv_note) == (
         "not enough memory: n2 has 2.00 GiB available, the model needs 2.40 GiB there "
@@ -83,3 +85,47 @@ def test_a_local_gguf_gives_exact_weights_and_its_kv_per_token(tmp_path: Path) -
     # K and V, f16, one KV head of 32 per layer, 2 layers
     assert kv_bytes_per_token(found.spec, 1, 1, "fp16") == 2 * 2 * 1 * 32 * 2
     assert local_model(str(tmp_path / "absent.gguf")) is None
+
+
+# -- who holds the memory (issue 47, item 4) ---------------------------------------------------
+RECORDED = (OUTPUTS / "memory-owners" / "lab-host-vllm.txt").read_text()
+
+
+def test_the_recorded_answer_names_its_largest_processes() -> None:
+    """This machine's answer while the suite ran a vLLM lab beside it: the 8 largest by RSS,
+    none in a process group halo keeps a pid file for here, no GPU memory (no GPU)."""
+    owners = parse_owners(RECORDED)
+    assert len(owners) == 8 and all(not o.halo and o.gtt_kib == 0 for o in owners)
+    assert owners == sorted(owners, key=lambda o: o.rss_kib, reverse=True)
+    assert owners[0].command == "vllm" and owners[0].rss_kib == 636396
+
+
+def test_a_foreign_owner_of_a_large_share_refuses_with_how_to_stop_it() -> None:
+    """A forgotten Ray cluster holds 96 GiB of a 128 GB node, most of it GPU memory in GTT
+    (not in its RSS): named, with 'ray stop'; halo's own engine is never named."""
+    total = 125 * 2**20  # KiB: MemTotal of a 128 GB Strix Halo with a 512 MiB carve-out
+    said = (
+        f"mem_total_kib={total}\nmem_available_kib={total - 100 * 2**20}\n"
+        f"owner=4242 4240 {2 * 2**20} {94 * 2**20} other ray::RayWorkerWrapper\n"
+        f"owner=5151 5151 {1 * 2**20} {30 * 2**20} halo vllm\n"
+        "owner=x 1 2 3 other broken\nowner=1 1 1 1 maybe what\n"
+    )
+    memory = ModelMemory({"n1": 1.0}, {"n1": 1.0 * GIB}, "")
+    rows = per_node(memory, {"n1": said}, 20 * GIB)
+    assert [o.pid for o in rows[0].owners] == [4242, 5151]  # the garbage lines left out
+    assert rows[0].to_dict()["owners"] == [
+        {"pid": 4242, "command": "ray::RayWorkerWrapper", "rss_gib": 2.0, "gtt_gib": 94.0,
+         "halo": False}
+    ]  # fmt: skip
+    assert refusal(rows, "") == (
+        "memory held by another owner: n1: pid 4242 (ray::RayWorkerWrapper) holds 96.0 GiB "
+        "(77 %, 94.0 GiB of it GPU memory (GTT)), not halo's: stop it with halo down (Ray from "
+        "halo up), or ray stop (a Ray cluster halo did not start); or --force to start beside it"
+    )
+    short = per_node(memory, {"n1": said}, 40 * GIB)
+    assert refusal(short, "").startswith(
+        "not enough memory: n1 has 25.00 GiB available, the model needs 41.00 GiB there "
+        "(40.00 GiB of weights + 1.00 GiB of KV cache) (pid 4242 (ray::RayWorkerWrapper) holds"
+    )
+    engine = MemoryOwner(77, 70, 4 * 2**20, 0, False, "llama-server")
+    assert how_to_stop(engine) == "kill -TERM -70 (an engine halo did not start: its process group)"

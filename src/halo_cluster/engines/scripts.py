@@ -80,14 +80,38 @@ MEMINFO = (
 )
 
 
+# The processes that hold the most of a node's memory (``checks.memory_owners``), one
+# ``owner=PID PGID RSS_KIB GTT_KIB halo|other COMMAND`` line each: the 8 largest by resident
+# memory, and every one holding GPU memory in GTT (amdgpu's drm-memory-gtt in
+# /proc/PID/fdinfo, counted once per DRM client: on unified memory an engine's weights live
+# there, not in its RSS); "halo" when its process group is one whose pid halo keeps in its
+# state directory (a served engine, a supervisor).
+OWNERS = (
+    f"halo=\" $(cat {STATE_DIR}/serve-*.pid {STATE_DIR}/supervise-*.pid 2>/dev/null "
+    "| tr '\\n' ' ') \"\n"
+    "gtt=\"$(grep -s -H -E '^(drm-client-id|drm-memory-gtt):' /proc/[0-9]*/fdinfo/* "
+    "2>/dev/null | awk -F: '{split($1, p, \"/\"); if ($2 == \"drm-client-id\") c[$1] = $3;"
+    " else if (!((p[3], c[$1]) in seen)) { seen[p[3], c[$1]] = 1; g[p[3]] += $3 } }"
+    " END { for (q in g) printf \"%s:%d \", q, g[q] }')\"\n"
+    "ps -e -o pid=,pgid=,rss=,comm= --sort=-rss 2>/dev/null | awk -v halo=\"$halo\" "
+    "-v gtt=\"$gtt\" 'BEGIN { n = split(gtt, l, \" \"); for (i = 1; i <= n; i++) "
+    "{ split(l[i], f, \":\"); G[f[1]] = f[2] } }"
+    " { w = index(halo, \" \" $2 \" \") ? \"halo\" : \"other\"; g = ($1 in G) ? G[$1] : 0;"
+    " c = $4; for (i = 5; i <= NF; i++) c = c \" \" $i;"
+    " if (NR <= 8 || g > 0) print \"owner=\" $1 \" \" $2 \" \" $3 \" \" g \" \" w \" \" c }'"
+    " | head -n 64\n"
+)
+
+
 def memory_script(size_path: str | None = None) -> str:
-    """MemTotal/MemAvailable (KiB) as ``key=value`` lines and, given ``size_path``, the
-    bytes of that file or directory (links followed: a Hugging Face cache links its blobs)."""
+    """MemTotal/MemAvailable (KiB) as ``key=value`` lines, the processes that hold the most
+    of it (``OWNERS``) and, given ``size_path``, the bytes of that file or directory (links
+    followed: a Hugging Face cache links its blobs)."""
     size = ""
     if size_path is not None:
         quoted = shlex.quote(size_path)
         size = f'b="$(du -sbL -- {quoted} 2>/dev/null | cut -f1)"; echo "model_bytes=$b"\n'
-    return f"{MEMINFO}{size}exit 0\n"
+    return f"{MEMINFO}{OWNERS}{size}exit 0\n"
 
 
 def progress_script(cluster: str) -> str:

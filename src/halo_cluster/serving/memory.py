@@ -22,6 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.checks.memory_owners import (
+    LARGE_SHARE,
+    NAMED_SHARE,
+    MemoryOwner,
+    foreign,
+    owner_line,
+    parse_owners,
+)
 from halo_cluster.client.fanout import each
 from halo_cluster.config import NodeConfig
 from halo_cluster.engines import scripts
@@ -40,6 +48,12 @@ class NodeMemory:
     kv_bytes: float
     total_bytes: int | None = None
     held_bytes: float = 0.0  # what other deployments' replicas were checked to need here
+    owners: tuple[MemoryOwner, ...] = ()  # the processes that hold the most of it
+
+    def foreign(self, share: float) -> list[MemoryOwner]:
+        """The owners halo did not start holding at least ``share`` of the node's memory."""
+        total = None if self.total_bytes is None else self.total_bytes // 1024
+        return foreign(list(self.owners), total, share)
 
     @property
     def need_bytes(self) -> float | None:
@@ -67,6 +81,7 @@ class NodeMemory:
             "weights_gib": _gib(self.weights_bytes),
             "kv_gib": _gib(self.kv_bytes),
             "need_gib": _gib(self.need_bytes),
+            "owners": [o.to_dict() for o in self.foreign(NAMED_SHARE)],
         }
 
 
@@ -94,16 +109,26 @@ def per_node(
                 memory.kv_bytes.get(node, 0.0),
                 None if total is None else total * 1024,
                 (held or {}).get(node, 0.0),
+                tuple(parse_owners(answers.get(node, ""))),
             )
         )
     return found
 
 
 def refusal(rows: list[NodeMemory], kv_note: str) -> str:
-    """The one line that refuses the start ('' when every node has what it needs)."""
+    """The one line that refuses the start ('' when every node has what it needs): a node
+    short of memory (with what holds the most of it), or one where a process halo did not
+    start holds a large share of it."""
     short = [r for r in rows if r.short or r.over_total]
     if not short:
-        return ""
+        held = [(r, o) for r in rows for o in r.foreign(LARGE_SHARE)]
+        if not held:
+            return ""
+        return (
+            "memory held by another owner: "
+            + "; ".join(f"{r.node}: {owner_line(o, (r.total_bytes or 0) // 1024)}" for r, o in held)
+            + "; or --force to start beside it"
+        )
     parts = []
     for row in short:
         assert row.weights_bytes is not None
@@ -114,9 +139,11 @@ def refusal(rows: list[NodeMemory], kv_note: str) -> str:
         )
         if row.short:
             assert row.available_bytes is not None
+            owners = [owner_line(o, (row.total_bytes or 0) // 1024)
+                      for o in row.foreign(NAMED_SHARE)[:3]]  # fmt: skip
             parts.append(
                 f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model "
-                f"needs {what}"
+                f"needs {what}" + "".join(f" ({line})" for line in owners)
             )
         else:
             assert row.total_bytes is not None
