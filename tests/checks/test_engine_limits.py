@@ -88,8 +88,9 @@ def test_a_unit_that_set_no_memlock_fails_an_rdma_plan_with_its_fix() -> None:
         "node2: the engine (pid 4242, system unit halo-serve.service) is held to 32.0 GiB by "
         "its cgroup (memory.max); the model needs 40.0 GiB there",
     ]
-    assert notes[0].endswith("may open 20000 files; vLLM asks for 65536 (many connections or "
-                             "shards fail with 'Too many open files')")  # fmt: skip
+    assert notes[0].endswith("may open 20000 files, fewer than the 65536 vLLM raises its own "
+                             "limit to (many connections or shards fail with 'Too many open "
+                             "files')")  # fmt: skip
     assert fix == [
         "sudo systemctl edit halo-serve.service   # [Service] LimitMEMLOCK=infinity",
         "sudo systemctl restart halo-serve.service",

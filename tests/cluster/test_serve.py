@@ -499,8 +499,9 @@ def test_an_engine_that_may_lock_8_mib_is_refused_under_rdma_naming_who_set_it(
     assert found["fix"][0] == (
         "sudo systemctl edit halo-vllm.service   # [Service] LimitMEMLOCK=infinity"
     )
-    assert found["notes"][0].endswith("may open 20000 files; vLLM asks for 65536 (many "
-                                      "connections or shards fail with 'Too many open files')")  # fmt: skip
+    assert found["notes"][0].endswith("may open 20000 files, fewer than the 65536 "
+                                      "vLLM raises its own limit to (many connections or "
+                                      "shards fail with 'Too many open files')")  # fmt: skip
 
 
 def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:

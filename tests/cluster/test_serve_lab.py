@@ -77,6 +77,9 @@ def test_real_engine_tp2_across_lab_nodes(
         assert mp["tokens"]["ok"], mp["tokens"]["problems"]
         assert mp["tokens"]["drift_nats"] < mp["tokens"]["tolerance_nats"]
         assert len(mp["tokens"]["prompts"]) == 4
+        # each rank's own limits, read from its process (sockets: nothing to refuse)
+        assert sorted(mp["limits"]) == ["node1", "node2"]
+        assert all(v["pid"] > 0 and v["problems"] == [] for v in mp["limits"].values())
         assert not any(n["ray"] for n in _status(config, env)["nodes"])
         healthy = halo("status", "--config", str(config), env=env)
         assert healthy.returncode == 0 and "vLLM, mp executor" in healthy.stdout, healthy.stdout

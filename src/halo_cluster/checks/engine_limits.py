@@ -187,8 +187,9 @@ def limit_findings(
         fix += memory_fix(owner)
     if limits.nofile is not None and limits.nofile < NOFILE_WANTED:
         notes.append(
-            f"{where} may open {limits.nofile} files; vLLM asks for {NOFILE_WANTED} "
-            "(many connections or shards fail with 'Too many open files')"
+            f"{where} may open {limits.nofile} files, fewer than the {NOFILE_WANTED} vLLM "
+            "raises its own limit to (many connections or shards fail with 'Too many open "
+            "files')"
         )
     return problems, notes, fix
 
