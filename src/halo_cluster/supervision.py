@@ -289,8 +289,8 @@ def key_values(text: str) -> dict[str, str]:
 
 def count(text: str | None) -> int | None:
     """A whole number of at most 18 digits, else None (never guessed)."""
-    if text is None or not text.isdigit() or len(text) > 18:
-        return None
+    if text is None or len(text) > 18 or not text.isascii() or not text.isdigit():
+        return None  # isdigit alone also takes '²', which int() refuses
     return int(text)
 
 

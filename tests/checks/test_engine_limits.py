@@ -70,6 +70,7 @@ def test_garbage_is_one_line(garbage: str) -> None:
         ),
         ("/user.slice/user-1000.slice/session-7.scope", Owner("login session", "session-7.scope")),
         ("/", Owner("login session", "")),
+        ("/docker/" + "3f1c2b4a5d6e" + "0" * 52, Owner("container", "docker 3f1c2b4a5d6e")),
     ],
 )
 def test_the_owner_is_read_from_the_cgroup(cgroup: str, owner: Owner) -> None:
@@ -88,9 +89,9 @@ def test_a_unit_that_set_no_memlock_fails_an_rdma_plan_with_its_fix() -> None:
         "node2: the engine (pid 4242, system unit halo-serve.service) is held to 32.0 GiB by "
         "its cgroup (memory.max); the model needs 40.0 GiB there",
     ]
-    assert notes[0].endswith("may open 20000 files, fewer than the 65536 vLLM raises its own "
-                             "limit to (many connections or shards fail with 'Too many open "
-                             "files')")  # fmt: skip
+    assert notes[0].endswith("may open 20000 files, fewer than the 65535 vLLM raises its own "
+                             "limit to where it may (many connections or shards fail with 'Too "
+                             "many open files')")  # fmt: skip
     assert fix == [
         "sudo systemctl edit halo-serve.service   # [Service] LimitMEMLOCK=infinity",
         "sudo systemctl restart halo-serve.service",
@@ -117,3 +118,16 @@ def test_the_fix_follows_the_owner() -> None:
         "# container docker abababababab: start it with --ulimit memlock=-1:-1 "
         "(compose: ulimits: memlock: -1)"
     ]
+
+
+def test_a_process_with_cap_ipc_lock_is_not_bound_by_its_memlock_limit() -> None:
+    """Root, or a container given IPC_LOCK, registers RDMA memory past RLIMIT_MEMLOCK."""
+    base = answer(LIMITS, "0::/system.slice/halo-serve.service", None)
+    capped = base.replace("pid=4242\n", "pid=4242\ncap_eff=0000000000004000\n")
+    found = parse_limits_answer("node2", capped)
+    assert found is not None and found.ipc_lock and found.to_dict()["ipc_lock"] is True
+    assert limit_findings(found, rdma=True, need_bytes=None)[0] == []
+    plain = parse_limits_answer("node2", base.replace("pid=4242\n", "pid=4242\ncap_eff=zz\n"))
+    assert plain is not None and not plain.ipc_lock
+    with pytest.raises(WireError):  # '²' is a digit to str.isdigit, not to int()
+        parse_limits_answer("node2", base.replace("pid=4242", "pid=²"))

@@ -101,31 +101,45 @@ def test_the_recorded_answer_names_its_largest_processes() -> None:
 
 
 def test_a_foreign_owner_of_a_large_share_refuses_with_how_to_stop_it() -> None:
-    """A forgotten Ray cluster holds 96 GiB of a 128 GB node, most of it GPU memory in GTT
-    (not in its RSS): named, with 'ray stop'; halo's own engine is never named."""
+    """A second llama-server holds 96 GiB of a 128 GB node, most of it GPU memory in GTT
+    (not in its RSS): named, with how to stop it; halo's own engine is never named."""
     total = 125 * 2**20  # KiB: MemTotal of a 128 GB Strix Halo with a 512 MiB carve-out
     said = (
         f"mem_total_kib={total}\nmem_available_kib={total - 100 * 2**20}\n"
-        f"owner=4242 4240 {2 * 2**20} {94 * 2**20} other ray::RayWorkerWrapper\n"
+        f"owner=4242 4240 {2 * 2**20} {94 * 2**20} other llama-server\n"
         f"owner=5151 5151 {1 * 2**20} {30 * 2**20} halo vllm\n"
-        "owner=x 1 2 3 other broken\nowner=1 1 1 1 maybe what\n"
+        "owner=x 1 2 3 other broken\nowner=1 1 1 1 maybe what\nowner=² 1 1 1 other odd\n"
     )
     memory = ModelMemory({"n1": 1.0}, {"n1": 1.0 * GIB}, "")
     rows = per_node(memory, {"n1": said}, 20 * GIB)
     assert [o.pid for o in rows[0].owners] == [4242, 5151]  # the garbage lines left out
     assert rows[0].to_dict()["owners"] == [
-        {"pid": 4242, "command": "ray::RayWorkerWrapper", "rss_gib": 2.0, "gtt_gib": 94.0,
-         "halo": False}
-    ]  # fmt: skip
+        {"pid": 4242, "command": "llama-server", "rss_gib": 2.0, "gtt_gib": 94.0, "halo": False}
+    ]
     assert refusal(rows, "") == (
-        "memory held by another owner: n1: pid 4242 (ray::RayWorkerWrapper) holds 96.0 GiB "
-        "(77 %, 94.0 GiB of it GPU memory (GTT)), not halo's: stop it with halo down (Ray from "
-        "halo up), or ray stop (a Ray cluster halo did not start); or --force to start beside it"
+        "memory held by another owner: n1: pid 4242 (llama-server) holds 96.0 GiB (77 %, 94.0 "
+        "GiB of it GPU memory (GTT)), not halo's: stop it with kill -TERM -4240 (an engine "
+        "halo did not start: its process group); or --force to start beside it"
     )
     short = per_node(memory, {"n1": said}, 40 * GIB)
     assert refusal(short, "").startswith(
         "not enough memory: n1 has 25.00 GiB available, the model needs 41.00 GiB there "
-        "(40.00 GiB of weights + 1.00 GiB of KV cache) (pid 4242 (ray::RayWorkerWrapper) holds"
+        "(40.00 GiB of weights + 1.00 GiB of KV cache) (pid 4242 (llama-server) holds"
+    )
+
+
+def test_ray_is_named_where_memory_is_short_but_never_refuses_alone() -> None:
+    """Ray's processes may be halo's own (Ray from 'halo up' holds another deployment's
+    ranks as actors; ps names them ray::RayWorkerW): no pid file of halo's says so."""
+    total = 125 * 2**20
+    said = (
+        f"mem_total_kib={total}\nmem_available_kib={total - 100 * 2**20}\n"
+        f"owner=4242 4240 {2 * 2**20} {94 * 2**20} other ray::RayWorkerW\n"
+    )
+    memory = ModelMemory({"n1": 1.0}, {"n1": 1.0 * GIB}, "")
+    assert refusal(per_node(memory, {"n1": said}, 20 * GIB), "") == ""
+    assert "stop it with halo down (Ray from halo up), or ray stop" in refusal(
+        per_node(memory, {"n1": said}, 40 * GIB), ""
     )
     engine = MemoryOwner(77, 70, 4 * 2**20, 0, False, "llama-server")
     assert how_to_stop(engine) == "kill -TERM -70 (an engine halo did not start: its process group)"

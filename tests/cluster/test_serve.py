@@ -415,8 +415,8 @@ def test_a_start_that_makes_no_progress_fails_with_that_cause(
             script = stdin or ""
             if "serve-health" in script:
                 return Result(tuple(argv), 1, "", "")
-            if "read_bytes" in script:  # scripts.progress_script: nothing moves
-                return Result(tuple(argv), 0, "alive=1\nlog_bytes=120\nread_bytes=4096\n", "")
+            if "io_bytes" in script:  # scripts.progress_script: nothing moves
+                return Result(tuple(argv), 0, "alive=1\nlog_bytes=120\nio_bytes=4096\n", "")
             if script.startswith("tail -n 1 "):
                 return Result(tuple(argv), 0, "Loading weights took 0.02 seconds\n", "")
             return super().run(argv, stdin, timeout, on_line)
@@ -425,8 +425,8 @@ def test_a_start_that_makes_no_progress_fails_with_that_cause(
     with pytest.raises(LifecycleError) as err:
         serve(cluster(tmp_path, nodes, ServeConfig(model="/m", stall_s=1.5)), tp=2, wait_s=60)
     assert str(err.value) == (
-        "no progress for 1.5 s while loading: no new log line and nothing read from storage "
-        "on any node (node1 log 120 B, read 4096 B); the head's "
+        "no progress for 1.5 s while loading: no new log line and nothing read or written on "
+        "any node (node1 log 120 B, storage 4096 B); the head's "
         "log ends with: Loading weights took 0.02 seconds; stopped it (a slow disk or a huge "
         "model may need more: [serve] stall_s)"
     )
@@ -499,9 +499,9 @@ def test_an_engine_that_may_lock_8_mib_is_refused_under_rdma_naming_who_set_it(
     assert found["fix"][0] == (
         "sudo systemctl edit halo-vllm.service   # [Service] LimitMEMLOCK=infinity"
     )
-    assert found["notes"][0].endswith("may open 20000 files, fewer than the 65536 "
-                                      "vLLM raises its own limit to (many connections or "
-                                      "shards fail with 'Too many open files')")  # fmt: skip
+    assert found["notes"][0].endswith("may open 20000 files, fewer than the 65535 "
+                                      "vLLM raises its own limit to where it may (many "
+                                      "connections or shards fail with 'Too many open files')")  # fmt: skip
 
 
 def test_exposed_without_a_key_is_refused(tmp_path: Path) -> None:

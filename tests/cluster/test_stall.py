@@ -7,7 +7,7 @@ from halo_cluster.serving.stall import Progress, StallWatch, parse_progress
 
 
 def answer(log: int, read: int) -> str:
-    return f"alive=1\nlog_bytes={log}\nread_bytes={read}\n"
+    return f"alive=1\nlog_bytes={log}\nio_bytes={read}\n"
 
 
 def test_any_member_moving_is_progress() -> None:
@@ -18,8 +18,8 @@ def test_any_member_moving_is_progress() -> None:
     assert watch.stalled(1000) is None  # 500 s since node1's reads
     watch.observe(1050, {"node1": answer(100, 8 << 20), "node2": answer(50, 0)})
     assert watch.stalled(1100) == (
-        "no progress for 10 min while loading: no new log line and nothing read from storage "
-        "on any node (node1 log 100 B, read 8388608 B, node2 log 50 B, read 0 B)"
+        "no progress for 10 min while loading: no new log line and nothing read or written "
+        "on any node (node1 log 100 B, storage 8388608 B, node2 log 50 B, storage 0 B)"
     )
     watch.observe(1150, {"node1": answer(180, 8 << 20), "node2": answer(50, 0)})  # a line
     assert watch.stalled(1700) is None

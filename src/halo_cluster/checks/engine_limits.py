@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import WireError
+from halo_cluster.supervision import count
 
 MIB = 2**20
 GIB = 2**30
 V1_NO_LIMIT = 2**62  # cgroup v1 shows no limit as the largest page-aligned 64-bit number
-NOFILE_WANTED = 65536  # what vLLM raises its own limit to, and asks for when it cannot
+NOFILE_WANTED = 65535  # what vLLM raises its own soft limit to where the hard one allows
 SECTION = re.compile(r"^== (limits|cgroup|memory\.max)$")
 _LIMIT_LINE = re.compile(r"^(Max [a-z ]+?)\s{2,}(\S+)\s+(\S+)(?:\s+(\S+))?\s*$")
 _CONTAINER = re.compile(r"(docker|libpod|cri-containerd|crio)-([0-9a-f]{12})[0-9a-f]*\.scope$")
+_CGROUPFS_CONTAINER = re.compile(r"^/(docker|libpod)/([0-9a-f]{12})[0-9a-f]{52}(/|$)")
+CAP_IPC_LOCK = 14  # a process with it locks memory past RLIMIT_MEMLOCK (RDMA registration too)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class EngineLimits:
     nofile: int | None
     cgroup: str
     memory_max_bytes: int | None
+    ipc_lock: bool = False  # CAP_IPC_LOCK in its effective set: its memlock limit binds nothing
 
     @property
     def owner(self) -> Owner:
@@ -59,6 +63,7 @@ class EngineLimits:
             "cgroup": self.cgroup,
             "memory_max_bytes": self.memory_max_bytes,
             "owner": str(self.owner),
+            "ipc_lock": self.ipc_lock,
         }
 
 
@@ -80,7 +85,7 @@ def parse_limits_answer(node: str, text: str) -> EngineLimits | None:
     if fields.get("alive") != "1":
         return None
     pid = fields.get("pid", "")
-    if not pid.isdigit() or "limits" not in sections:
+    if count(pid) is None or "limits" not in sections:
         raise WireError(f"{node}: the engine's limits: no /proc/PID/limits in the answer")
     soft = _soft_limits(node, sections["limits"])
     return EngineLimits(
@@ -90,7 +95,16 @@ def parse_limits_answer(node: str, text: str) -> EngineLimits | None:
         nofile=soft.get("Max open files"),
         cgroup=_cgroup(sections.get("cgroup", [])),
         memory_max_bytes=_memory_max(node, sections.get("memory.max", [])),
+        ipc_lock=_has_capability(fields.get("cap_eff", ""), CAP_IPC_LOCK),
     )
+
+
+def _has_capability(hex_set: str, bit: int) -> bool:
+    """Whether /proc/PID/status's CapEff (hex) holds capability ``bit`` (False unread)."""
+    try:
+        return bool(int(hex_set[:16], 16) >> bit & 1) if hex_set else False
+    except ValueError:
+        return False
 
 
 def _soft_limits(node: str, lines: list[str]) -> dict[str, int | None]:
@@ -103,8 +117,8 @@ def _soft_limits(node: str, lines: list[str]) -> dict[str, int | None]:
         name, value = match.group(1), match.group(2)
         if value == "unlimited":
             found[name] = None
-        elif value.isdigit():
-            found[name] = int(value)
+        elif value.isascii() and value.isdigit():  # RLIM_INFINITY as a number: unlimited
+            found[name] = count(value) if len(value) <= 18 else None
         else:
             raise WireError(f"{node}: /proc/PID/limits: {name!r} is {value!r}, not a number")
     for name in ("Max locked memory", "Max open files"):
@@ -133,9 +147,10 @@ def _memory_max(node: str, lines: list[str]) -> int | None:
     value = lines[0].strip() if lines else "max"
     if value == "max":
         return None
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit()) or len(value) > 20:
         raise WireError(f"{node}: the cgroup's memory.max is {value[:40]!r}, not a number")
-    return None if int(value) >= V1_NO_LIMIT else int(value)
+    limit = count(value)  # None past 18 digits: beyond any machine's memory
+    return None if limit is None or limit >= V1_NO_LIMIT else limit
 
 
 def owner_of(cgroup: str) -> Owner:
@@ -143,12 +158,15 @@ def owner_of(cgroup: str) -> Owner:
     in, else the systemd unit (a user manager's units below ``user@UID.service``), else the
     login session (the limits PAM gave the SSH session that started it)."""
     parts = [p for p in cgroup.split("/") if p]
+    runtimes = {"libpod": "podman", "cri-containerd": "containerd", "crio": "cri-o"}
+    boxed = _CGROUPFS_CONTAINER.match(cgroup)  # docker or podman with the cgroupfs driver
+    if boxed:
+        return Owner("container", f"{runtimes.get(boxed.group(1), 'docker')} {boxed.group(2)}")
     for part in reversed(parts):
         match = _CONTAINER.search(part)
         if match:
-            runtime = {"libpod": "podman", "cri-containerd": "containerd", "crio": "cri-o"}
-            return Owner("container", f"{runtime.get(match.group(1), match.group(1))} "
-                                      f"{match.group(2)}")  # fmt: skip
+            runtime = runtimes.get(match.group(1), match.group(1))
+            return Owner("container", f"{runtime} {match.group(2)}")
     units = [p for p in parts if p.endswith(".service")]
     user = any(p.startswith("user@") for p in parts)
     if units and not units[-1].startswith("user@"):
@@ -162,14 +180,16 @@ def limit_findings(
 ) -> tuple[list[str], list[str], list[str]]:
     """(problems, notes, fix) for one node's engine against the plan: locked memory that is
     not unlimited under an RDMA plan is a problem (the NIC's memory registration fails with
-    ENOMEM, NCCL/RCCL stop or fall back to sockets); a cgroup memory limit below what the
-    model needs there is a problem; fewer open files than vLLM asks for is a note."""
+    ENOMEM, NCCL/RCCL stop or fall back to sockets), unless the process holds CAP_IPC_LOCK
+    (root, or a container given it: the limit then binds nothing); a cgroup memory limit
+    below what the model needs there is a problem; fewer open files than vLLM raises its
+    own limit to is a note."""
     problems: list[str] = []
     notes: list[str] = []
     fix: list[str] = []
     owner = limits.owner
     where = f"{limits.node}: the engine (pid {limits.pid}, {owner})"
-    if rdma and limits.memlock_bytes is not None:
+    if rdma and limits.memlock_bytes is not None and not limits.ipc_lock:
         problems.append(
             f"{where} may lock only {_size(limits.memlock_bytes)} of memory: RDMA memory "
             "registration fails (ENOMEM) and NCCL/RCCL stop or fall back to sockets"
@@ -188,8 +208,8 @@ def limit_findings(
     if limits.nofile is not None and limits.nofile < NOFILE_WANTED:
         notes.append(
             f"{where} may open {limits.nofile} files, fewer than the {NOFILE_WANTED} vLLM "
-            "raises its own limit to (many connections or shards fail with 'Too many open "
-            "files')"
+            "raises its own limit to where it may (many connections or shards fail with 'Too "
+            "many open files')"
         )
     return problems, notes, fix
 
@@ -223,7 +243,9 @@ def memory_fix(owner: Owner) -> list[str]:
         user = " --user" if owner.kind == "user unit" else ""
         sudo = "" if user else "sudo "
         return [f"{sudo}systemctl{user} edit {owner.name}   # [Service] MemoryMax=infinity"]
-    return [f"# the cgroup {owner.name} limits memory: raise its memory.max"]
+    return [
+        f"# the cgroup {owner.name or 'of its login session'} limits memory: raise its memory.max"
+    ]
 
 
 def _size(value: int) -> str:

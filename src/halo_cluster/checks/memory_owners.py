@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.supervision import count
+
 GIB_KIB = 2**20
 LARGE_SHARE = 0.25  # of MemTotal: a foreign owner this large refuses a start (--force)
 NAMED_SHARE = 0.05  # of MemTotal: an owner this large is named where memory is short
@@ -41,28 +43,44 @@ def parse_owners(text: str) -> list[MemoryOwner]:
         if not line.startswith("owner="):
             continue
         parts = line[len("owner=") :].split(" ", 5)
-        if len(parts) != 6 or not all(p.isdigit() and len(p) <= 18 for p in parts[:4]):
+        numbers = [count(p) for p in parts[:4]]
+        if len(parts) != 6 or None in numbers:
             continue
         if parts[4] not in ("halo", "other"):
             continue
-        pid, pgid, rss, gtt = (int(p) for p in parts[:4])
+        pid, pgid, rss, gtt = (int(n or 0) for n in numbers)
         found.append(MemoryOwner(pid, pgid, rss, gtt, parts[4] == "halo", parts[5][:80]))
     return found
 
 
-def foreign(owners: list[MemoryOwner], total_kib: int | None, share: float) -> list[MemoryOwner]:
+RAY = ("ray::", "raylet", "gcs_server")  # ps's 15-character names: ray::RayWorkerW
+
+
+def is_ray(owner: MemoryOwner) -> bool:
+    """A Ray process: perhaps halo's own (Ray from 'halo up' holds another deployment's
+    ranks as its actors), which no pid file of halo's names."""
+    return owner.command.startswith(RAY) or owner.command == "ray"
+
+
+def foreign(
+    owners: list[MemoryOwner], total_kib: int | None, share: float, ray: bool = True
+) -> list[MemoryOwner]:
     """The owners halo did not start that hold at least ``share`` of the node's memory,
-    largest first (none where the total is unknown)."""
+    largest first (none where the total is unknown); Ray's processes left out unless
+    ``ray``."""
     if not total_kib:
         return []
-    large = [o for o in owners if not o.halo and o.held_kib >= share * total_kib]
+    large = [
+        o for o in owners
+        if not o.halo and o.held_kib >= share * total_kib and (ray or not is_ray(o))
+    ]  # fmt: skip
     return sorted(large, key=lambda o: o.held_kib, reverse=True)
 
 
 def how_to_stop(owner: MemoryOwner) -> str:
     """The command that ends an owner, by what it is."""
     name = owner.command
-    if name.startswith(("ray::", "raylet", "gcs_server")) or name == "ray":
+    if is_ray(owner):
         return "halo down (Ray from halo up), or ray stop (a Ray cluster halo did not start)"
     if name.startswith(("vllm", "VLLM::", "llama-server", "rpc-server", "ggml-rpc-server")):
         return f"kill -TERM -{owner.pgid} (an engine halo did not start: its process group)"

@@ -8,6 +8,7 @@ from halo_cluster.checks import fixes as fx
 from halo_cluster.checks.context import NodeContext
 from halo_cluster.checks.network import net_checks, rdma_checks
 from halo_cluster.facts.model import AmdMemory
+from halo_cluster.supervision import count
 
 GIB = 2**30
 MIB = 2**20
@@ -67,7 +68,7 @@ def gtt_args(cmdline: list[str]) -> dict[str, int | None]:
     for arg in cmdline:
         name, _, value = arg.partition("=")
         if name in GTT_ARGS:
-            found[name] = int(value) if value.isdigit() else None
+            found[name] = count(value)
     return found
 
 

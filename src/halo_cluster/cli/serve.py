@@ -194,14 +194,24 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
     else:
         click.echo(f"transport proven: {result.proven or 'no'} (expected {result.expected})")
     click.echo(plain(tokens_line(result.tokens)))
+    limited = [p for found in result.limits.values() for p in found["problems"]]
     for problem in result.problems:
-        click.echo(f"  problem: {plain(problem)}", err=True)
-    for found in result.limits.values():
+        if problem not in limited:
+            click.echo(f"  problem: {plain(problem)}", err=True)
+    for found in result.limits.values():  # each node's limits with the fix for their owner
+        for line in found["problems"]:
+            click.echo(f"  problem: {plain(line)}", err=True)
         for note in found["notes"]:
             click.echo(f"  note: {plain(note)}", err=True)
         for line in found["fix"]:
             click.echo(f"    {plain(line)}", err=True)
-    if result.stopped and not result.tokens.get("problems"):
+    if result.stopped and limited and set(result.problems) <= set(limited):
+        click.echo(
+            "halo: error: the engine's limits fall short of the plan: server stopped "
+            "(--allow-fallback keeps it)",
+            err=True,
+        )
+    elif result.stopped and not result.tokens.get("problems"):
         click.echo(
             "halo: error: the evidence shows another path than the plan asked for: "
             "server stopped (--allow-fallback keeps it)",

@@ -87,18 +87,18 @@ MEMINFO = (
 # there, not in its RSS); "halo" when its process group is one whose pid halo keeps in its
 # state directory (a served engine, a supervisor).
 OWNERS = (
-    f"halo=\" $(cat {STATE_DIR}/serve-*.pid {STATE_DIR}/supervise-*.pid 2>/dev/null "
+    f'halo=" $(cat {STATE_DIR}/serve-*.pid {STATE_DIR}/supervise-*.pid 2>/dev/null '
     "| tr '\\n' ' ') \"\n"
     "gtt=\"$(grep -s -H -E '^(drm-client-id|drm-memory-gtt):' /proc/[0-9]*/fdinfo/* "
-    "2>/dev/null | awk -F: '{split($1, p, \"/\"); if ($2 == \"drm-client-id\") c[$1] = $3;"
+    '2>/dev/null | awk -F: \'{split($1, p, "/"); if ($2 == "drm-client-id") c[$1] = $3;'
     " else if (!((p[3], c[$1]) in seen)) { seen[p[3], c[$1]] = 1; g[p[3]] += $3 } }"
-    " END { for (q in g) printf \"%s:%d \", q, g[q] }')\"\n"
-    "ps -e -o pid=,pgid=,rss=,comm= --sort=-rss 2>/dev/null | awk -v halo=\"$halo\" "
-    "-v gtt=\"$gtt\" 'BEGIN { n = split(gtt, l, \" \"); for (i = 1; i <= n; i++) "
-    "{ split(l[i], f, \":\"); G[f[1]] = f[2] } }"
-    " { w = index(halo, \" \" $2 \" \") ? \"halo\" : \"other\"; g = ($1 in G) ? G[$1] : 0;"
-    " c = $4; for (i = 5; i <= NF; i++) c = c \" \" $i;"
-    " if (NR <= 8 || g > 0) print \"owner=\" $1 \" \" $2 \" \" $3 \" \" g \" \" w \" \" c }'"
+    ' END { for (q in g) printf "%s:%d ", q, g[q] }\')"\n'
+    'ps -e -o pid=,pgid=,rss=,comm= --sort=-rss 2>/dev/null | awk -v halo="$halo" '
+    '-v gtt="$gtt" \'BEGIN { n = split(gtt, l, " "); for (i = 1; i <= n; i++) '
+    '{ split(l[i], f, ":"); G[f[1]] = f[2] } }'
+    ' { w = index(halo, " " $2 " ") ? "halo" : "other"; g = ($1 in G) ? G[$1] : 0;'
+    ' c = $4; for (i = 5; i <= NF; i++) c = c " " $i;'
+    ' if (NR <= 8 || g > 0) print "owner=" $1 " " $2 " " $3 " " g " " w " " c }\''
     " | head -n 64\n"
 )
 
@@ -116,34 +116,36 @@ def memory_script(size_path: str | None = None) -> str:
 
 def progress_script(cluster: str) -> str:
     """A starting engine's signs of progress on a node, as ``key=value`` lines: whether it
-    runs, the bytes of its log, and the bytes its process group has read from storage
-    (``read_bytes`` of /proc/PID/io: files read or mapped weights paged in; not sockets,
-    which a waiting engine polls all the time)."""
+    runs, the bytes of its log, and the bytes its process group moved to and from storage
+    (``read_bytes`` + ``write_bytes`` of /proc/PID/io: files read, mapped weights paged in, a
+    download or a compile cache written; not sockets, which a waiting engine polls all the
+    time)."""
     log, pid = log_paths(cluster)
     return (
         f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
         f'echo "log_bytes=$(stat -c %s {log} 2>/dev/null || echo 0)"\n'
         '[ "$alive" = 1 ] || exit 0\nb=0\n'
-        'for q in $(ps -e -o pid=,pgid= | awk -v g="$p" \'$2 == g {print $1}\'); do\n'
-        '  while read -r k v; do [ "$k" = read_bytes: ] && b=$((b + v)); done \\\n'
-        '    < "/proc/$q/io" 2>/dev/null\ndone\necho "read_bytes=$b"\n'
+        "for q in $(ps -e -o pid=,pgid= | awk -v g=\"$p\" '$2 == g {print $1}'); do\n"
+        '  while read -r k v; do case "$k" in read_bytes:|write_bytes:) b=$((b + v)) ;; esac\n'
+        '  done 2>/dev/null < "/proc/$q/io"\ndone\necho "io_bytes=$b"\n'
     )
 
 
 def limits_script(cluster: str) -> str:
     """The limits of the process 'halo serve' started on a node, as the kernel holds them
-    (``checks.engine_limits.parse_limits_answer``): ``alive=`` and ``pid=`` lines, then its
-    /proc/PID/limits, its /proc/PID/cgroup and its cgroup's memory.max (cgroup v1's
-    memory.limit_in_bytes where there is no v2 one), each under a ``== name`` line and read
-    with a bound."""
+    (``checks.engine_limits.parse_limits_answer``): ``alive=``, ``pid=`` and ``cap_eff=`` (its
+    effective capabilities, hex) lines, then its /proc/PID/limits, its /proc/PID/cgroup and
+    its cgroup's memory.max (cgroup v1's memory.limit_in_bytes where there is no v2 one),
+    each under a ``== name`` line and read with a bound."""
     _log, pid = log_paths(cluster)
     return (
         f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
         '[ "$alive" = 1 ] || exit 0\necho "pid=$p"\n'
+        'sed -n "s/^CapEff:[[:space:]]*/cap_eff=/p" "/proc/$p/status" 2>/dev/null\n'
         'echo "== limits"; head -c 8192 "/proc/$p/limits" 2>/dev/null\n'
         'echo "== cgroup"; head -c 4096 "/proc/$p/cgroup" 2>/dev/null\n'
-        "g=\"$(sed -n 's/^0:://p' \"/proc/$p/cgroup\" 2>/dev/null | head -n 1)\"\n"
-        "m=\"$(sed -n 's/^[0-9]*:memory://p' \"/proc/$p/cgroup\" 2>/dev/null | head -n 1)\"\n"
+        'g="$(sed -n \'s/^0:://p\' "/proc/$p/cgroup" 2>/dev/null | head -n 1)"\n'
+        'm="$(sed -n \'s/^[0-9]*:memory://p\' "/proc/$p/cgroup" 2>/dev/null | head -n 1)"\n'
         'if [ -n "$g" ] && [ -r "/sys/fs/cgroup$g/memory.max" ]; then\n'
         '  echo "== memory.max"; head -c 64 "/sys/fs/cgroup$g/memory.max"\n'
         'elif [ -n "$m" ] && [ -r "/sys/fs/cgroup/memory$m/memory.limit_in_bytes" ]; then\n'

@@ -126,8 +126,8 @@ class Firewall:
 class AmdMemory:
     """Kernel limits on GPU-visible system memory (``sys/module/*/parameters``), as the
     running kernel holds them: ``ttm_pages_limit`` caps what TTM (so ROCm) may map, in 4 KiB
-    pages; ``ttm_page_pool_size`` is how many freed pages TTM keeps for reuse (0: its
-    default)."""
+    pages; ``ttm_page_pool_size`` is how many freed pages TTM keeps for reuse (the kernel
+    writes its computed default back when none was given)."""
 
     gttsize_mib: int | None
     ttm_pages_limit: int | None

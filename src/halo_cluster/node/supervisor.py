@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import threading
 import time
@@ -273,7 +274,10 @@ class Supervisor:
                 return f"{member.name}: ray start failed: {_short(done.error_text())}"
             started.append(member.name)
         if started and self.spec.ray_wait:
-            waited = self.runners[self.spec.head].run(list(self.spec.ray_wait), None, 180.0)
+            # on stdin with Ray's token exported (a cluster with auth refuses a client
+            # without it), never in argv
+            wait = self.spec.ray_env_script + shlex.join(self.spec.ray_wait) + "\n"
+            waited = self.runners[self.spec.head].run(["bash", "-s"], wait, 180.0)
             if not waited.ok:
                 return f"Ray did not see {', '.join(started)} again: {_short(waited.error_text())}"
         return None
@@ -358,8 +362,12 @@ class Supervisor:
             return ""
         self.canary_at = now
         one = dataclasses.replace(check, prompts=check.prompts[:1], answers=check.answers[:1])
-        problem = self.recheck_tokens(one, canary=True)
-        return "" if problem is None or "requests failed" in problem else problem
+        problem: str | None = ""
+        for _ in range(2):  # asked again before it counts: batched traffic may tip a near tie
+            problem = self.recheck_tokens(one, canary=True)
+            if problem is None or "requests failed" in problem:
+                return ""
+        return problem or ""
 
     def recheck_tokens(self, check: TokenCheck | None = None, canary: bool = False) -> str | None:
         check = check or self.spec.tokens
@@ -369,7 +377,7 @@ class Supervisor:
         try:
             got = greedy_answers(
                 host, self.spec.port, self.spec.api_key, list(check.prompts), check.tokens,
-                check.top,
+                check.top, timeout_s=max(self.settings.deadline_s, 60.0) if canary else 300.0,
             )  # fmt: skip
         except (OSError, ValueError) as err:
             return f"the token witness's requests failed: {_short(str(err))}"

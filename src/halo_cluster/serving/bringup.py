@@ -396,7 +396,7 @@ class Serving:
             time.sleep(1.0)
 
     def _progress(self, node: NodeConfig) -> tuple[str, str]:
-        """A member's answer to the progress script (its log, what it read)."""
+        """A member's answer to the progress script (its log, its storage reads and writes)."""
         script = scripts.progress_script(self.config.name)
         return node.name, self.cluster.client(node).script(script, 30).stdout
 

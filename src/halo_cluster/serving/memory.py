@@ -50,10 +50,11 @@ class NodeMemory:
     held_bytes: float = 0.0  # what other deployments' replicas were checked to need here
     owners: tuple[MemoryOwner, ...] = ()  # the processes that hold the most of it
 
-    def foreign(self, share: float) -> list[MemoryOwner]:
-        """The owners halo did not start holding at least ``share`` of the node's memory."""
+    def foreign(self, share: float, ray: bool = True) -> list[MemoryOwner]:
+        """The owners halo did not start holding at least ``share`` of the node's memory
+        (Ray's processes too unless ``ray``: they may be halo's own Ray's)."""
         total = None if self.total_bytes is None else self.total_bytes // 1024
-        return foreign(list(self.owners), total, share)
+        return foreign(list(self.owners), total, share, ray)
 
     @property
     def need_bytes(self) -> float | None:
@@ -121,7 +122,7 @@ def refusal(rows: list[NodeMemory], kv_note: str) -> str:
     start holds a large share of it."""
     short = [r for r in rows if r.short or r.over_total]
     if not short:
-        held = [(r, o) for r in rows for o in r.foreign(LARGE_SHARE)]
+        held = [(r, o) for r in rows for o in r.foreign(LARGE_SHARE, ray=False)]
         if not held:
             return ""
         return (

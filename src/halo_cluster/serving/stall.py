@@ -1,7 +1,7 @@
 """A start that makes no progress (issue 47, item 6): while halo waits for an engine's
-/health, each member's log and what its process group read from storage (a node's answer
-to ``engines.scripts.progress_script``) are watched; when none of them moved for
-``stall_s``, the load has stalled and the start fails with that cause, instead of
+/health, each member's log and what its process group read from and wrote to storage (a
+node's answer to ``engines.scripts.progress_script``) are watched; when none of them moved
+for ``stall_s``, the load has stalled and the start fails with that cause, instead of
 "starting" for as long as the wait allows. One node may wait on another (a worker for its
 head's rendezvous): only every node still at once is a stall. Pure: answers in, a verdict
 out."""
@@ -20,12 +20,12 @@ class Progress:
     """One member's signs of progress (None where its answer did not say)."""
 
     log_bytes: int | None
-    read_bytes: int | None
+    io_bytes: int | None  # read from and written to storage by its process group
 
 
 def parse_progress(text: str) -> Progress:
     values = key_values(text)
-    return Progress(count(values.get("log_bytes")), count(values.get("read_bytes")))
+    return Progress(count(values.get("log_bytes")), count(values.get("io_bytes")))
 
 
 @dataclass
@@ -53,10 +53,14 @@ class StallWatch:
             return None
         took = f"{self.stall_s / 60:g} min" if self.stall_s >= 120 else f"{self.stall_s:g} s"
         held = ", ".join(
-            f"{node} log {found.log_bytes} B, read {found.read_bytes} B"
+            f"{node} log {_bytes(found.log_bytes)}, storage {_bytes(found.io_bytes)}"
             for node, found in sorted(self.seen.items())
         )
         return (
-            f"no progress for {took} while loading: no new log line and nothing read "
-            f"from storage on any node ({held})"
+            f"no progress for {took} while loading: no new log line and nothing read or "
+            f"written on any node ({held})"
         )
+
+
+def _bytes(value: int | None) -> str:
+    return "unread" if value is None else f"{value} B"

@@ -29,6 +29,7 @@ from halo_cluster.config import NodeConfig
 from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
 from halo_cluster.errors import LifecycleError, WireError
+from halo_cluster.ray.auth import ray_env
 from halo_cluster.ray.lifecycle import ray_start_path
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.quote import exports
@@ -201,6 +202,7 @@ def _with_ray(spec: Spec, cluster: Cluster, ctx: ServeContext, prepared: Prepare
         ray_start_script=f"[ -f {path} ] || {{ echo 'no Ray start script from halo up "
         f"here' >&2; exit 4; }}\nbash {path}\n",
         ray_wait=tuple(wait),
+        ray_env_script=exports(ray_env(cluster.config)),
     )
 
 

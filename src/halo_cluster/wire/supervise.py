@@ -130,6 +130,9 @@ class Spec:
     ray_check_script: str = ""  # per Ray member: ray=1 when its raylet runs
     ray_start_script: str = ""  # per Ray member: start its Ray as 'halo up' did
     ray_wait: tuple[str, ...] = ()  # on the head: until these Ray nodes are alive (ray-nodes)
+    # exports before ray_wait on the head: Ray's auth token as 'halo up' gave it (a secret,
+    # as the API key: the spec is 0600 and travels on stdin)
+    ray_env_script: str = ""
     tokens: TokenCheck | None = None  # the token witness after a restart (None: no reference)
 
     @property
@@ -159,6 +162,7 @@ class Spec:
             "ray_check_script": self.ray_check_script,
             "ray_start_script": self.ray_start_script,
             "ray_wait": list(self.ray_wait),
+            "ray_env_script": self.ray_env_script,
             "tokens": None if self.tokens is None else self.tokens.to_dict(),
         }
 
@@ -245,6 +249,7 @@ def parse_spec(value: Any) -> Spec:
             ray_check_script=str(value.get("ray_check_script") or ""),
             ray_start_script=str(value.get("ray_start_script") or ""),
             ray_wait=_words(value.get("ray_wait") or [], "ray_wait"),
+            ray_env_script=str(value.get("ray_env_script") or ""),
             tokens=_token_check(value.get("tokens")),
         )
     except WireError:
