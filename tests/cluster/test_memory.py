@@ -118,8 +118,8 @@ def test_a_foreign_owner_of_a_large_share_refuses_with_how_to_stop_it() -> None:
     ]
     assert refusal(rows, "") == (
         "memory held by another owner: n1: pid 4242 (llama-server) holds 96.0 GiB (77 %, 94.0 "
-        "GiB of it GPU memory (GTT)), not halo's: stop it with kill -TERM -4240 (an engine "
-        "halo did not start: its process group); or --force to start beside it"
+        "GiB of it GPU memory (GTT)), not halo's: stop it with kill -TERM 4242; or --force to "
+        "start beside it"
     )
     short = per_node(memory, {"n1": said}, 40 * GIB)
     assert refusal(short, "").startswith(
@@ -141,5 +141,5 @@ def test_ray_is_named_where_memory_is_short_but_never_refuses_alone() -> None:
     assert "stop it with halo down (Ray from halo up), or ray stop" in refusal(
         per_node(memory, {"n1": said}, 40 * GIB), ""
     )
-    engine = MemoryOwner(77, 70, 4 * 2**20, 0, False, "llama-server")
-    assert how_to_stop(engine) == "kill -TERM -70 (an engine halo did not start: its process group)"
+    other = MemoryOwner(77, 70, 4 * 2**20, 0, False, "python3")
+    assert how_to_stop(other) == "kill -TERM 77"

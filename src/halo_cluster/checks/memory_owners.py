@@ -78,12 +78,11 @@ def foreign(
 
 
 def how_to_stop(owner: MemoryOwner) -> str:
-    """The command that ends an owner, by what it is."""
-    name = owner.command
+    """The command that ends an owner: Ray's way for Ray's processes, else a signal to the
+    process (halo knows no other program by name here: an engine it did not start is any
+    other process)."""
     if is_ray(owner):
         return "halo down (Ray from halo up), or ray stop (a Ray cluster halo did not start)"
-    if name.startswith(("vllm", "VLLM::", "llama-server", "rpc-server", "ggml-rpc-server")):
-        return f"kill -TERM -{owner.pgid} (an engine halo did not start: its process group)"
     return f"kill -TERM {owner.pid}"
 
 
