@@ -314,7 +314,9 @@ def act_when(
     ]
     for reader in readers:
         reader.start()
-    until(lambda: check("".join(said)), ready, 120, lambda: proc.poll() is None)
+    until(
+        lambda: check("".join(said)), ready, 120, lambda: proc.poll() is None, lambda: "".join(said)
+    )
     acted = time.monotonic()
     act(proc)
     proc.wait(timeout=120)
@@ -328,12 +330,14 @@ def until(
     what: str,
     timeout_s: float = 30,
     alive: Callable[[], bool] = lambda: True,
+    said: Callable[[], str] = lambda: "",
 ) -> None:
-    """Poll ``condition`` until it holds (at most ``timeout_s``; ``alive`` false ends it)."""
+    """Poll ``condition`` until it holds (at most ``timeout_s``; ``alive`` false ends it);
+    a failure carries the end of what the command said (``said``)."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert alive(), f"ended before {what}"
-        assert time.monotonic() < deadline, f"never {what}"
+        assert alive(), f"ended before {what}; it said: {said()[-1500:]}"
+        assert time.monotonic() < deadline, f"never {what}; it said: {said()[-1500:]}"
         time.sleep(0.3)
 
 
