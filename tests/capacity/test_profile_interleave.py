@@ -89,6 +89,45 @@ def test_a_server_that_streams_too_few_tokens_is_one_line(
         short.server_close()
 
 
+def test_a_server_behind_its_client_sends_tokens_in_chunks_and_its_own_count_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM under load merges tokens into one chunk; with continuous usage asked, every
+    chunk says the tokens so far, and the pace is time over tokens, not over chunks."""
+    monkeypatch.setattr(served, "SETTLE_S", 0.0)
+    asked_options: list[object] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            asked_options.append(asked.get("stream_options"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for so_far in range(4, 65, 4):  # 16 chunks of 4 tokens, 0.02 s apart
+                time.sleep(0.02)
+                chunk = {"choices": [{"text": "xxxx"}], "usage": {"completion_tokens": so_far}}
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+            closing = {"choices": [], "usage": {"completion_tokens": 64}}
+            self.wfile.write(b"data: " + json.dumps(closing).encode() + b"\n\ndata: [DONE]\n\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        seconds = served._token_seconds(server.server_address[1], "tiny", "vllm serve (TP=1)", 64)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked_options == [{"include_usage": True, "continuous_usage_stats": True}]
+    # 15 gaps of at least 0.02 s over 60 tokens: ~0.005 s a token; counted a token a
+    # chunk it would be at least the 0.02 s of a gap
+    assert 0.02 / 4 * 0.99 < seconds < 0.02
+
+
 def test_a_vllm_start_lost_to_a_port_in_use_is_made_again_once_and_other_causes_are_named(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:

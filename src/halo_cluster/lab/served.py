@@ -43,14 +43,19 @@ def interleaved_decode(
 
 
 def _token_seconds(port: int, model: str, what: str, tokens: int) -> float:
-    """Seconds per token of one streamed completion of ``tokens`` tokens: (last token's
-    arrival - first's) / (tokens streamed - 1); fewer than half of them streamed is an error."""
+    """Seconds per token of one streamed completion of ``tokens`` tokens: (last chunk's
+    arrival - first's) / (tokens between them); fewer than half of them streamed is an error.
+
+    A server that falls behind its client sends several tokens in one chunk, so the count
+    is the server's own (``continuous_usage_stats``: the tokens so far, in every chunk);
+    a server that does not report it is counted one token a chunk."""
     import http.client
     import json
 
     body = json.dumps({
         "prompt": "The lab measures", "max_tokens": tokens, "temperature": 0,
         "stream": True, "ignore_eos": True, "model": model,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     })  # fmt: skip
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     try:
@@ -58,17 +63,40 @@ def _token_seconds(port: int, model: str, what: str, tokens: int) -> float:
         response = conn.getresponse()
         if response.status != 200:
             raise HaloError(f"{what}: HTTP {response.status} for a completion")
-        stamps = []
+        marks: list[tuple[float, int]] = []  # (arrival, tokens so far)
         for line in response:
-            if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
-                stamps.append(time.perf_counter())
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                continue
+            arrival = time.perf_counter()
+            so_far = _tokens_so_far(line[6:], (marks[-1][1] if marks else 0) + 1)
+            if so_far is not None:
+                marks.append((arrival, so_far))
     except OSError as err:
         raise HaloError(f"{what}: the completion failed: {err}") from None
     finally:
         conn.close()
-    if len(stamps) < max(2, tokens // 2):
-        raise HaloError(f"{what}: only {len(stamps)} of {tokens} tokens streamed")
-    return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+    streamed = marks[-1][1] if marks else 0
+    if len(marks) < 2 or streamed < max(2, tokens // 2) or marks[-1][1] <= marks[0][1]:
+        raise HaloError(f"{what}: only {streamed} of {tokens} tokens streamed")
+    return (marks[-1][0] - marks[0][0]) / (marks[-1][1] - marks[0][1])
+
+
+def _tokens_so_far(data: bytes, counted: int) -> int | None:
+    """The completion tokens a chunk says were made so far; ``counted`` (one a chunk) where
+    it says nothing; None for a chunk that carries no text (the closing usage-only one)."""
+    import json
+
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return counted
+    if not isinstance(chunk, dict):
+        return counted
+    if chunk.get("choices") == []:
+        return None
+    usage = chunk.get("usage")
+    made = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return made if isinstance(made, int) and not isinstance(made, bool) and made > 0 else counted
 
 
 def _model_id(port: int, what: str) -> str:
