@@ -48,7 +48,7 @@ def test_the_engine_state_and_log_are_private_whatever_the_auth(
     tokens = {p.name: 0o600 for p in state.glob("ray-*.token")}
     assert (mode(state), found) == (
         0o700,
-        {"serve-lab.log": 0o600, "serve-lab.pid": 0o600, **tokens},
+        {"serve-lab.log": 0o600, "serve-lab.pid": 0o600, "serve-lab.since": 0o600, **tokens},
     )
     assert len(tokens) == (1 if token else 0)
 

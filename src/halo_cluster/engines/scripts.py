@@ -25,6 +25,13 @@ def log_paths(cluster: str, role: str = "serve") -> tuple[str, str]:
     return f"{STATE_DIR}/{role}-{name}.log", f"{STATE_DIR}/{role}-{name}.pid"
 
 
+def since_path(cluster: str) -> str:
+    """The marker (a shell word) whose age is when the engine's run on a node began: made by
+    the first start, kept over restarts until a stop leaves no shared-memory segment newer
+    than it, so a segment a restart could not remove (still held then) is removed later."""
+    return f"{STATE_DIR}/serve-{shlex.quote(cluster)}.since"
+
+
 # Sets $alive to 1 when the process in $p runs: a zombie (killed, its parent gone and not
 # yet reaped by an init that waits) is dead, however kill -0 answers. The state is the
 # field after the command's name in /proc/PID/stat (the name may hold spaces and ')').
@@ -47,8 +54,10 @@ def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> 
     in the pid file (both 0600, in the 0700 state directory, whatever the engine or the
     auth); the working directory is HOME (a node's caches and state live there)."""
     log, pid = log_paths(cluster)
+    since = since_path(cluster)
     return (
         f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
+        f"[ -e {since} ] || (umask 077 && : > {since})\n"
         f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
         f"echo $! > {pid}\n"
     )
@@ -194,9 +203,11 @@ def kill_group(pid: str, none: str = "3") -> str:
 
 def stop_script(cluster: str) -> str:
     """Stop the server's process group (TERM, then KILL after 5 s), then remove the
-    shared-memory segments it left: those made since it started that no process still
-    has open or mapped. Exit 3 when nothing was running."""
+    shared-memory segments its run left: those made since the run began (``since_path``,
+    over restarts) that no process still has open or mapped, waiting up to 3 s for the
+    last holders to end. Exit 3 when nothing was running."""
     _log, pid = log_paths(cluster)
+    since = since_path(cluster)
     return kill_group(pid) + (
         # Ray's worker processes that ran the ranks end with their driver: wait for them.
         # Ray also leaves an idle worker it started for the server's job: end those that
@@ -208,11 +219,19 @@ def stop_script(cluster: str) -> str:
         '  age=$(ps -o etimes= -p "$q" 2>/dev/null | tr -d " ")\n'
         '  if [ -n "$age" ] && [ "$age" -le "$since" ]; then kill -TERM "$q" 2>/dev/null; fi\n'
         "done\n"
-        "for f in /dev/shm/*; do\n"
-        '  [ -f "$f" ] && [ "$f" -nt "$pidfile" ] || continue\n'
-        '  if ! grep -qsF "$f" /proc/[0-9]*/maps && ! ls -l /proc/[0-9]*/fd 2>/dev/null | '
-        'grep -qF "$f"; then rm -f "$f"; fi\n'
+        f"mark={since}\n"
+        '[ -e "$mark" ] || mark="$pidfile"\n'
+        "for i in $(seq 30); do\n"
+        "  held=0\n"
+        "  for f in /dev/shm/*; do\n"
+        '    [ -f "$f" ] && [ "$f" -nt "$mark" ] || continue\n'
+        '    if grep -qsF "$f" /proc/[0-9]*/maps || ls -l /proc/[0-9]*/fd 2>/dev/null | '
+        'grep -qF "$f"; then held=1; else rm -f "$f"; fi\n'
+        "  done\n"
+        '  [ "$held" = 0 ] && break\n'
+        "  sleep 0.1\n"
         "done\n"
+        f'if [ "$held" = 0 ]; then rm -f {since}; fi\n'
         'rm -f "$pidfile"\n'
         "exit $ran\n"
     )
