@@ -141,5 +141,8 @@ def test_ray_is_named_where_memory_is_short_but_never_refuses_alone() -> None:
     assert "stop it with halo down (Ray from halo up), or ray stop" in refusal(
         per_node(memory, {"n1": said}, 40 * GIB), ""
     )
+
+
+def test_any_other_owner_is_stopped_by_its_pid() -> None:
     other = MemoryOwner(77, 70, 4 * 2**20, 0, False, "python3")
     assert how_to_stop(other) == "kill -TERM 77"

@@ -62,21 +62,6 @@ def is_ray(owner: MemoryOwner) -> bool:
     return owner.command.startswith(RAY) or owner.command == "ray"
 
 
-def foreign(
-    owners: list[MemoryOwner], total_kib: int | None, share: float, ray: bool = True
-) -> list[MemoryOwner]:
-    """The owners halo did not start that hold at least ``share`` of the node's memory,
-    largest first (none where the total is unknown); Ray's processes left out unless
-    ``ray``."""
-    if not total_kib:
-        return []
-    large = [
-        o for o in owners
-        if not o.halo and o.held_kib >= share * total_kib and (ray or not is_ray(o))
-    ]  # fmt: skip
-    return sorted(large, key=lambda o: o.held_kib, reverse=True)
-
-
 def how_to_stop(owner: MemoryOwner) -> str:
     """The command that ends an owner: Ray's way for Ray's processes, else a signal to the
     process (halo knows no other program by name here: an engine it did not start is any

@@ -26,7 +26,7 @@ from halo_cluster.checks.memory_owners import (
     LARGE_SHARE,
     NAMED_SHARE,
     MemoryOwner,
-    foreign,
+    is_ray,
     owner_line,
     parse_owners,
 )
@@ -51,10 +51,16 @@ class NodeMemory:
     owners: tuple[MemoryOwner, ...] = ()  # the processes that hold the most of it
 
     def foreign(self, share: float, ray: bool = True) -> list[MemoryOwner]:
-        """The owners halo did not start holding at least ``share`` of the node's memory
-        (Ray's processes too unless ``ray``: they may be halo's own Ray's)."""
-        total = None if self.total_bytes is None else self.total_bytes // 1024
-        return foreign(list(self.owners), total, share, ray)
+        """The owners halo did not start holding at least ``share`` of the node's memory,
+        largest first (Ray's processes too unless ``ray``: they may be halo's own Ray's)."""
+        if not self.total_bytes:
+            return []  # the share of an unknown total is unknown
+        large = [
+            o for o in self.owners
+            if not o.halo and o.held_kib * 1024 >= share * self.total_bytes
+            and (ray or not is_ray(o))
+        ]  # fmt: skip
+        return sorted(large, key=lambda o: o.held_kib, reverse=True)
 
     @property
     def need_bytes(self) -> float | None:
