@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from typing import IO, Any, Union
 
 
 def emit_json(data: Any, out: IO[str] | None = None) -> None:
@@ -24,3 +25,11 @@ def finite(data: Any) -> Any:
     if isinstance(data, (list, tuple)):  # not list | tuple: Python 3.9 on nodes
         return [finite(v) for v in data]
     return data
+
+
+# A JSON value as halo writes it: what ``to_dict`` returns is checked to be made of these,
+# so a path, a set or a dataclass left in a result is a type error, not a crash at dump.
+# The containers are read-only views so a dict[str, float] is one too; a tuple is written
+# as a list.
+JsonValue = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
+JsonObject = dict[str, JsonValue]  # what a to_dict returns: a JSON object to add to

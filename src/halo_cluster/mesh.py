@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import FabricError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.netnames import ifname_problem
 
 ROUTINGS = ("static", "openfabric")
@@ -49,7 +50,7 @@ class Link:
     def ip(self) -> str:
         return self.address.split("/")[0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "ifname": self.ifname,
             "address": self.address,
@@ -71,7 +72,7 @@ class Route:
     to: str
     hops: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "destination": self.destination,
             "via": self.via,
@@ -109,7 +110,7 @@ class NodeFabric:
     def link(self, ifname: str) -> Link | None:
         return next((link for link in self.links if link.ifname == ifname), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "node": self.node,
             "identity": self.identity,

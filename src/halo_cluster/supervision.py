@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from halo_cluster.jsonout import JsonObject
+
 STARTING, SERVING, DEGRADED, RESTARTING, FAILED, STOPPED = (
     "starting",
     "serving",
@@ -61,7 +63,7 @@ class SuperviseSettings:
     memory_min_available_pct: float = 3.0  # MemAvailable below this % of MemTotal: stop
     memory_max_pressure_pct: float = 60.0  # /proc/pressure/memory "full avg10" above: stop
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dict(self.__dict__)
 
     @staticmethod

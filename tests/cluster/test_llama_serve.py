@@ -71,7 +71,7 @@ def test_layers_over_rpc_proven_by_the_logs_and_the_counters(tmp_path: Path) -> 
     assert "k-secret" not in head.split("setsid", 1)[1]  # the key is never in argv
     state = json.loads((tmp_path / ".halo" / "lab.state.json").read_text())
     assert (state["serve"]["engine"], state["serve"]["nodes"]) == ("llama.cpp", ["node1", "node2"])
-    assert "k-secret" not in json.dumps(state) + json.dumps(result.__dict__)
+    assert "k-secret" not in json.dumps(state) + json.dumps(result.to_dict())
     assert srv.stop()
     state = json.loads((tmp_path / ".halo" / "lab.state.json").read_text())
     assert "serve" not in state  # stopped: status shows no server

@@ -458,7 +458,7 @@ def test_rdma_planned_but_socket_logged_is_refused(
     assert "export VLLM_API_KEY=k3y-secret" in start and "export NCCL_DEBUG=INFO" in start
     assert "export NCCL_IB_HCA==rocep194s0:1" in start
     assert "k3y-secret" not in start.split("setsid ", 1)[1]  # never argv
-    assert "k3y-secret" not in json.dumps(result.__dict__)
+    assert "k3y-secret" not in json.dumps(result.to_dict())
 
 
 def test_rdma_log_and_rdma_counters_are_accepted_and_fallback_can_be_allowed(
@@ -492,7 +492,7 @@ def test_an_engine_that_may_lock_8_mib_is_refused_under_rdma_naming_who_set_it(
     srv = cluster(tmp_path, nodes, ServeConfig(model="/m"), {"node1": strix_plan()})
     result = serve(srv, tp=1, wait_s=5)
     assert result.stopped and result.verdict["transport"] == "roce" and not nodes["node1"].running
-    found = result.limits["node1"]
+    found = result.limits["node1"].to_dict()
     assert (found["memlock_bytes"], found["owner"]) == (8388608, "system unit halo-vllm.service")
     assert result.problems == found["problems"] and len(found["problems"]) == 1
     assert "may lock only 8 MiB of memory: RDMA memory registration fails" in result.problems[0]

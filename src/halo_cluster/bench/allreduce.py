@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.schema import SCHEMAS, Fit, SweepRow
 
 SCHEMA = SCHEMAS["collective"]
@@ -121,7 +122,7 @@ def tp_schedule(layers: int, hidden: int, batch: int, activation_bytes: int = 2)
 
 def transport_verdict(
     backend: str, facts: Sequence[dict[str, Any]], logs: Sequence[str]
-) -> dict[str, Any]:
+) -> JsonObject:
     """The transport the ranks really used: for NCCL/RCCL, decided from the ranks' own debug
     logs (``verify-log``); Gloo is TCP, on the interface each rank's plan named."""
     if backend != "nccl":

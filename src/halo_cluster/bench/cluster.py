@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.bench.events import read_events
 from halo_cluster.bench.net_legs import interface_for
@@ -18,6 +17,7 @@ from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config, find_config, load_config
 from halo_cluster.errors import BenchError, BenchInterrupted, NodeLost, UsageError
 from halo_cluster.facts.model import Inventory
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.transport import TransportPlan
 from halo_cluster.wire.args import bench_driver_args
@@ -35,14 +35,14 @@ class BenchCluster:
     def inventories(self) -> dict[str, Inventory | None]:
         return {r.node.name: r.inventory for r in self.reports}
 
-    def plan_dicts(self) -> dict[str, Any]:
+    def plan_dicts(self) -> JsonObject:
         return {name: plan.to_dict() for name, plan in self.plans.items()}
 
-    def stamp(self) -> dict[str, Any]:
+    def stamp(self) -> JsonObject:
         """Per node: host name, the plan (transport, RDMA device and port, GID, interface, MTU,
         addresses)
         and versions — what a result needs to be read a year later."""
-        nodes: dict[str, Any] = {}
+        nodes: JsonObject = {}
         for report in self.reports:
             node, inv = report.node, report.inventory
             plan = self.plans.get(node.name)

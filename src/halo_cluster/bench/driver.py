@@ -22,6 +22,7 @@ from halo_cluster.bench.allreduce import (
 from halo_cluster.bench.events import Emit
 from halo_cluster.bench.rank import Worker
 from halo_cluster.errors import DriverError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.schema import SweepRow
 from halo_cluster.stats import quantile
@@ -223,7 +224,7 @@ class Ranks:
     def _lost(self) -> list[str]:
         return _unreachable(self.addresses)
 
-    def verdict(self, backend: str, facts: list[dict[str, Any]]) -> dict[str, Any]:
+    def verdict(self, backend: str, facts: list[dict[str, Any]]) -> JsonObject:
         logs: list[str] = []
         if backend == "nccl":
             logs = self.get([a.debug_log.remote() for a in self.actors], "reading NCCL logs", 30)
@@ -296,7 +297,7 @@ def run_tp(ranks: Ranks, spec: dict[str, Any], emit: Emit) -> list[dict[str, Any
     return rows
 
 
-def drive(spec: dict[str, Any], emit: Emit) -> dict[str, Any]:
+def drive(spec: dict[str, Any], emit: Emit) -> JsonObject:
     """The whole run on the head; returns the result body (no stamp, no file)."""
     ranks = Ranks.place(spec, emit)
     finished = False

@@ -24,10 +24,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
 from halo_cluster.config import Config
 from halo_cluster.errors import HaloError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.ssh import SSHRunner
 
@@ -69,7 +70,7 @@ class Endpoint:
             self.route.direct if self.via == "direct" and self.route.direct else self.route.forward
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "via": self.via,
             "node": self.route.node,

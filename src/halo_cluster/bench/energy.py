@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient, escaped
@@ -38,6 +37,7 @@ from halo_cluster.facts.energy import (
     tier,
 )
 from halo_cluster.facts.model import COUNTER
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.wire.answers import Power, parse_power
 from halo_cluster.wire.args import power_args
 
@@ -79,8 +79,8 @@ class LevelEnergy:
     def line(self) -> str:
         return self.energy.line()
 
-    def to_dict(self) -> dict[str, Any]:
-        series = {name: [[t, w] for t, w in points] for name, points in self.watts.items()}
+    def to_dict(self) -> JsonObject:
+        series: JsonObject = {n: [[t, w] for t, w in points] for n, points in self.watts.items()}
         return {**self.energy.to_dict(), "watts": series}
 
 

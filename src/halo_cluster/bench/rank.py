@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from halo_cluster.jsonout import JsonObject
+
 
 class Worker:
     """One rank. Created as a Ray actor pinned to its node; torch is imported there."""
@@ -21,7 +23,7 @@ class Worker:
         self.backend = "gloo"
         self.store: Any = None  # the rendezvous (rank 0 serves it): kept while the group lives
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> JsonObject:
         import importlib.metadata
 
         import torch

@@ -39,6 +39,7 @@ from halo_cluster.bench.serve_prompts import Prompt, random_text, workload
 from halo_cluster.bounded.redact import redact_url
 from halo_cluster.client.fanout import POLL_S
 from halo_cluster.errors import HaloError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.schema import SCHEMAS
 from halo_cluster.stats import quantile
 
@@ -81,7 +82,7 @@ def parse_stream(lines: Iterable[tuple[float, str]], start_s: float) -> Sample:
     ``time.perf_counter()`` at which it arrived. Pure; garbage ends in ``Sample.error``."""
     sample = Sample()
     last = start_s
-    usage: dict[str, Any] = {}
+    usage: JsonObject = {}
     for at, raw in lines:
         line = raw.strip()
         if not line.startswith("data:"):
@@ -164,7 +165,7 @@ class Level:
     wall_s: float
     energy: LevelEnergy | None = None  # None: not measured (no nodes known)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "concurrency": self.concurrency,
             "requests": self.requests,
@@ -255,7 +256,7 @@ class Client:
                 conn.close()
             self._all.clear()
 
-    def post(self, path: str, body: dict[str, Any]) -> http.client.HTTPResponse:
+    def post(self, path: str, body: JsonObject) -> http.client.HTTPResponse:
         data = json.dumps(body)
         for attempt in range(2):
             conn = self.connection()
@@ -281,7 +282,7 @@ def _timed(response: http.client.HTTPResponse) -> Iterator[tuple[float, str]]:
         yield time.perf_counter(), raw.decode("utf-8", "replace")
 
 
-def completion_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def completion_body(model: str, prompt: str, max_tokens: int) -> JsonObject:
     return {
         "model": model,
         "prompt": prompt,
@@ -293,7 +294,7 @@ def completion_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def stream_request(client: Client, body: dict[str, Any]) -> Sample:
+def stream_request(client: Client, body: JsonObject) -> Sample:
     start = time.perf_counter()
     try:
         response = client.post("/v1/completions", body)
@@ -314,7 +315,7 @@ def tokenize_counter(client: Client, model: str) -> Callable[[str], int | None]:
     (``{"model", "prompt"}`` -> ``{"count"}``) or llama-server's (``{"content",
     "add_special"}`` -> ``{"tokens": [...]}``), whichever the server answers first; None
     when it has no such endpoint. Both count the BOS token a completion adds."""
-    shapes: list[tuple[Callable[[str], dict[str, Any]], Callable[[Any], int | None]]] = [
+    shapes: list[tuple[Callable[[str], JsonObject], Callable[[Any], int | None]]] = [
         (lambda text: {"model": model, "prompt": text}, lambda data: _count(data.get("count"))),
         (
             lambda text: {"content": text, "add_special": True},
@@ -323,7 +324,7 @@ def tokenize_counter(client: Client, model: str) -> Callable[[str], int | None]:
     ]
 
     def ask(
-        text: str, body: Callable[[str], dict[str, Any]], read: Callable[[Any], int | None]
+        text: str, body: Callable[[str], JsonObject], read: Callable[[Any], int | None]
     ) -> int | None:
         try:
             response = client.post("/tokenize", body(text))
@@ -426,7 +427,7 @@ class LoadRun:
     def level(self, concurrency: int) -> Level | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "kind": "serve",

@@ -11,7 +11,6 @@ per step; pipeline parallelism and llama.cpp's RPC layer split do not split a to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from halo_cluster import engine_registry
 from halo_cluster.capacity.calibration import Calibration
@@ -23,6 +22,7 @@ from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import Hardware, Link, ModelSpec
 from halo_cluster.capacity.weights import WeightBytes, from_quant
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 
 GIB = 2**30
 ACTIVATION_BYTES = 2  # activations and all-reduce payloads stay in bf16
@@ -134,7 +134,7 @@ class Row:
     replicas: int = 1
     note: str | None = None  # how a replica row's figures were computed
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
@@ -383,7 +383,7 @@ class Step:
     ratio: float | None  # the same at --batch
     verdict: str  # faster, slower, fits (only now), capacity (fits, slower), same
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 

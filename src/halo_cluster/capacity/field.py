@@ -19,6 +19,7 @@ from halo_cluster.capacity.estimate import (
 from halo_cluster.capacity.quants import find_quant
 from halo_cluster.capacity.spec import Link, ModelSpec
 from halo_cluster.capacity.weights import GIB, from_quant, scaled_to_file
+from halo_cluster.jsonout import JsonObject
 
 HARDWARE = "strix-halo-128"
 TG_CONTEXT = 128  # llama-bench tg128: 128 tokens decoded from an empty context
@@ -86,7 +87,7 @@ def _layout(req: Request, row: FieldRow) -> tuple[str, int, int]:
     raise ValueError(f"{row.id}: the engine has no layout {row.layout}")
 
 
-def predict(row: FieldRow, engine: Engine | None = None) -> dict[str, Any]:
+def predict(row: FieldRow, engine: Engine | None = None) -> JsonObject:
     """The capacity planner's tokens/s (and range) for the row next to the published figure."""
     req = request(row, engine)
     name, tp, pp = _layout(req, row)

@@ -9,6 +9,7 @@ from typing import Any
 from halo_cluster.bounded.jsonin import load_file
 from halo_cluster.capacity.spec import ModelSpec
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 
 # Hugging Face config keys -> ours (first key present wins)
 HF_KEYS: dict[str, tuple[str, ...]] = {
@@ -106,7 +107,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
 
 
 def _pick(config: dict[str, Any]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for ours, keys in HF_KEYS.items():
         for key in keys:
             if config.get(key) is not None:

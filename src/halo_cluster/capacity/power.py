@@ -12,6 +12,7 @@ from typing import Any
 
 from halo_cluster.capacity.spec import Hardware
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 
 HARDWARE = "hardware"  # --watts alone: the hardware profile's typical draw
 MAX_WATTS = 100_000.0  # per node: far above any box this plans for
@@ -24,7 +25,7 @@ class Draw:
     watts_per_node: float
     source: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"watts_per_node": round(self.watts_per_node, 2), "source": self.source}
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from halo_cluster.capacity.spec import Hardware, Link
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 
 SCHEMA = "halo.hardware-profile/1"
 PROFILE_ID = "lab"
@@ -38,14 +39,14 @@ class EngineRun:
     shared_core_token_s: float | None = None
 
 
-def engine_figures(run: EngineRun, bandwidth_gbs: float) -> dict[str, Any]:
+def engine_figures(run: EngineRun, bandwidth_gbs: float) -> JsonObject:
     """The run as the planner's tuning (the engine data files' shape): the bandwidth at
     full share, the rest of a token's time spread over its layers, and the stage's cost
     beyond its wire time."""
     read_s = run.read_bytes / (bandwidth_gbs * 1e9)
     per_layer_us = max(0.0, (run.token_s - read_s) / run.layers * 1e6)
-    share = {"efficiency": 1.0, "low": 1.0, "high": 1.0, "source": run.source}
-    figures: dict[str, Any] = {
+    share: JsonObject = {"efficiency": 1.0, "low": 1.0, "high": 1.0, "source": run.source}
+    figures: JsonObject = {
         "per_layer_us": round(per_layer_us, 2),
         "per_linear_layer_us": 0.0,
         "dense": share,

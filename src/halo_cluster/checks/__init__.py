@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from halo_cluster.jsonout import JsonObject
 
 SEVERITIES = ("ok", "info", "warn", "fail")
 _RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
@@ -18,7 +19,7 @@ class Finding:
     evidence: tuple[str, ...] = field(default=())
     fix: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "check": self.check,
             "severity": self.severity,

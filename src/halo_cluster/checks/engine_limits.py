@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.errors import WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.supervision import count
 
 MIB = 2**20
@@ -55,7 +55,7 @@ class EngineLimits:
     def owner(self) -> Owner:
         return owner_of(self.cgroup)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "pid": self.pid,
             "memlock_bytes": self.memlock_bytes,
@@ -212,6 +212,31 @@ def limit_findings(
             "many open files')"
         )
     return problems, notes, fix
+
+
+@dataclass(frozen=True)
+class LimitReport:
+    """One node's engine limits against the plan: what was read (None: the node told
+    nothing) and what falls short (problems refuse, notes do not), with the fix for the
+    limits' owner. ``to_dict`` is the node's entry in ``halo serve --json``'s limits."""
+
+    limits: EngineLimits | None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    fix: tuple[str, ...] = ()
+
+    def to_dict(self) -> JsonObject:
+        read = {} if self.limits is None else self.limits.to_dict()
+        lists = {"problems": self.problems, "notes": self.notes, "fix": self.fix}
+        return {**read, **{key: list(lines) for key, lines in lists.items()}}
+
+
+def limit_report(limits: EngineLimits | None, rdma: bool, need_bytes: float | None) -> LimitReport:
+    """``limits`` held against the plan (nothing to hold where the node told nothing)."""
+    if limits is None:
+        return LimitReport(None)
+    problems, notes, fix = limit_findings(limits, rdma, need_bytes)
+    return LimitReport(limits, tuple(problems), tuple(notes), tuple(fix))
 
 
 def memlock_fix(owner: Owner) -> list[str]:

@@ -8,8 +8,8 @@ Pure: text in, values and lines out."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.supervision import count
 
 GIB_KIB = 2**20
@@ -30,7 +30,7 @@ class MemoryOwner:
     def held_kib(self) -> int:
         return self.rss_kib + self.gtt_kib
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"pid": self.pid, "command": self.command, "rss_gib": _gib(self.rss_kib),
                 "gtt_gib": _gib(self.gtt_kib), "halo": self.halo}  # fmt: skip
 

@@ -162,7 +162,7 @@ def bench_serve(
         saved = results.save(result, out, results_dir(), "serve")
     except OSError as err:
         raise HaloError(f"cannot save the result: {err.strerror or err}") from None
-    ok = all(level["errors"] == 0 for level in result["levels"])
+    ok = all(level.errors == 0 for level in run.levels)
     if as_json:
         emit_json({**result, "saved": str(saved)})
         return 0 if ok else 1

@@ -3,7 +3,7 @@ kind (serve, net, collective, tp), and the one line of a run that ended early.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -12,7 +12,7 @@ from halo_cluster.cli.output import table
 from halo_cluster.printable import printable
 
 
-def serve_table(result: dict[str, object], where: str) -> None:
+def serve_table(result: Mapping[str, object], where: str) -> None:
     from halo_cluster.cli.output import console
 
     def pp(d: dict[str, float | None]) -> str:

@@ -10,7 +10,7 @@ import click
 
 from halo_cluster.cli.options import config_option, require_config
 from halo_cluster.cli.output import styled, table
-from halo_cluster.jsonout import emit_json
+from halo_cluster.jsonout import JsonObject, emit_json
 from halo_cluster.printable import printable
 
 
@@ -113,7 +113,7 @@ def status(config_path: str | None, deployment: str | None, as_json: bool) -> in
     return 0 if all(n["ray"] for n in data["nodes"]) else 1
 
 
-def _deployments(cluster: Any, name: str | None) -> dict[str, Any]:
+def _deployments(cluster: Any, name: str | None) -> JsonObject:
     """The deployments ('halo run --name'), or only ``name``, with their replicas, and the
     gateway (asked on the head only where there is something for it to front or it was
     given keys)."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
+
+from halo_cluster.jsonout import JsonObject
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,9 +48,9 @@ def demo(as_json: bool, no_lab: bool) -> int:
     from halo_cluster.jsonout import emit_json
 
     gathered = gather()
-    skipped = {"skipped": "--no-lab"}
+    skipped: JsonObject = {"skipped": "--no-lab"}
     if as_json:
-        labs = {"lab": skipped, "mesh": skipped, "gateway": skipped}
+        labs: JsonObject = {"lab": skipped, "mesh": skipped, "gateway": skipped}
         if not no_lab:
             labs = {"lab": lab_demo(None), "mesh": mesh_demo(None), "gateway": gateway_demo(None)}
         emit_json({**gathered.to_dict(), **labs})
@@ -72,7 +74,7 @@ class SeedClaim:
     rows: dict[str, Row]  # link -> the planner's row
     nodes_added: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "model": self.model,
             "collectives_per_token": self.collectives_per_token,
@@ -93,7 +95,7 @@ class Gathered:
     setups: dict[str, list[Step]]
     seed: SeedClaim
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The demo's --json object, the labs aside."""
         return {
             "plan": self.seed.to_dict(),

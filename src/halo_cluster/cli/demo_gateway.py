@@ -20,6 +20,7 @@ from halo_cluster.cli.demo_lab import HALO
 from halo_cluster.cli.demo_mesh import lab_section
 from halo_cluster.cli.output import safe
 from halo_cluster.errors import OperationError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 BACK_S = 120.0  # a killed replica serving again (its supervisor restarts it)
 
 
-def gateway_demo(out: Console | None) -> dict[str, Any]:
+def gateway_demo(out: Console | None) -> JsonObject:
     from halo_cluster.config import default_engine, default_llama_cpp
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.lab import Lab
@@ -86,7 +87,7 @@ def _deployments(config: Path) -> list[dict[str, Any]]:
         raise OperationError(f"halo status failed: {stderr.strip()[-200:]}") from None
 
 
-def _run(config: Path, model: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def _run(config: Path, model: Path, say: Callable[[str], None]) -> JsonObject:
     """Every step; one that fails (OperationError) is said in one line, then the lab is
     torn down."""
     at = ("--config", str(config))
@@ -166,7 +167,7 @@ def ask(url: str, key: str | None, model: str, tokens: int = 8) -> tuple[int, st
         return 0, str(err)
 
 
-def _asked(url: str, key: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _asked(url: str, key: str, say: Callable[[str], None]) -> JsonObject:
     answers = {}
     for model in ("small", "fast", "chat"):
         status, text = ask(url, key, model)
@@ -177,7 +178,7 @@ def _asked(url: str, key: str, say: Callable[[str], None]) -> dict[str, Any]:
     return {"answers": answers, "without_key": refused}
 
 
-def _failover(config: Path, url: str, key: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _failover(config: Path, url: str, key: str, say: Callable[[str], None]) -> JsonObject:
     """node2's replica killed; requests go on through the gateway while its supervisor
     brings it back."""
     _halo("lab", "exec", "--dir", str(config.parent), "node2", "--", "pkill", "-f",

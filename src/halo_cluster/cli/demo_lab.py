@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 HALO = str(Path(sys.executable).parent / "halo")
 
 
-def lab_demo(out: Console | None) -> dict[str, Any]:
+def lab_demo(out: Console | None) -> JsonObject:
     from halo_cluster.config import default_engine, default_llama_cpp
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.lab import Lab
@@ -75,7 +76,7 @@ def lab_demo(out: Console | None) -> dict[str, Any]:
                 out.print("lab removed")
 
 
-def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
+def _doctor(state: LabState, out: Console | None) -> JsonObject:
     from halo_cluster.cli.doctor import render_report
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.cluster.doctor import doctor_cluster
@@ -106,7 +107,7 @@ def _doctor(state: LabState, out: Console | None) -> dict[str, Any]:
 
 def _monitor(
     lab: Lab, state: LabState, procs: list[subprocess.Popen[bytes]], out: Console | None
-) -> dict[str, Any]:
+) -> JsonObject:
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.config import halo_node_code, load_config
     from halo_cluster.monitor.deploy import exporter_units, install_units
@@ -152,7 +153,7 @@ def _monitor(
     return frame
 
 
-def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
+def _serve(state: LabState, out: Console | None) -> JsonObject:
     """halo serve --engine llama.cpp without Ray, then halo up (Ray), halo serve with the
     real engine (vLLM's CPU build, TP=2 across the two nodes), its evidence, halo bench
     serve, the two engines side by side, then the fabric benchmarks, stop, down."""
@@ -229,9 +230,9 @@ def _serve(state: LabState, out: Console | None) -> dict[str, Any]:
     }
 
 
-def served_json(served: ServeResult) -> dict[str, Any]:
+def served_json(served: ServeResult) -> JsonObject:
     """What halo serve --json prints of a server (its NCCL/RCCL verdict aside)."""
-    return {k: v for k, v in served.__dict__.items() if k != "verdict"}
+    return {k: v for k, v in served.to_dict().items() if k != "verdict"}
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ class Recovery:
     seconds: float
     restarts: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"states": list(self.states), "seconds": self.seconds, "restarts": self.restarts}
 
 
@@ -254,7 +255,7 @@ class TuneDemo:
     first: RunResult
     again: RunResult
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "rows": [row.to_dict() for row in self.tuned.rows],
             "winner": self.tuned.winner(),
@@ -273,8 +274,8 @@ class EngineRun:
     recovery: Recovery | None = None
     tune: TuneDemo | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> JsonObject:
+        out: JsonObject = {
             "serve": served_json(self.served),
             "bench": [level.to_dict() for level in self.bench.levels],
             "recovery": self.recovery.to_dict() if self.recovery else None,
@@ -486,12 +487,12 @@ def _evidence(served: Any, say: Callable[..., None]) -> None:
 REPORT = "halo-demo-report.html"
 
 
-def _fabric(state: LabState, config_path: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def _fabric(state: LabState, config_path: Path, say: Callable[[str], None]) -> JsonObject:
     """bench net, bench collective and bench tp on the lab (Gloo), then the HTML report;
     one line per step to ``say``."""
     import json
 
-    results: dict[str, Any] = {}
+    results: JsonObject = {}
     files = []
     runs = {
         "net": ["bench", "net", "--seconds", "1"],

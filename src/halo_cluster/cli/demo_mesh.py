@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from halo_cluster.cli.demo_lab import HALO
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def lab_section(
     return say, None
 
 
-def mesh_demo(out: Console | None) -> dict[str, Any]:
+def mesh_demo(out: Console | None) -> JsonObject:
     from halo_cluster.config import default_llama_cpp
     from halo_cluster.errors import HaloError
     from halo_cluster.lab.lab import Lab
@@ -73,7 +74,7 @@ def _halo(*args: str, timeout: float = 300) -> tuple[int, str, str]:
     return done.returncode, done.stdout, done.stderr
 
 
-def _run(config: Path, llama: bool, say: Callable[[str], None]) -> dict[str, Any]:
+def _run(config: Path, llama: bool, say: Callable[[str], None]) -> JsonObject:
     from halo_cluster.client.node import ssh_clients
     from halo_cluster.cluster.doctor import doctor_cluster
     from halo_cluster.config import load_config
@@ -103,13 +104,13 @@ def _run(config: Path, llama: bool, say: Callable[[str], None]) -> dict[str, Any
             say(f"  {finding.severity.upper():4} {finding.check}: {finding.summary}")
     for peer, how in fabric.reach("node1").items():
         say(f"node1 reaches {peer} ({how['identity']}) over {how['ifname']}, {how['hops']} hop")
-    result: dict[str, Any] = {"applied": applied, "doctor": report.to_dict()}
+    result: JsonObject = {"applied": applied, "doctor": report.to_dict()}
     if llama:
         result["serve"] = _serve(config, say)
     return result
 
 
-def _serve(config: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def _serve(config: Path, say: Callable[[str], None]) -> JsonObject:
     model = config.parent / "gguf"
     code, _, stderr = _halo("lab", "model", str(model), "--format", "gguf")
     if code != 0:

@@ -17,7 +17,7 @@ import click
 
 from halo_cluster.cli.options import config_option, json_option
 from halo_cluster.errors import HaloError
-from halo_cluster.jsonout import emit_json
+from halo_cluster.jsonout import JsonObject, emit_json
 from halo_cluster.printable import printable
 
 REACH_S = 30  # one round trip to the head (SSH gives up on the connection sooner)
@@ -191,7 +191,7 @@ def _render_keys(rows: list[dict[str, Any]], known: bool) -> None:
         click.echo("no keys: halo gateway key add NAME")
 
 
-def _key_row(record, usage) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _key_row(record, usage) -> JsonObject:  # type: ignore[no-untyped-def]
     """One key as 'key list' shows it: its counts None when the use is unknown."""
     used = None if usage is None else usage.keys.get(record.name)
     counts = ("requests", "refused", "prompt_tokens", "completion_tokens")

@@ -513,10 +513,10 @@ def model(
     if as_json:
         emit_json(summary.to_dict())
         return 0
-    data = summary.to_dict()
-    params = _size(data["parameters"], ("", "k", "M", "G"), 1000)
+    params = _size(summary.parameters, ("", "k", "M", "G"), 1000)
+    size = _size(sum(summary.files.values()), ("B", "KiB", "MiB", "GiB"), 1024)
     click.echo(
-        f"wrote {data['dir']}: {data['architecture']}, {params} parameters, "
-        f"{_size(data['bytes'], ('B', 'KiB', 'MiB', 'GiB'), 1024)} in {len(data['files'])} files"
+        f"wrote {summary.dir}: {summary.to_dict()['architecture']}, {params} parameters, "
+        f"{size} in {len(summary.files)} files"
     )
     return 0

@@ -161,7 +161,7 @@ def serve(
     )
     result = serving.start(request)
     if as_json:
-        emit_json(result.__dict__)
+        emit_json(result.to_dict())
     else:
         _render(result, serving.head.name, request.engine)
     return 1 if result.stopped else 0
@@ -194,16 +194,16 @@ def _render(result, head: str, engine: str) -> None:  # type: ignore[no-untyped-
     else:
         click.echo(f"transport proven: {result.proven or 'no'} (expected {result.expected})")
     click.echo(plain(tokens_line(result.tokens)))
-    limited = [p for found in result.limits.values() for p in found["problems"]]
+    limited = [p for found in result.limits.values() for p in found.problems]
     for problem in result.problems:
         if problem not in limited:
             click.echo(f"  problem: {plain(problem)}", err=True)
     for found in result.limits.values():  # each node's limits with the fix for their owner
-        for line in found["problems"]:
+        for line in found.problems:
             click.echo(f"  problem: {plain(line)}", err=True)
-        for note in found["notes"]:
+        for note in found.notes:
             click.echo(f"  note: {plain(note)}", err=True)
-        for line in found["fix"]:
+        for line in found.fix:
             click.echo(f"    {plain(line)}", err=True)
     if result.stopped and limited and set(result.problems) <= set(limited):
         click.echo(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from halo_cluster.engine_registry import ENGINES
+from halo_cluster.jsonout import JsonObject
 
 if TYPE_CHECKING:
     from halo_cluster.config import NodeConfig
@@ -77,7 +78,7 @@ class Replica:
         host = f"[{address}]" if ":" in address else address
         return f"http://{host}:{self.port}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "index": self.index,
             "nodes": list(self.nodes),
@@ -127,7 +128,7 @@ class Deployment:
     def nodes(self) -> set[str]:
         return {n for replica in self.replicas for n in replica.nodes}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "model": self.model,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from halo_cluster.checks import Finding, rank, summarize, worst_first
 from halo_cluster.checks.cluster import cluster_checks
@@ -16,6 +15,7 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.cluster.gather import gather
 from halo_cluster.config import Config
 from halo_cluster.facts.inventory import collect_inventory
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.result import Runner
 
@@ -32,7 +32,7 @@ class DoctorReport:
         worst = max((rank(f.severity) for f in self.all_findings()), default=0)
         return 1 if worst >= rank("fail") or (strict and worst >= rank("warn")) else 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "nodes": {
                 name: {"findings": [f.to_dict() for f in worst_first(fs)]}

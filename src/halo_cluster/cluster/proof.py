@@ -6,13 +6,13 @@ engine's own words, is each engine's (``Engine.witness``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import WireError
 from halo_cluster.facts.model import PathCounters
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.transport import TransportPlan
 from halo_cluster.transport.render import counters_args
 from halo_cluster.wire.answers import parse_counters
@@ -65,7 +65,7 @@ def traffic_witness(
     after: Mapping[str, Mapping[str, PathCounters]],
     tokens: int,
     rdma_planned: bool,
-) -> dict[str, Any]:
+) -> JsonObject:
     nodes = {name: per_token(before[name], after.get(name, {}), tokens) for name in before}
     return {
         "tokens": tokens,

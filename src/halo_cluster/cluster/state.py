@@ -21,6 +21,7 @@ from halo_cluster.bounded.jsonin import loads
 from halo_cluster.cluster.deployments import Deployment, parse_deployments, shown
 from halo_cluster.config import Config
 from halo_cluster.errors import ParseError, StateError, UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.transport import TransportPlan
 
 SCHEMA = "halo.state/2"
@@ -101,7 +102,7 @@ class ClusterState:
     def capacity(self) -> dict[str, int]:
         return {name: entry.ranks for name, entry in self.nodes.items()}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "cluster": self.cluster,

@@ -41,6 +41,7 @@ from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import HaloError, UsageError
 from halo_cluster.gateway import control as gateway
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.recipes.layouts import one_node, parse_layout
 from halo_cluster.recipes.predict import ModelFiles
 from halo_cluster.recipes.run import choose
@@ -69,7 +70,7 @@ class ReplicaResult:
     stopped: bool = False
     problems: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return dataclasses.asdict(self)
 
 
@@ -89,7 +90,7 @@ class DeployResult:
         up = sum(not r.stopped for r in self.replicas)
         return "serving" if up == len(self.replicas) else "degraded" if up else "failed"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "model": self.model,
@@ -276,9 +277,9 @@ def _serve(
             save_reference(cluster.config, found)
     out.proven, out.stopped, out.problems = result.proven, result.stopped, list(result.problems)
     memory = tuple(
-        (node, need)
+        (node, float(need))
         for node, row in result.memory.items()
-        if (need := row.get("need_gib")) is not None
+        if isinstance(need := row.get("need_gib"), (int, float))
     )
     return out, memory
 

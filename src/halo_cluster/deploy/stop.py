@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from halo_cluster.cluster.deployments import Deployment
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import named_deployment, read_state, state_path, write_state
 from halo_cluster.deploy.units import unit_cluster
 from halo_cluster.gateway import control as gateway
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.serving.bringup import Serving
 
 
@@ -21,7 +21,7 @@ class StopResult:
     stopped: list[str] = field(default_factory=list)  # deployments stopped
     server: bool = False  # the cluster's own server ('halo serve', 'halo run' without --name)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"stopped": self.stopped, "server": self.server}
 
 

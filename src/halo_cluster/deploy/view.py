@@ -6,12 +6,12 @@ none is."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from halo_cluster.cluster.deployments import Deployment, serve_address
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import named_deployment, read_state
 from halo_cluster.deploy.units import provide_worker_key, unit_cluster
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.serving.status import serve_health
 
 
@@ -39,7 +39,7 @@ class DeploymentView:
     def state(self) -> str:
         return deployment_state([r.state for r in self.replicas])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**asdict(self), "state": self.state}
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from halo_cluster.jsonout import JsonObject
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -36,7 +38,7 @@ class Layout:
         """What 'halo serve' is given for it (serve_request's keywords)."""
         return {"engine": self.engine, **dict(self.serve)}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "engine": self.engine,

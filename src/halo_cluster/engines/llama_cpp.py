@@ -33,6 +33,7 @@ from halo_cluster.engines.protocol import (
 )
 from halo_cluster.engines.start import Ready, StartPlan, launch
 from halo_cluster.errors import LifecycleError, ModelError, UsageError, WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore.rpc_cache import CacheUse, parse_cache_use
 from halo_cluster.wire.answers import parse_gguf_layers
 from halo_cluster.wire.args import gguf_layers_args
@@ -341,7 +342,7 @@ class LlamaCpp:
             {"rank": i, "node": w.node.name, "address": w.endpoint(options.rpc_port)}
             for i, w in enumerate(workers)
         ]
-        engine: dict[str, Any] = {
+        engine: JsonObject = {
             "engine": self.name,
             "rpc": verdict.to_dict(),
             "transport": transport,

@@ -13,17 +13,15 @@ the API key or a token: ``repr`` leaves it out and ``to_dict`` gives secret valu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from halo_cluster.engines.scripts import background_script, reach_script
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.quote import RAY_TOKEN_ENV, SCRIPT_ARGV, WORKER_KEY_ENV
 from halo_cluster.wire.supervise import Step
 
 START_TIMEOUT_S = 60.0  # the start script itself: it backgrounds the process and returns
 # names whose values never leave the start script (API keys, Hugging Face and Ray tokens)
-SECRET_ENV = frozenset(
-    {"VLLM_API_KEY", "LLAMA_API_KEY", "HF_TOKEN", RAY_TOKEN_ENV, WORKER_KEY_ENV}
-)
+SECRET_ENV = frozenset({"VLLM_API_KEY", "LLAMA_API_KEY", "HF_TOKEN", RAY_TOKEN_ENV, WORKER_KEY_ENV})
 
 
 @dataclass(frozen=True)
@@ -54,7 +52,7 @@ class Launch:
         """The script that starts it detached on its node (``engines.scripts``)."""
         return background_script(dict(self.env), list(self.argv), cluster)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "node": self.node,
             "role": self.role,
@@ -68,7 +66,7 @@ class Launch:
 class StartPlan:
     stages: tuple[tuple[Launch, ...], ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"stages": [[launch.to_dict() for launch in stage] for stage in self.stages]}
 
 

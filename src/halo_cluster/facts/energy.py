@@ -11,9 +11,9 @@ library only, Python 3.9."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.facts.model import COUNTER, PowerReading
+from halo_cluster.jsonout import JsonObject
 
 NO_SOURCE = "no power source"  # a node's problem when it has none (node_energy says so)
 TIERS = ("RAPL psys", "amdgpu energy", "amdgpu average power", "amdgpu power",
@@ -53,7 +53,7 @@ class NodeEnergy:
     def watts(self) -> float | None:
         return None if self.joules is None or self.seconds <= 0 else self.joules / self.seconds
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"node": self.node, "seconds": round(self.seconds, 3),
                 "joules": None if self.joules is None else round(self.joules, 3),
                 "watts": None if self.watts is None else round(self.watts, 2),
@@ -147,7 +147,7 @@ class ClusterEnergy:
         per_text = "" if per is None else f", {per:.3f} J per output token"
         return f"energy: {self.joules:.1f} J over the window{per_text} ({self.coverage})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         per = self.joules_per_token
         return {
             "coverage": self.coverage,

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from halo_cluster.jsonout import JsonObject
+
 SCHEMA = "halo.inventory/1"
 
 
@@ -149,7 +151,7 @@ class PowerReading:
     value: float
     wrap_j: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"source": self.source, "tool": self.tool, "domain": self.domain,
                 "kind": self.kind, "value": self.value, "wrap_j": self.wrap_j}  # fmt: skip
 
@@ -178,7 +180,7 @@ class Inventory:
     power: tuple[PowerReading, ...] = field(default=())  # facts.power: each source, read once
     warnings: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"schema": SCHEMA, **_plain(self)}
 
     def interface_with_address(self, address: str | None) -> NetInterface | None:

@@ -29,6 +29,7 @@ from halo_cluster.gateway import scripts as gw
 from halo_cluster.gateway.keys import UsageFile, parse_usage, read_keys
 from halo_cluster.gateway.models_file import ModelEntry, ModelsFile
 from halo_cluster.gateway.worker_key import WORKER_KEY_ENV, worker_key
+from halo_cluster.jsonout import JsonObject
 
 READY_S = 60
 # the router's health checks: every 2 s, each given 5 s (a replica busy with a full batch on a
@@ -118,13 +119,13 @@ class GatewayView:
     workers: list[dict[str, Any]] = field(default_factory=list)
     problem: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "url": self.url,
             "running": self.running,
             "router": self.router,
             "gate": self.gate,
-            "workers": self.workers,
+            "workers": list(self.workers),
             "problem": self.problem,
         }
 

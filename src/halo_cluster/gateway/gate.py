@@ -56,7 +56,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.bounded.redact import redact_url
@@ -72,6 +72,7 @@ from halo_cluster.gateway.keys import (
 )
 from halo_cluster.gateway.meter import meter_for
 from halo_cluster.gateway.models_file import read_models
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.quote import WORKER_KEY_ENV
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ def rewrite_model(body: bytes, aliases: Mapping[str, str]) -> bytes:
     return json.dumps(data).encode("utf-8")
 
 
-def error_body(message: str, kind: str, code: str) -> dict[str, Any]:
+def error_body(message: str, kind: str, code: str) -> JsonObject:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": kind, "code": code}}
 

@@ -31,6 +31,7 @@ from halo_cluster.atomic import atomic_write
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import StateError, UsageError
+from halo_cluster.jsonout import JsonObject
 
 KEYS_SCHEMA = "halo.gateway_keys/1"
 USAGE_SCHEMA = "halo.gateway_usage/1"
@@ -59,7 +60,7 @@ class KeyRecord:
     def active(self) -> bool:
         return self.revoked is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "sha256": self.sha256,
@@ -220,7 +221,7 @@ def _dump(data: Mapping[str, Any]) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _document(text: str, schema: str) -> dict[str, Any]:
+def _document(text: str, schema: str) -> JsonObject:
     try:
         data = loads(text)
     except ValueError as err:

@@ -13,6 +13,7 @@ from typing import Any
 from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import StateError
+from halo_cluster.jsonout import JsonObject
 
 MODELS_SCHEMA = "halo.gateway_models/1"
 MAX_MODELS_BYTES = 1 << 20
@@ -50,12 +51,10 @@ class ModelsFile:
         found = [name for model in self.models for name in (model.id, *model.aliases)]
         return list(dict.fromkeys(found))
 
-    def openai_list(self) -> dict[str, Any]:
+    def openai_list(self) -> JsonObject:
         """The answer to ``GET /v1/models``."""
-        data = [
-            {"id": n, "object": "model", "created": 0, "owned_by": "halo"} for n in self.names()
-        ]
-        return {"object": "list", "data": data}
+        entry: JsonObject = {"object": "model", "created": 0, "owned_by": "halo"}
+        return {"object": "list", "data": [{"id": n, **entry} for n in self.names()]}
 
 
 def parse_models(text: str, where: str = "the models file") -> ModelsFile:

@@ -39,6 +39,7 @@ from halo_cluster.capacity.profile import (
     parse_llama_bench,
 )
 from halo_cluster.errors import HaloError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.lab.served import (
     free_port,
     healthy,
@@ -489,7 +490,7 @@ def _request(
     )  # fmt: skip
 
 
-def _skeleton(bandwidth: float) -> dict[str, Any]:
+def _skeleton(bandwidth: float) -> JsonObject:
     """A profile with only what a one-node request reads: the bandwidth, no engine figures."""
     return {
         "schema": SCHEMA,

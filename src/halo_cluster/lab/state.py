@@ -10,6 +10,7 @@ from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.mesh import build_fabric
 
 MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
@@ -83,7 +84,7 @@ class LabState:
             f"lab {self.name} has no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
     def store(self, node: LabNode) -> str:

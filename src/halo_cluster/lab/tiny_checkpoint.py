@@ -9,6 +9,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.lab.tiny_spec import (
     ARCHITECTURE,
     BOS_ID,
@@ -39,7 +40,7 @@ FILES = (
 )
 
 
-def hf_config(spec: TinyModelSpec) -> dict[str, Any]:
+def hf_config(spec: TinyModelSpec) -> JsonObject:
     """config.json as transformers 5 writes it for LlamaForCausalLM (+ legacy keys)."""
     return {
         "architectures": [ARCHITECTURE],
@@ -76,7 +77,7 @@ def safetensors_header(shapes: dict[str, tuple[int, ...]]) -> bytes:
 
     The format: 8-byte little-endian header length, the JSON header (padded with spaces to
     a multiple of 8, as the reference writer does), then the raw tensor bytes."""
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    header: JsonObject = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in shapes.items():
         end = offset + 2 * numel(shape)
@@ -104,7 +105,7 @@ def special_tokens_map() -> dict[str, str]:
     return dict(zip(names, SPECIAL_TOKENS, strict=True))
 
 
-def tokenizer_config() -> dict[str, Any]:
+def tokenizer_config() -> JsonObject:
     return {
         **special_tokens_map(),
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -114,7 +115,7 @@ def tokenizer_config() -> dict[str, Any]:
     }
 
 
-def generation_config() -> dict[str, Any]:
+def generation_config() -> JsonObject:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
 
 

@@ -11,9 +11,9 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.lab.tiny_checkpoint import write_checkpoint
 from halo_cluster.lab.tiny_gguf import GGUF_FILE, write_gguf
 from halo_cluster.lab.tiny_spec import ARCHITECTURE, MAX_POSITIONS, TinyModelSpec, parameter_count
@@ -51,7 +51,7 @@ class ModelSummary:
     parameters: int
     files: dict[str, int]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         s = self.spec
         return {
             "dir": self.dir,

@@ -11,6 +11,7 @@ from typing import Any, TypeVar, cast
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore.answers import (
     Listing,
     Removed,
@@ -72,7 +73,7 @@ class Copy:
     files: int | None = None
     changed: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"complete": self.complete, "digest": self.digest, "files": self.files,
                 "changed": list(self.changed), "state": self.state}  # fmt: skip
 
@@ -88,7 +89,7 @@ class ModelRow:
     source: str | None = None
     digest: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "nodes": {n: c.to_dict() for n, c in self.nodes.items()},
                 "size": self.size, "source": self.source, "digest": self.digest}  # fmt: skip
 

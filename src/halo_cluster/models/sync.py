@@ -22,11 +22,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from halo_cluster.client.fanout import Outcome, fan_out
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.models.source import Source
 from halo_cluster.modelstore.manifest import Manifest
 from halo_cluster.modelstore.pipe import new_secret, relay
@@ -63,7 +63,7 @@ class NodeSync:
     resumed: int = 0  # bytes not sent again: verified prefixes of partials
     cpu_s: float | None = None  # its hop's process, user and system (None: not told)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "status": self.status,
             "files": self.files,
@@ -96,7 +96,7 @@ class SyncResult:
     def ok(self) -> bool:
         return all(n.status in ("same", "synced") for n in self.nodes.values())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "digest": self.manifest.digest,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore import fields
 from halo_cluster.modelstore.rpc_cache import CacheUse, parse_cache_use
 
@@ -32,7 +33,7 @@ class StoredModel:
     entry: str | None = None
     changed: tuple[str, ...] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name, "complete": self.complete, "digest": self.digest,
             "size": self.size, "files": self.files, "source": self.source,
@@ -67,7 +68,7 @@ class Listing:
     models: tuple[StoredModel, ...]
     rpc_cache: CacheUse | None = None  # llama.cpp's RPC tensor cache in the store
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "store": self.store,
             "models": [m.to_dict() for m in self.models],
@@ -93,7 +94,7 @@ class Differs:
     path: str
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"path": self.path, "reason": self.reason}
 
 
@@ -106,7 +107,7 @@ class Verified:
     files: int
     differ: tuple[Differs, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "digest": self.digest, "files": self.files,
                 "differ": [d.to_dict() for d in self.differ]}  # fmt: skip
 
@@ -133,7 +134,7 @@ class Removed:
     name: str
     removed: bool  # False: there was nothing of that name
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"name": self.name, "removed": self.removed}
 
 

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 from halo_cluster.bounded.infile import open_regular
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 
 _SCALARS = {
     0: "B",
@@ -224,7 +225,7 @@ class _Reader:
     def metadata(self, done: Done | None, keys: int | None = None) -> dict[str, Any]:
         if keys is None:
             keys = self.start()[1]
-        found: dict[str, Any] = {}
+        found: JsonObject = {}
         for _ in range(keys):
             key = self.string(MAX_KEY, "a key")
             kind = self.unpack("I")

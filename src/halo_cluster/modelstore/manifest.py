@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 
 SCHEMA = "halo.model/1"
 CHUNK = 1 << 20
@@ -56,7 +57,7 @@ class FileEntry:
     size: int
     sha256: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"path": self.path, "size": self.size, "sha256": self.sha256}
 
 
@@ -80,7 +81,7 @@ class Manifest:
     def by_path(self) -> dict[str, FileEntry]:
         return {f.path: f for f in self.files}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "schema": SCHEMA,
             "name": self.name,

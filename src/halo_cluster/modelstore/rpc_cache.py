@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore import fields
 from halo_cluster.modelstore.manifest import regular_files
 
@@ -39,7 +40,7 @@ class CacheUse:
     removed_bytes: int = 0
     quota_bytes: int | None = None  # None: only looked at
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "files": self.files,
             "bytes": self.bytes,

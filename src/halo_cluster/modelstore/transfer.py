@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from halo_cluster.errors import ModelError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore import fields
 from halo_cluster.modelstore.manifest import Manifest, manifest_from
 
@@ -30,7 +31,7 @@ class Held:
     size: int
     sha256: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"size": self.size, "sha256": self.sha256}
 
 
@@ -62,7 +63,7 @@ class ModelState:
     def complete(self) -> bool:
         return self.manifest is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "store": self.store,
@@ -99,7 +100,7 @@ class HashAnswer:
     files: dict[str, str]
     prefixes: dict[str, dict[int, str]]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "manifest": self.manifest.to_dict(),
             "files": dict(self.files),
@@ -144,7 +145,7 @@ class StreamFile:
     sha256: str
     offset: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"path": self.path, "size": self.size, "sha256": self.sha256, "offset": self.offset}
 
 
@@ -156,7 +157,7 @@ class RouteHop:
     port: int
     secret: str = field(repr=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"address": self.address, "port": self.port, "secret": self.secret}
 
 
@@ -288,7 +289,7 @@ class PipeDone:
     def ok(self) -> bool:
         return self.error is None and not self.failed and self.forwarded
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "event": "done",
             "verified": list(self.verified),
@@ -345,7 +346,7 @@ class PipeEvent:
     reason: str | None = None
     done: PipeDone | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         if self.done is not None:
             return self.done.to_dict()
         shapes: dict[str, dict[str, Any]] = {

@@ -12,6 +12,7 @@ from typing import Any
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.nodecode import NodeCode
 from halo_cluster.runner.daemon import NONE, Daemon, install_script
 from halo_cluster.wire.args import exporter_args
@@ -35,7 +36,7 @@ class ExporterUnit:
         """The unit file, as installed."""
         return self.daemon.text()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "node": self.node,
             "argv": list(self.argv),
@@ -128,7 +129,7 @@ def install_units(
     the host, outside the node's exec_prefix: systemd and /var/lib/halo are the machine's,
     not a container's. A node that fails does not stop the others."""
 
-    def install(unit: ExporterUnit) -> dict[str, Any]:
+    def install(unit: ExporterUnit) -> JsonObject:
         done = clients[unit.node].host_script(install_unit_script(unit, code), timeout=120)
         last = done.stdout.strip().splitlines()[-1:] if done.ok else []
         return {
@@ -140,6 +141,6 @@ def install_units(
     return {o.item.node: o.value or _failed(o.error) for o in fan_out(units, install)}
 
 
-def _failed(error: Exception | None) -> dict[str, Any]:
+def _failed(error: Exception | None) -> JsonObject:
     """An install that raised (not a failed script: that is a Result) is not installed."""
     return {"installed": False, "started": False, "error": str(error)}

@@ -9,9 +9,9 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from halo_cluster.jsonout import emit_json
+from halo_cluster.jsonout import JsonObject, emit_json
 from halo_cluster.wire.commands import BENCH_SPEC_ENV, MODEL_SPEC_ENV, SERVE_KEY_ENV
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _serve_key() -> str | None:
 
 
 class _Answer(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> JsonObject: ...
 
 
 def _server_answer(ask: Callable[[], _Answer], failed: str) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from halo_cluster.bounded.httpget import http_get
 from halo_cluster.bounded.jsonin import loads
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.wire.answers import (
     ServeHealth,
     ServeProbe,
@@ -53,7 +54,7 @@ def served_model(host: str, port: int, key: str | None, timeout_s: float = 5.0) 
 
 
 def _completion(
-    host: str, port: int, key: str | None, body: dict[str, Any], timeout_s: float
+    host: str, port: int, key: str | None, body: JsonObject, timeout_s: float
 ) -> tuple[Any, float]:
     """POST /v1/completions: the answer (JSON within bounds, bounded/jsonin.py: a number
     that is not finite read as None) and the seconds it took; ValueError (one line) for
@@ -73,7 +74,7 @@ def _completion(
     return data, time.perf_counter() - start
 
 
-def _greedy(model: str, prompt: str, tokens: int) -> dict[str, Any]:
+def _greedy(model: str, prompt: str, tokens: int) -> JsonObject:
     return {
         "model": model,
         "prompt": prompt,

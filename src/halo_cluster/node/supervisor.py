@@ -35,6 +35,7 @@ from halo_cluster.bounded.infile import read_text
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.errors import HaloError, StateError
 from halo_cluster.facts.model import PathCounters
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.node.serve_api import complete, greedy_answers, health
 from halo_cluster.runner.local import LocalRunner
 from halo_cluster.runner.prefix import PrefixRunner
@@ -427,7 +428,7 @@ def fabric_script(address: str) -> str:
     )
 
 
-def _member_dict(member: sv.MemberProbe) -> dict[str, Any]:
+def _member_dict(member: sv.MemberProbe) -> JsonObject:
     return {k: v for k, v in member.__dict__.items() if k != "name"}
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from halo_cluster import engine_registry
 from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import find_engine as find_served
 from halo_cluster.errors import HaloError
+from halo_cluster.jsonout import JsonObject
 
 if TYPE_CHECKING:
     from halo_cluster.capacity.estimate import Request
@@ -55,7 +56,7 @@ class Predictions:
     notes: list[str]
     fits: dict[str, bool] = field(default_factory=dict)  # layout name -> the model fits
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "link": self.link,
             "hardware": self.hardware,

@@ -28,6 +28,7 @@ from halo_cluster.cluster.state import read_state
 from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import find_engine, format_hint
 from halo_cluster.errors import HaloError, UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.recipes.layouts import candidates, one_node, parse_layout
 from halo_cluster.recipes.predict import ModelFiles, predict
 from halo_cluster.recipes.tune import Workload, copy_model, locate_model, short_bench
@@ -62,7 +63,7 @@ class RunResult:
             return "energy: not measured (no bench ran)"
         return self.energy.line()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """What ``halo run --json`` prints (with ``saved`` added)."""
         return {**self.__dict__, "energy": None if self.energy is None else self.energy.to_dict()}
 
@@ -235,7 +236,7 @@ def run(
         config, model=model, reference=mode, wait_s=wait_s, **layout.serve_args()
     )
     result = serving.start(request)
-    out.serve = {k: v for k, v in result.__dict__.items() if k != "verdict"}
+    out.serve = {k: v for k, v in result.to_dict().items() if k != "verdict"}
     out.url, out.stopped = result.url, result.stopped
     if result.stopped:
         return out

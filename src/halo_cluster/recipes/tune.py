@@ -22,6 +22,7 @@ from halo_cluster.config import secret
 from halo_cluster.engines.layout import Layout
 from halo_cluster.engines.protocol import every_engine
 from halo_cluster.errors import HaloError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.recipes.layouts import one_node
 from halo_cluster.recipes.predict import ModelFiles, Predictions
 from halo_cluster.schema import SCHEMAS
@@ -69,7 +70,7 @@ class LevelRate:
     def joules_per_token(self) -> float | None:
         return None if self.energy is None else self.energy.joules_per_token
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "tokens_per_s": self.tokens_per_s,
             "tpot_ms_p50": self.tpot_ms_p50,
@@ -109,9 +110,9 @@ class TuneRow:
         """Not refused by the token witness (a row it never compared counts as same)."""
         return (self.tokens or {}).get("ok", True) is not False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         measured = self.measured
-        out: dict[str, Any] = {
+        out: JsonObject = {
             "layout": self.layout.to_dict(),
             "predicted_tokens_per_s": self.predicted_tokens_per_s,
             "measured": None if measured is None else {c: m.to_dict() for c, m in measured.items()},
@@ -293,7 +294,7 @@ class Tuned:
     def winner(self) -> dict[str, str | None]:
         return {"layout": self.best.layout.name if self.best else None, "reason": self.reason}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         workload = self.workload
         return {
             "schema": SCHEMA,

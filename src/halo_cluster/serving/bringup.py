@@ -30,7 +30,7 @@ import socket
 import time
 from typing import Any
 
-from halo_cluster.checks.engine_limits import limit_findings, parse_limits_answer
+from halo_cluster.checks.engine_limits import LimitReport, limit_report, parse_limits_answer
 from halo_cluster.client.fanout import each
 from halo_cluster.cluster import proof
 from halo_cluster.cluster.handle import Cluster
@@ -55,6 +55,7 @@ from halo_cluster.engines.protocol import (
 )
 from halo_cluster.engines.start import start_steps
 from halo_cluster.errors import LifecycleError, UsageError, WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.models.stores import is_store_name, resolve
 from halo_cluster.printable import printable
 from halo_cluster.ray.auth import ray_env
@@ -177,7 +178,7 @@ class Serving:
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             result.memory = {row.node: row.to_dict() for row in rows}
             result.limits = self._limits(prepared, {row.node: row.need_bytes for row in rows})
-            result.problems += [p for found in result.limits.values() for p in found["problems"]]
+            result.problems += [p for found in result.limits.values() for p in found.problems]
             result.layout = name
             result.tokens = self._tokens(request, name, known)
             wrong = result.tokens.get("problems") or []
@@ -254,7 +255,7 @@ class Serving:
         steps: list[Step],
         witness: Witness,
         tokens: TokenCheck | None = None,
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         installed = control.install(self.cluster, ctx, prepared, steps, witness.recheck, tokens)
         return installed.to_dict()
 
@@ -332,27 +333,21 @@ class Serving:
         self._save(state)
 
     # -- health and requests --------------------------------------------------------------
-    def _limits(
-        self, prepared: Prepared, need: dict[str, float | None]
-    ) -> dict[str, dict[str, Any]]:
+    def _limits(self, prepared: Prepared, need: dict[str, float | None]) -> dict[str, LimitReport]:
         """Each member's engine process as the kernel holds it: its locked-memory and
         open-files limits and its cgroup's memory limit, who set them, and what falls short
         of the plan (problems: locked memory under RDMA, a cgroup below the model's need;
         notes: open files), with the fix for that owner. An answer halo cannot read is a
         note, never a refusal."""
 
-        def one(node: NodeConfig) -> tuple[str, dict[str, Any]]:
+        def one(node: NodeConfig) -> tuple[str, LimitReport]:
             script = scripts.limits_script(self.config.name)
             answer = self.cluster.client(node).script(script, 30)
             try:
                 found = parse_limits_answer(node.name, answer.stdout)
             except WireError as err:
-                return node.name, {"problems": [], "notes": [str(err)], "fix": []}
-            if found is None:
-                return node.name, {"problems": [], "notes": [], "fix": []}
-            problems, notes, fix = limit_findings(found, prepared.rdma, need.get(node.name))
-            return node.name, {**found.to_dict(), "problems": problems, "notes": notes,
-                               "fix": fix}  # fmt: skip
+                return node.name, LimitReport(None, notes=(str(err),))
+            return node.name, limit_report(found, prepared.rdma, need.get(node.name))
 
         return dict(each(prepared.members, one))
 
@@ -415,7 +410,7 @@ class Serving:
 
     def probe_traffic(
         self, serve: ServeConfig, ctx: ServeContext, nodes: list[NodeConfig], rdma: bool
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """The counters witness: every node's paths read around one probe request."""
         self.progress(f"probe: one request of {PROBE_TOKENS} tokens, counters on every node")
         before = proof.read_counters(self.cluster.clients, nodes, ctx.plans)

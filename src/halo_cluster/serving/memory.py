@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.checks.memory_owners import (
     LARGE_SHARE,
@@ -35,6 +34,7 @@ from halo_cluster.config import NodeConfig
 from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import ModelMemory, Prepared, ServeContext
 from halo_cluster.errors import LifecycleError, UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.supervision import count, key_values
 
 GIB = 1024**3
@@ -82,7 +82,7 @@ class NodeMemory:
             and (need + self.held_bytes > total)
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "available_gib": _gib(self.available_bytes),
             "weights_gib": _gib(self.weights_bytes),

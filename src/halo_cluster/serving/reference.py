@@ -24,6 +24,7 @@ from halo_cluster.client.node import NodeClient
 from halo_cluster.config import Config, ServeConfig, secret
 from halo_cluster.engines import scripts
 from halo_cluster.errors import LifecycleError, ParseError, StateError, WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.wire.answers import TokenAnswer, parse_serve_tokens, token_answer_from_dict
 from halo_cluster.wire.args import serve_tokens_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
@@ -56,7 +57,7 @@ class Reference:
     answers: tuple[TokenAnswer, ...]
     recorded_at: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "engine": self.engine,
             "model": self.model,

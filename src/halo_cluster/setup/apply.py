@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import SetupError
 from halo_cluster.facts.inventory import collect_inventory
 from halo_cluster.facts.root import Root
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.runner.result import Runner
 from halo_cluster.setup.step import Action, Step
 from halo_cluster.setup.steps import SetupOptions, setup_steps
@@ -80,7 +80,7 @@ def setup_here(
     do_apply: bool,
     confirm: Callable[[list[str]], None] | None = None,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """This machine's setup steps, applied when asked: ``{steps, reboot_needed, applied}``.
     ``confirm`` sees the pending step ids first (and raises to stop). Applying needs root
     and the real root directory (UsageError otherwise)."""

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped
 from halo_cluster.config import Config
 from halo_cluster.errors import HaloError, SetupError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.setup.steps import SetupOptions
 from halo_cluster.setup.targets import Machine, node_machine
 from halo_cluster.wire import Setup, parse_setup, setup_args
@@ -40,14 +40,14 @@ class NodeSetup:
             return []
         return [s.id for s in self.answer.steps if not s.done and s.commands]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The node's entry in ``halo setup --json`` (docs/setup.md)."""
-        body = self.answer.to_dict()["nodes"][self.answer.host] if self.answer else None
+        answer = self.answer
         return {
             **self.machine.to_dict(),
-            "steps": body["steps"] if body else [],
-            "reboot_needed": body["reboot_needed"] if body else False,
-            "applied": body["applied"] if body else [],
+            "steps": [s.to_dict() for s in answer.steps] if answer else [],
+            "reboot_needed": answer.reboot_needed if answer else False,
+            "applied": list(answer.applied) if answer else [],
             "error": self.error,
         }
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+
+from halo_cluster.jsonout import JsonObject
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Step:
     note: str = ""
     evidence: tuple[str, ...] = field(default=())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "id": self.id,
             "title": self.title,

@@ -8,10 +8,10 @@ one, for ``--apply`` to change it without ``--yes``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.config import Config
 from halo_cluster.facts.model import Inventory
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.printable import printable
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
@@ -39,7 +39,7 @@ class Machine:
             said.append(printable(self.address, limit=64))
         return f"{printable(self.name, limit=64)} ({', '.join(said)})"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"hostname": self.hostname, "address": self.address, "node": self.node}
 
 

@@ -18,7 +18,6 @@ import json
 import secrets
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.client.fanout import each
@@ -29,6 +28,7 @@ from halo_cluster.config import NodeConfig
 from halo_cluster.engines import scripts
 from halo_cluster.engines.protocol import Prepared, ServeContext, find_engine
 from halo_cluster.errors import LifecycleError, WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.ray.lifecycle import ray_start_path
 from halo_cluster.runner.local import LocalRunner
@@ -295,7 +295,7 @@ class Installed:
     service: str
     first: SupervisorState
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The ``supervisor`` object of 'halo serve --json'."""
         probe = self.first.last_probe
         return {
@@ -318,7 +318,7 @@ class SupervisorStatus:
     state: SupervisorState | None
     problem: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         if self.state is None:
             return {"running": self.running, "state": "unknown", "cause": self.problem}
         return {**self.state.to_dict(), "running": self.running}

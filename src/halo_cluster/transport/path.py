@@ -15,6 +15,7 @@ from typing import Any
 
 from halo_cluster.errors import ParseError
 from halo_cluster.facts.model import RdmaDevice, RdmaPort
+from halo_cluster.jsonout import JsonObject
 
 WANTED = ("auto", "infiniband", "roce", "ethernet", "thunderbolt")
 RDMA_TRANSPORTS = ("infiniband", "roce")
@@ -47,7 +48,7 @@ class Rail:
             return None
         return f"{self.device}:{self.port}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "device": self.device,
             "port": self.port,
@@ -119,7 +120,7 @@ class TransportPlan:
             return self.identity.address
         return self.rail.address
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The stable JSON: the primary rail's fields at the top (``hca`` and
         ``socket_ifname`` as before the rails existed), then every rail."""
         return {

@@ -24,6 +24,7 @@ from halo_cluster.facts.model import (
     PowerReading,
     inventory_from_dict,
 )
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.modelstore.gguf_header import MAX_BLOCKS
 
 
@@ -119,8 +120,8 @@ class Counters:
     paths: Mapping[str, PathCounters]
     warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        paths = {name: counters.to_dict() for name, counters in self.paths.items()}
+    def to_dict(self) -> JsonObject:
+        paths: JsonObject = {name: c.to_dict() for name, c in self.paths.items()}
         return {"paths": paths, "warnings": list(self.warnings)}
 
 
@@ -152,7 +153,7 @@ class Power:
     readings: tuple[PowerReading, ...]
     warnings: tuple[str, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"readings": [r.to_dict() for r in self.readings], "warnings": list(self.warnings)}
 
 
@@ -192,7 +193,7 @@ class ServeHealth:
 
     models: tuple[str | None, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"models": list(self.models)}
 
 
@@ -214,7 +215,7 @@ class ServeProbe:
     completion_tokens: int
     seconds: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "model": self.model,
             "completion_tokens": self.completion_tokens,
@@ -253,7 +254,7 @@ class TokenStep:
         """What identifies the token: its id where known ("#123"), else its text."""
         return f"#{self.id}" if self.id is not None else self.token
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "token": self.token,
             "id": self.id,
@@ -270,7 +271,7 @@ class TokenAnswer:
     text: str
     steps: tuple[TokenStep, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"text": self.text, "steps": [s.to_dict() for s in self.steps]}
 
 
@@ -281,7 +282,7 @@ class ServeTokens:
     model: str
     answers: tuple[TokenAnswer, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"model": self.model, "answers": [a.to_dict() for a in self.answers]}
 
 
@@ -350,7 +351,7 @@ class RayNode:
     alive: bool
     resources: Mapping[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"address": self.address, "alive": self.alive, "resources": dict(self.resources)}
 
 
@@ -386,7 +387,7 @@ class Ping:
     avg_us: float
     tool: str = "builtin"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "tool": self.tool,
             "size": self.size,
@@ -405,7 +406,7 @@ class Stream:
     gbps: float
     tool: str = "builtin"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"tool": self.tool, "streams": self.streams, "gbps": self.gbps}
 
 
@@ -440,7 +441,7 @@ class SetupStep:
     check: str | None
     note: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {**self.__dict__, "commands": list(self.commands)}
 
 
@@ -453,8 +454,8 @@ class Setup:
     reboot_needed: bool
     applied: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        body = {
+    def to_dict(self) -> JsonObject:
+        body: JsonObject = {
             "steps": [s.to_dict() for s in self.steps],
             "reboot_needed": self.reboot_needed,
             "applied": list(self.applied),
@@ -506,7 +507,7 @@ class NodeInfo:
     halo: str
     python: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"halo": self.halo, "python": self.python}
 
 

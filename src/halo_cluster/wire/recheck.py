@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from halo_cluster.errors import WireError
+from halo_cluster.jsonout import JsonObject
 
 LLAMA_RPC, VLLM = "llama.cpp-rpc", "vllm"
 
@@ -27,7 +28,7 @@ class VllmRecheck:
     addresses: tuple[tuple[str, str], ...]
     expected: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "kind": VLLM,
             "members": [list(m) for m in self.members],
@@ -59,7 +60,7 @@ class LlamaRecheck:
     workers: tuple[RpcWorker, ...]
     offload: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "kind": LLAMA_RPC,
             "head": self.head,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from halo_cluster.errors import HaloError, WireError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.supervision import SuperviseSettings
 from halo_cluster.wire.answers import TokenAnswer, token_answer_from_dict
 from halo_cluster.wire.recheck import Recheck, parse_recheck
@@ -29,7 +30,7 @@ class Step:
     stdin: str | None = field(repr=False)  # a start script: it may export the API key
     timeout_s: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"node": self.node, "argv": list(self.argv), "stdin": self.stdin,
                 "timeout_s": self.timeout_s}  # fmt: skip
 
@@ -42,7 +43,7 @@ class SshTarget:
     user: str | None = None
     port: int = 22
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"host": self.host, "user": self.user, "port": self.port}
 
 
@@ -56,7 +57,7 @@ class Member:
     runs: bool = True  # an engine process of its own (else only Ray's ranks: their Ray)
     ray: str | None = None  # its Ray's address, when the server runs on Ray
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "name": self.name,
             "ssh": None if self.ssh is None else self.ssh.to_dict(),
@@ -81,7 +82,7 @@ class TokenCheck:
     top: int  # the likeliest tokens asked for at each step
     answers: tuple[TokenAnswer, ...]  # the reference's, one per prompt
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"layout": self.layout, "reference_layout": self.reference_layout,
                 "prompts": list(self.prompts), "tokens": self.tokens, "top": self.top,
                 "answers": [a.to_dict() for a in self.answers]}  # fmt: skip
@@ -139,7 +140,7 @@ class Spec:
     def counted(self) -> list[Member]:
         return [m for m in self.members if m.counters is not None]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "version": SPEC_VERSION,
             "cluster": self.cluster,
@@ -272,7 +273,7 @@ class Change:
     state: str
     cause: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"at": self.at, "state": self.state, "cause": self.cause}
 
 
@@ -286,7 +287,7 @@ class LastProbe:
     latency_s: float | None
     detail: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"at": self.at, "health": self.health, "generated": self.generated,
                 "latency_s": self.latency_s, "detail": self.detail}  # fmt: skip
 
@@ -317,7 +318,7 @@ class SupervisorState:
     proof_log: dict[str, Any] | None = None
     proof_tokens: dict[str, Any] | None = None  # the last restart's token witness
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "version": STATE_VERSION,
             "cluster": self.cluster,
@@ -332,7 +333,7 @@ class SupervisorState:
             "attempts": self.attempts,
             "cause": self.cause,
             "last_probe": None if self.last_probe is None else self.last_probe.to_dict(),
-            "nodes": self.nodes,
+            "nodes": dict(self.nodes),
             "history": [c.to_dict() for c in self.history],
             "settings": self.settings.to_dict(),
             **({"proof": self.proof} if self.proof is not None else {}),

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from halo_cluster.jsonout import JsonObject
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _INIT = re.compile(
@@ -61,7 +62,7 @@ class EngineVerdict:
             range(self.world_size)
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = asdict(self)
         data["ranks"] = [{k: v for k, v in asdict(r).items() if k != "line"} for r in self.ranks]
         data["evidence"] = list(self.evidence)

@@ -24,8 +24,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.witness.engine_log import clean
 
 _DEVICE = re.compile(r"using device (?P<name>RPC\d+) \((?P<endpoint>[^)\s]+)\)")
@@ -61,7 +61,7 @@ class LlamaVerdict:
     def endpoints(self) -> list[str]:
         return [endpoint for _name, endpoint in self.devices]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         data = asdict(self)
         data["devices"] = [{"name": n, "endpoint": e} for n, e in self.devices]
         return data

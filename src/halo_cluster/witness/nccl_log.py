@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+
+from halo_cluster.jsonout import JsonObject
 
 # host:pid:tid [dev] NCCL INFO ...  (the process is host:pid)
 _PREFIX = re.compile(r"^(?P<host>[^\s:]+):(?P<pid>\d+):\d+ \[\d+\] NCCL (?:INFO|WARN)")
@@ -50,7 +51,7 @@ class LogVerdict:
     ranks_seen: int
     evidence: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "transport": self.transport,
             "networks": dict(self.networks),

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.printable import printable
 from halo_cluster.wire.answers import TokenAnswer, TokenStep
 
@@ -82,7 +83,7 @@ class TokenVerdict:
         """Prompts whose answers parted at a near tie (within the tolerance)."""
         return sum(1 for p in self.prompts if p.ok and p.first_diverging is not None)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {
             "layout": self.layout,
             "reference": self.reference,
