@@ -10,7 +10,7 @@ import click
 
 from halo_cluster import engine_registry
 from halo_cluster.cli.options import config_option
-from halo_cluster.jsonout import emit_json
+from halo_cluster.jsonout import JsonObject, emit_json
 
 if TYPE_CHECKING:
     from halo_cluster.recipes.tune import Tuned
@@ -153,7 +153,7 @@ def _heads(files: Any) -> int | None:
         return None
 
 
-def _save(cluster: Any, doc: dict[str, Any], out: str | None, kind: str = "tune") -> Any:
+def _save(cluster: Any, doc: JsonObject, out: str | None, kind: str = "tune") -> Any:
     from halo_cluster.bench import results
     from halo_cluster.cluster.state import read_state
     from halo_cluster.config import results_dir

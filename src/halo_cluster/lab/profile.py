@@ -501,7 +501,7 @@ def _skeleton(bandwidth: float) -> JsonObject:
     }
 
 
-def write_profile(document: dict[str, Any], directory: Path) -> Path:
+def write_profile(document: JsonObject, directory: Path) -> Path:
     import json
 
     from halo_cluster.atomic import atomic_write

@@ -10,7 +10,7 @@ from typing import Any
 
 from halo_cluster.atomic import atomic_write
 from halo_cluster.errors import UsageError
-from halo_cluster.jsonout import JsonObject
+from halo_cluster.jsonout import JsonObject, JsonValue
 from halo_cluster.mesh import build_fabric
 
 MGMT_NET = "198.18"  # 198.18.0.0/15 is reserved for network benchmarking (RFC 2544)
@@ -224,7 +224,7 @@ def write_state(state: LabState) -> None:
         pass  # not root: a lab cannot be built anyway, and its directory still has it
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: JsonValue) -> None:
     atomic_write(path, json.dumps(data, indent=2), prefix=".state.")
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from halo_cluster.jsonout import JsonObject
+from halo_cluster.jsonout import JsonObject, JsonValue
 from halo_cluster.lab.tiny_spec import (
     ARCHITECTURE,
     BOS_ID,
@@ -119,7 +119,7 @@ def generation_config() -> JsonObject:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: JsonValue) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 

@@ -67,7 +67,7 @@ class RunResult:
         """What ``halo run --json`` prints (with ``saved`` added)."""
         return {**self.__dict__, "energy": None if self.energy is None else self.energy.to_dict()}
 
-    def to_result(self, cluster: str) -> dict[str, Any]:
+    def to_result(self, cluster: str) -> JsonObject:
         """The body of its result file (``halo.run/1``; the stamp is added when saved)."""
         from halo_cluster.schema import SCHEMAS
 
