@@ -176,11 +176,11 @@ class Fabric:
     def node(self, name: str) -> NodeFabric:
         return self.nodes[name]
 
-    def reach(self, name: str) -> dict[str, dict[str, Any]]:
+    def reach(self, name: str) -> dict[str, JsonObject]:
         """How ``name`` reaches each other node: the cable (its interface), the hops and
         the nodes crossed on the way (the JSON of ``halo env --node``)."""
         part = self.nodes[name]
-        found = {}
+        found: dict[str, JsonObject] = {}
         for peer in self.nodes:
             route = part.route_to(peer)
             if route is not None:

@@ -150,7 +150,7 @@ def _monitor(
         )
         out.print(f"halo top --once ({traffic}):")
         out.print(render_frame(frame), markup=False, highlight=False)
-    return frame
+    return frame.to_dict()
 
 
 def _serve(state: LabState, out: Console | None) -> JsonObject:

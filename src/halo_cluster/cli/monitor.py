@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import choice_option, config_option, range_option, root_option
-from halo_cluster.jsonout import emit_json
+from halo_cluster.jsonout import JsonObject, emit_json
 from halo_cluster.monitor.scrape import scrape_all
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ def top(
         second = scrape_all(names)
         frame = build_frame(first, second, interval_s)
         if as_json:
-            emit_json(frame)
+            emit_json(frame.to_dict())
         else:
             sys.stdout.write(render_frame(frame))
         return 0
@@ -378,7 +378,7 @@ def exporter_unit(
     nodes = [config.node(n) for n in names] if names else list(config.nodes)
     code = halo_node_code()
     units = exporter_units(config, nodes, code, listen_on, port, interval)
-    data: dict[str, Any] = {u.node: u.to_dict() for u in units}
+    data: dict[str, JsonObject] = {u.node: u.to_dict() for u in units}
     failed = False
     if do_install:
         from halo_cluster.client.node import ssh_clients

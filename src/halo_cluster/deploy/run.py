@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from halo_cluster.cluster.deployments import (
     Deployment,
@@ -83,7 +82,7 @@ class DeployResult:
     reason: str
     replaced: bool = False
     replicas: list[ReplicaResult] = field(default_factory=list)
-    gateway: dict[str, Any] | None = None
+    gateway: JsonObject | None = None
 
     @property
     def state(self) -> str:

@@ -15,7 +15,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.cluster.deployments import Deployment, serve_address
@@ -116,7 +115,7 @@ class GatewayView:
     running: bool
     router: bool
     gate: bool
-    workers: list[dict[str, Any]] = field(default_factory=list)
+    workers: list[JsonObject] = field(default_factory=list)
     problem: str | None = None
 
     def to_dict(self) -> JsonObject:

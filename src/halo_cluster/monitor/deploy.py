@@ -7,7 +7,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from halo_cluster.client.fanout import fan_out
 from halo_cluster.client.node import NodeClient
@@ -124,7 +123,7 @@ def exporter_units(
 
 def install_units(
     clients: Mapping[str, NodeClient], units: Sequence[ExporterUnit], code: NodeCode
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, JsonObject]:
     """Install every unit, all nodes at once; per node ``{installed, started, error}``. On
     the host, outside the node's exec_prefix: systemd and /var/lib/halo are the machine's,
     not a container's. A node that fails does not stop the others."""

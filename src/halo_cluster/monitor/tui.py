@@ -8,14 +8,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Footer, Header, Static
 
-from halo_cluster.monitor.frame import Samples, node_frame, serving_line
+from halo_cluster.monitor.frame import Frame, NodeFrame, Samples, node_frame, serving_line
 from halo_cluster.printable import printable
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -64,10 +64,10 @@ class TopApp(App[None]):
         self.paused = False
         self.sort_by_rate = False
         self.latest: dict[str, tuple[float, Samples | str]] = {}  # target -> (when, scrape)
-        self.nodes: dict[str, dict[str, Any]] = {}  # target -> its latest node frame
+        self.nodes: dict[str, NodeFrame] = {}  # target -> its latest node frame
         self.in_flight: dict[str, float] = {}  # target -> when its scrape started
         self.history: dict[str, deque[float]] = {}
-        self.frame: dict[str, Any] = {"nodes": []}
+        self.frame = Frame(interval_s, ())
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -119,12 +119,12 @@ class TopApp(App[None]):
         first = previous[1] if previous else samples
         node = node_frame(target, first, samples, max(at - since, 1e-6))
         self.nodes[target] = node
-        for link, tx, rx in _links(node):
+        for link, tx, rx in node.links():
             self.history.setdefault(f"{target}/{link}", deque(maxlen=HISTORY)).append(tx + rx)
-        self.frame = {"interval_s": self.interval_s, "nodes": self.ordered()}
+        self.frame = Frame(self.interval_s, tuple(self.ordered()))
         self.render_frame()
 
-    def ordered(self) -> list[dict[str, Any]]:
+    def ordered(self) -> list[NodeFrame]:
         return [self.nodes[t] for t in self.targets if t in self.nodes]
 
     def waiting(self) -> list[str]:
@@ -145,23 +145,22 @@ class TopApp(App[None]):
                 rows.append(_status(target, "waiting", "yellow"))
             if node is None:
                 continue
-            if "error" in node:
+            if node.error is not None:
                 rows.append(_status(target, "unreachable", "red"))
                 continue
-            for p in node["ports"]:
-                link = f"{p['device']}/{p['port']}"
-                state = (p["state"], "" if p["state"] == "ACTIVE" else "red")
-                rows.append(self._row(target, link, state, p["tx_gbps"], p["rx_gbps"], "-", "-"))
-            for i in node["interfaces"]:
-                errors = i["errors_per_s"]
+            for p in node.ports:
+                state = (p.state, "" if p.state == "ACTIVE" else "red")
+                rows.append(self._row(target, p.link, state, p.tx_gbps, p.rx_gbps, "-", "-"))
+            for i in node.interfaces:
+                errors = i.errors_per_s
                 rows.append(
                     self._row(
                         target,
-                        i["interface"],
-                        ("up", "") if i["up"] else ("DOWN", "red"),
-                        i["tx_gbps"],
-                        i["rx_gbps"],
-                        f"{i['tx_pps'] + i['rx_pps']:.0f}",
+                        i.interface,
+                        ("up", "") if i.up else ("DOWN", "red"),
+                        i.tx_gbps,
+                        i.rx_gbps,
+                        f"{i.tx_pps + i.rx_pps:.0f}",
                         (f"{errors:.1f}", "red") if errors > 0 else "0",
                     )
                 )
@@ -191,27 +190,26 @@ class TopApp(App[None]):
         probes = self.query_one("#probes", DataTable)
         probes.clear()
         alerts: list[Text] = []
-        for node in self.frame["nodes"]:
-            for p in node.get("probes", []):
+        for node in self.frame.nodes:
+            for p in node.probes:
                 probes.add_row(
                     *_cells(
-                        node["target"],
-                        p["peer"],
-                        p["path"],
-                        f"{p.get('p50_us', 0):.1f}",
-                        f"{p.get('p99_us', 0):.1f}",
+                        node.target,
+                        p.peer,
+                        p.path,
+                        f"{p.at(50) or 0:.1f}",
+                        f"{p.at(99) or 0:.1f}",
                     )
                 )
             alerts += [
                 Text.assemble(
                     ("ALERT ", "red"),
-                    printable(f"{node['target']}: {a.get('alert')} {a.get('subject')}"),
+                    printable(f"{node.target}: {dict(a).get('alert')} {dict(a).get('subject')}"),
                 )
-                for a in node.get("alerts", [])
+                for a in node.alerts
             ]
             alerts += [
-                Text.assemble(("SERVE ", "bold"), serving_line(s).strip())
-                for s in node.get("serving", [])
+                Text.assemble(("SERVE ", "bold"), serving_line(s).strip()) for s in node.serving
             ]
         shown = Text("\n").join(alerts) if alerts else Text("no alerts")
         self.query_one("#alerts", Static).update(shown)
@@ -237,13 +235,6 @@ def _cells(*values: str | tuple[str, str]) -> tuple[Text, ...]:
 
 def _status(target: str, state: str, style: str) -> tuple[Text, ...]:
     return _cells(target, "-", (state, style), "-", "-", "", "-", "-")
-
-
-def _links(node: dict[str, Any]) -> list[tuple[str, float, float]]:
-    if "error" in node:
-        return []
-    ports = [(f"{p['device']}/{p['port']}", p["tx_gbps"], p["rx_gbps"]) for p in node["ports"]]
-    return ports + [(i["interface"], i["tx_gbps"], i["rx_gbps"]) for i in node["interfaces"]]
 
 
 def _throughput(row: tuple[Text, ...]) -> float:

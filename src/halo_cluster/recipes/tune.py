@@ -94,7 +94,7 @@ class TuneRow:
     predicted_tokens_per_s: dict[str, float] | None = None  # concurrency ("1") -> tokens/s
     measured: dict[str, LevelRate] | None = None  # concurrency ("1") -> its short bench
     proven: str | None = None
-    tokens: dict[str, Any] | None = None  # the token witness's words (TOKEN_KEYS), as served
+    tokens: JsonObject | None = None  # the token witness's words (TOKEN_KEYS), as served
     error: str | None = None
     came_up: bool = False
     ready_s: float | None = None
