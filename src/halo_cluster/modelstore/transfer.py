@@ -206,7 +206,7 @@ class PipeSpec:
         return replace(self, route=route)
 
     def to_json(self) -> str:
-        source: dict[str, Any] = (
+        source: JsonObject = (
             {"files": self.files}
             if self.files is not None
             else {"listen": self.listen, "secret": self.secret}
@@ -349,7 +349,7 @@ class PipeEvent:
     def to_dict(self) -> JsonObject:
         if self.done is not None:
             return self.done.to_dict()
-        shapes: dict[str, dict[str, Any]] = {
+        shapes: dict[str, JsonObject] = {
             "listening": {"address": self.address, "port": self.port},
             "admitted": {"peer": self.peer},
             "refused": {"peer": self.peer},

@@ -312,11 +312,11 @@ class SupervisorState:
     attempts: int = 0  # restarts tried, those that failed included
     cause: str | None = None
     last_probe: LastProbe | None = None
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, JsonObject] = field(default_factory=dict)
     history: list[Change] = field(default_factory=list)
-    proof: dict[str, Any] | None = None
-    proof_log: dict[str, Any] | None = None
-    proof_tokens: dict[str, Any] | None = None  # the last restart's token witness
+    proof: JsonObject | None = None
+    proof_log: JsonObject | None = None
+    proof_tokens: JsonObject | None = None  # the last restart's token witness
 
     def to_dict(self) -> JsonObject:
         return {
