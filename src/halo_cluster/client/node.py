@@ -17,7 +17,7 @@ What belongs to the machine rather than the container (a systemd unit, ``ping`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +29,12 @@ from halo_cluster.printable import printable, quoted
 from halo_cluster.runner.node_code import NodeRunner
 from halo_cluster.runner.prefix import PrefixRunner
 from halo_cluster.runner.quote import SCRIPT_ARGV, node_script
-from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.runner.result import Call, LineSink, Result, Runner
 from halo_cluster.runner.ssh import SSHRunner
 
 
 @dataclass
-class NodeClient:
+class NodeClient(Runner):
     node: NodeConfig
     runner: Runner  # inside exec_prefix (PrefixRunner), sending the node code (NodeRunner)
     code: NodeCode | None = None  # None when node.halo is set
@@ -68,15 +68,9 @@ class NodeClient:
             raise ValueError(f"{self.name}: no halo configured and no node code to send")
         return self.code.argv(self.node.python, args)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
+    def execute(self, call: Call) -> Result:
         """``argv`` on the node, inside its exec_prefix."""
-        return self.runner.run(argv, stdin, timeout, on_line)
+        return self.runner.run(call.argv, call.stdin, call.timeout, call.on_line)
 
     def script(self, text: str, timeout: float = 60.0, on_line: LineSink | None = None) -> Result:
         """``text`` run by ``bash -s`` on the node (on stdin), inside its exec_prefix."""

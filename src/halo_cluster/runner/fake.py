@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from halo_cluster.nodecode import as_halo
-from halo_cluster.runner.result import NOT_FOUND, LineSink, Result
+from halo_cluster.runner.result import NOT_FOUND, Call, Result, Runner
 
 Answer = Result | Callable[[tuple[str, ...]], Result]
 # an answer that reads what was sent on stdin too (a script for ``bash -s``)
@@ -20,7 +20,7 @@ class _ReadsInput:
 
 
 @dataclass
-class FakeRunner:
+class FakeRunner(Runner):
     """Answers by the first matching rule: (argv prefix, Result or function of argv)."""
 
     rules: list[tuple[tuple[str, ...], Answer | _ReadsInput]] = field(default_factory=list)
@@ -36,14 +36,8 @@ class FakeRunner:
         self.rules.append((tuple(prefix), _ReadsInput(answer)))
         return self
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
-        args = tuple(argv)
+    def execute(self, call: Call) -> Result:
+        args, stdin, on_line = call.argv, call.stdin, call.on_line
         self.calls.append(args)
         self.stdins.append(stdin)
         wanted = as_halo(args)  # halo's node code matches the rules for "halo CMD…"

@@ -15,10 +15,18 @@ from functools import partial
 from typing import IO
 
 from halo_cluster.runner.output import STDERR_CAP, STDOUT_CAP, Kept, read_lines
-from halo_cluster.runner.result import CANNOT_RUN, NOT_FOUND, TIMED_OUT, LineSink, Result
+from halo_cluster.runner.result import (
+    CANNOT_RUN,
+    NOT_FOUND,
+    TIMED_OUT,
+    Call,
+    LineSink,
+    Result,
+    Runner,
+)
 
 
-class LocalRunner:
+class LocalRunner(Runner):
     def start(
         self,
         argv: Sequence[str],
@@ -32,24 +40,18 @@ class LocalRunner:
             list(argv), stdin=out, stdout=out, stderr=stderr, start_new_session=new_session
         )
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
+    def execute(self, call: Call) -> Result:
         """Run ``argv`` to completion: ``stdin`` written to it, its output kept up to
         ``runner.output``'s caps (each stdout line to ``on_line`` as it comes, when given).
         Killed on timeout (what it printed until then is kept) and on Ctrl-C (re-raised)."""
-        args = tuple(argv)
+        args = call.argv
         try:
             process = subprocess.Popen(
                 args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         except OSError as err:
             return _not_started(args, err)
-        return _complete(process, args, stdin, timeout, on_line)
+        return _complete(process, args, call.stdin, call.timeout, call.on_line)
 
 
 def _not_started(args: tuple[str, ...], err: OSError) -> Result:

@@ -5,15 +5,14 @@ on top of the node's PrefixRunner: what it sends and checks runs inside ``exec_p
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from halo_cluster.nodecode import NodeCode, is_missing
-from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.runner.result import Call, Result, Runner
 
 
 @dataclass
-class NodeRunner:
+class NodeRunner(Runner):
     """A node's Runner that makes sure halo's node code is cached there before a command that
     uses it runs: a command naming the code's hash that comes back ``MISSING`` gets the code
     sent once and runs again (BOOT exits before anything runs); a script (``bash -s``) that
@@ -26,13 +25,8 @@ class NodeRunner:
     _ready: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
+    def execute(self, call: Call) -> Result:
+        argv, stdin, timeout, on_line = call.argv, call.stdin, call.timeout, call.on_line
         code = self.code
         if code is None:
             return self.inner.run(argv, stdin, timeout, on_line)

@@ -4,22 +4,15 @@ place the prefix is applied: callers write the command itself."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.runner.result import Call, Result, Runner
 
 
 @dataclass(frozen=True)
-class PrefixRunner:
+class PrefixRunner(Runner):
     inner: Runner
     prefix: tuple[str, ...] = ()
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
-        return self.inner.run([*self.prefix, *argv], stdin, timeout, on_line)
+    def execute(self, call: Call) -> Result:
+        return self.inner.run([*self.prefix, *call.argv], call.stdin, call.timeout, call.on_line)

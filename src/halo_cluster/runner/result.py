@@ -1,4 +1,5 @@
-"""What every Runner returns, and the one method every Runner has.
+"""What every Runner returns, and the one method every Runner has: ``run`` for callers,
+which hands a runner the command as one value (``Call``) to ``execute``.
 
 ``on_line`` (optional) receives each stdout line while the command runs (progress of long
 remote work); the Result has the whole output. A command that cannot run at all answers
@@ -8,9 +9,9 @@ with the shell's own exit codes (``NOT_FOUND``, ``CANNOT_RUN``), one that ran to
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 TIMED_OUT = 124
 CANNOT_RUN = 126
@@ -36,11 +37,29 @@ class Result:
 LineSink = Callable[[str], None]
 
 
-class Runner(Protocol):
+@dataclass(frozen=True)
+class Call:
+    """One command for a runner: its argv, what is written to its stdin, how long it may
+    run, and where each stdout line goes as it comes."""
+
+    argv: tuple[str, ...]
+    stdin: str | None = None
+    timeout: float = 30.0
+    on_line: LineSink | None = None
+
+
+class Runner(ABC):
+    """Runs a command to completion. A runner that wraps another calls the other's ``run``
+    (a test's stand-in may have only that)."""
+
     def run(
         self,
         argv: Sequence[str],
         stdin: str | None = None,
         timeout: float = 30.0,
         on_line: LineSink | None = None,
-    ) -> Result: ...
+    ) -> Result:
+        return self.execute(Call(tuple(argv), stdin, timeout, on_line))
+
+    @abstractmethod
+    def execute(self, call: Call) -> Result: ...

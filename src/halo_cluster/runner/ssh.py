@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from halo_cluster.runner.local import LocalRunner
-from halo_cluster.runner.result import LineSink, Result, Runner
+from halo_cluster.runner.result import Call, Result, Runner
 from halo_cluster.runner.sharing import sharing_config
 
 # Two first commands to a node at once both connect; one makes the master, the other says
@@ -21,7 +21,7 @@ _MUX_RACE = re.compile(r"^ControlSocket \S+ already exists, disabling multiplexi
 
 
 @dataclass(frozen=True)
-class SSHRunner:
+class SSHRunner(Runner):
     target: str
     ssh_config: Path | None = None
     connect_timeout_s: int = 5
@@ -52,14 +52,6 @@ class SSHRunner:
         options) the connection is its own, never a shared one."""
         return [*self.ssh_options(tunnel=not argv), "--", self.target, shlex.join(argv)]
 
-    def run(
-        self,
-        argv: Sequence[str],
-        stdin: str | None = None,
-        timeout: float = 30.0,
-        on_line: LineSink | None = None,
-    ) -> Result:
-        result = self.local.run(self.ssh_argv(argv), stdin, timeout, on_line)
-        return Result(
-            tuple(argv), result.returncode, result.stdout, _MUX_RACE.sub("", result.stderr)
-        )
+    def execute(self, call: Call) -> Result:
+        result = self.local.run(self.ssh_argv(call.argv), call.stdin, call.timeout, call.on_line)
+        return Result(call.argv, result.returncode, result.stdout, _MUX_RACE.sub("", result.stderr))
