@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from halo_cluster.checks.memory_owners import MemoryOwner, how_to_stop, parse_owners
 from halo_cluster.config import ServeConfig
 from halo_cluster.engines.llama_cpp import FIT_MIN_CTX, kv_tokens, local_model
@@ -29,13 +31,36 @@ def test_each_member_needs_its_share_and_its_kv() -> None:
     ]
     assert [r.short for r in rows] == [False, True]
     assert rows[1].to_dict() == {
-        "available_gib": 2.0, "weights_gib": 2.0, "kv_gib": 0.4, "need_gib": 2.4, "owners": []
+        "available_gib": 2.0, "weights_gib": 2.0, "kv_gib": 0.4, "need_gib": 2.4, "owners": [],
+        "page_cache": {"dropped": False, "before_gib": None, "cached_gib": None},
     }  # fmt: skip
     assert refusal(rows, MEMORY.kv_note) == (
         "not enough memory: n2 has 2.00 GiB available, the model needs 2.40 GiB there "
         "(2.00 GiB of weights + 0.40 GiB of KV cache) (KV for 4096): free memory there, lower "
         "max_model_len, spread the model over more nodes ('halo plan'), or --force"
     )
+
+
+def test_the_models_pages_still_cached_after_the_drop_count_as_taken() -> None:
+    """On a unified-memory node the model's pages were dropped from the page cache before
+    the start; what the kernel kept (dirty, or mapped by someone) is memory the load cannot
+    have, and the refusal says so."""
+    dropped = f"dropped=1\ncached_before={3 * GIB}\ncached_bytes={GIB}\n"
+    rows = per_node(MEMORY, {"n1": answer(8.0), "n2": dropped + answer(3.0)}, 5 * GIB)
+    assert [(r.dropped, r.usable_bytes, r.short) for r in rows] == [
+        (False, 8 * GIB, False),
+        (True, 2 * GIB, True),
+    ]
+    assert rows[1].cache_line() == (
+        "n2: 2.00 GiB of the model's pages dropped, 1.00 GiB still cached (counted as taken)"
+    )
+    assert rows[0].cache_line() is None
+    assert refusal(rows, "").startswith(
+        "not enough memory: n2 has 3.00 GiB available (1.00 GiB of it the model's pages still "
+        "cached), the model needs 2.40 GiB there"
+    )
+    uncounted = per_node(MEMORY, {"n1": "dropped=1\n" + answer(8.0)}, 5 * GIB)[0]
+    assert uncounted.cache_line() == "n1: the model's pages dropped (no fincore there: not counted)"
 
 
 def test_other_deployments_on_a_node_count_against_its_whole_memory() -> None:
@@ -146,3 +171,45 @@ def test_ray_is_named_where_memory_is_short_but_never_refuses_alone() -> None:
 def test_any_other_owner_is_stopped_by_its_pid() -> None:
     other = MemoryOwner(77, 70, 4 * 2**20, 0, False, "python3")
     assert how_to_stop(other) == "kill -TERM 77"
+
+
+def test_the_memory_script_drops_a_real_models_pages_and_counts_what_stays(
+    tmp_path: Path,
+) -> None:
+    """Run for real on this machine's disk (not tmpfs, where pages cannot be dropped): a
+    model directory read into the page cache, one file behind a link as a Hugging Face
+    cache has them; after the script, fincore counts none of its pages."""
+    import os
+    import shutil
+    import subprocess
+
+    from halo_cluster.engines.scripts import memory_script
+    from halo_cluster.supervision import key_values
+    from tests.needs import require
+
+    require(shutil.which("fincore") is not None, "util-linux's fincore")
+    disk = Path(__file__).resolve().parents[2] / "build"  # the checkout's disk, ignored by git
+    disk.mkdir(exist_ok=True)
+    kind = subprocess.run(["stat", "-f", "-c", "%T", str(disk)], capture_output=True, text=True)
+    if kind.stdout.strip() in ("tmpfs", "ramfs"):  # where the checkout is, not an install
+        pytest.skip("the checkout is in memory: no pages to drop")
+    model = disk / f"page-cache-{os.getpid()}" / "my model"
+    model.mkdir(parents=True)
+    try:
+        blob = model.parent / "blob"
+        for path in (model / "config.json", blob):
+            path.write_bytes(os.urandom(1 << 20))
+        (model / "model.safetensors").symlink_to(blob)
+        os.sync()  # dirty pages are not dropped: the weights of a real model were long written
+        for path in (model / "config.json", blob):
+            path.read_bytes()  # in the page cache now
+        said = subprocess.run(
+            ["bash", "-s"], input=memory_script(None, str(model)), capture_output=True,
+            text=True, timeout=60, check=True,
+        ).stdout  # fmt: skip
+    finally:
+        shutil.rmtree(model.parent)
+    found = key_values(said)
+    assert found["dropped"] == "1" and int(found["mem_available_kib"]) > 0
+    assert int(found["cached_before"]) >= 2 << 20  # both files were read
+    assert int(found["cached_bytes"]) < int(found["cached_before"]) // 4

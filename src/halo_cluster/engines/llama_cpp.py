@@ -280,11 +280,17 @@ class LlamaCpp:
         shares.update({w.node.name: offload / len(workers) / total for w in workers})
         if found is None:
             note = f"KV cache not counted: the model's header is read on {ctx.head.name}"
-            return ModelMemory(shares, {}, note, size_path=ctx.request.model, size_on=ctx.head.name)
+            return ModelMemory(
+                shares, {}, note, size_path=ctx.request.model, size_on=ctx.head.name,
+                weights_path=ctx.request.model, opened_on=(ctx.head.name,),
+            )  # fmt: skip
         tokens, note = kv_tokens(ctx.request.serve, found.spec.context_limit)
         kv_all = kv_bytes_per_token(found.spec, 1, 1, "fp16") * tokens  # llama.cpp's f16 cache
         kv = {name: kv_all * share for name, share in shares.items()}
-        return ModelMemory(shares, kv, note, weights_bytes=found.weights.total)
+        return ModelMemory(
+            shares, kv, note, weights_bytes=found.weights.total,
+            weights_path=ctx.request.model, opened_on=(ctx.head.name,),
+        )  # fmt: skip
 
     # -- launch ---------------------------------------------------------------------------
     def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:

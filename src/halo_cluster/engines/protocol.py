@@ -118,7 +118,8 @@ class ModelMemory:
     split: weights by each node's share, its KV cache). ``weights_bytes`` None: the size of
     ``size_path`` as read on node ``size_on`` (a file or a model directory, links followed).
     ``shares``: node -> its part of the weights; ``kv_bytes``: node -> its KV cache, where
-    the engine can tell before it starts (``kv_note`` says how, or why not)."""
+    the engine can tell before it starts (``kv_note`` says how, or why not).
+    ``weights_path``/``opened_on``: where the weights are read from, and on which nodes."""
 
     shares: dict[str, float]
     kv_bytes: dict[str, float]
@@ -126,6 +127,10 @@ class ModelMemory:
     weights_bytes: float | None = None
     size_path: str | None = None
     size_on: str | None = None
+    # the weights' path on the nodes that open them from it: on a unified-memory node the
+    # page cache of that path is dropped before the start, and what stays is counted
+    weights_path: str | None = None
+    opened_on: tuple[str, ...] = ()
 
 
 class Engine(Protocol):

@@ -112,15 +112,29 @@ OWNERS = (
 )
 
 
-def memory_script(size_path: str | None = None) -> str:
+def memory_script(size_path: str | None = None, drop_path: str | None = None) -> str:
     """MemTotal/MemAvailable (KiB) as ``key=value`` lines, the processes that hold the most
     of it (``OWNERS``) and, given ``size_path``, the bytes of that file or directory (links
-    followed: a Hugging Face cache links its blobs)."""
-    size = ""
+    followed: a Hugging Face cache links its blobs). Given ``drop_path`` (a unified-memory
+    node that opens the weights there), that path's pages are dropped from the page cache
+    first (``dd iflag=nocache``: the kernel's DONTNEED advice, file by file, links followed;
+    dirty pages stay), and where util-linux's ``fincore`` is there, the bytes cached before
+    and after are said (``cached_before=``, ``cached_bytes=``)."""
+    size = drop = ""
     if size_path is not None:
         quoted = shlex.quote(size_path)
         size = f'b="$(du -sbL -- {quoted} 2>/dev/null | cut -f1)"; echo "model_bytes=$b"\n'
-    return f"{MEMINFO}{OWNERS}{size}exit 0\n"
+    if drop_path is not None:
+        files = f"find -L {shlex.quote(drop_path)} -type f -print0 2>/dev/null | xargs -0 -r"
+        cached = f"{files} fincore -b -n -o RES 2>/dev/null | awk '{{s += $1}} END {{print s + 0}}'"
+        drop = (
+            "fin=0; command -v fincore >/dev/null 2>&1 && fin=1\n"
+            f'[ "$fin" = 1 ] && echo "cached_before=$({cached})"\n'
+            f"{files} -I{{}} dd if={{}} iflag=nocache count=0 status=none 2>/dev/null\n"
+            'echo "dropped=1"\n'
+            f'[ "$fin" = 1 ] && echo "cached_bytes=$({cached})"\n'
+        )
+    return f"{drop}{MEMINFO}{OWNERS}{size}exit 0\n"
 
 
 def progress_script(cluster: str) -> str:

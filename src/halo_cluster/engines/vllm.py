@@ -153,7 +153,10 @@ class Vllm:
         model = ctx.request.model
         if not is_local_model(model):
             return ModelMemory(shares, kv, note)
-        return ModelMemory(shares, kv, note, size_path=model, size_on=ctx.head.name)
+        return ModelMemory(
+            shares, kv, note, size_path=model, size_on=ctx.head.name,
+            weights_path=model, opened_on=tuple(shares),
+        )  # fmt: skip
 
     # -- launch ---------------------------------------------------------------------------
     def start_plan(self, ctx: ServeContext, prepared: Prepared) -> StartPlan:

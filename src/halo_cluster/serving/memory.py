@@ -49,6 +49,11 @@ class NodeMemory:
     total_bytes: int | None = None
     held_bytes: float = 0.0  # what other deployments' replicas were checked to need here
     owners: tuple[MemoryOwner, ...] = ()  # the processes that hold the most of it
+    # the model's pages in the page cache: dropped before the start on a unified-memory
+    # node that opens the weights; bytes cached before and after (None: not counted there)
+    dropped: bool = False
+    cached_before: int | None = None
+    cached_bytes: int | None = None
 
     def foreign(self, share: float, ray: bool = True) -> list[MemoryOwner]:
         """The owners halo did not start holding at least ``share`` of the node's memory,
@@ -67,8 +72,16 @@ class NodeMemory:
         return None if self.weights_bytes is None else self.weights_bytes + self.kv_bytes
 
     @property
+    def usable_bytes(self) -> int | None:
+        """What the engine's load may take: the available memory, less the model's pages
+        still cached after the drop (on unified memory the GPU's allocations do not reclaim
+        them, and the load reads the same bytes again)."""
+        have = self.available_bytes
+        return None if have is None else max(0, have - (self.cached_bytes or 0))
+
+    @property
     def short(self) -> bool:
-        need, have = self.need_bytes, self.available_bytes
+        need, have = self.need_bytes, self.usable_bytes
         return need is not None and have is not None and need > have
 
     @property
@@ -89,7 +102,24 @@ class NodeMemory:
             "kv_gib": _gib(self.kv_bytes),
             "need_gib": _gib(self.need_bytes),
             "owners": [o.to_dict() for o in self.foreign(NAMED_SHARE)],
+            "page_cache": {
+                "dropped": self.dropped,
+                "before_gib": _gib(self.cached_before),
+                "cached_gib": _gib(self.cached_bytes),
+            },
         }
+
+    def cache_line(self) -> str | None:
+        """What the drop did here, for the progress (None where nothing was dropped)."""
+        if not self.dropped:
+            return None
+        if self.cached_before is None or self.cached_bytes is None:
+            return f"{self.node}: the model's pages dropped (no fincore there: not counted)"
+        gone = max(0, self.cached_before - self.cached_bytes)
+        return (
+            f"{self.node}: {gone / GIB:.2f} GiB of the model's pages dropped, "
+            f"{self.cached_bytes / GIB:.2f} GiB still cached (counted as taken)"
+        )
 
 
 def _gib(value: float | None) -> float | None:
@@ -117,6 +147,9 @@ def per_node(
                 None if total is None else total * 1024,
                 (held or {}).get(node, 0.0),
                 tuple(parse_owners(answers.get(node, ""))),
+                said.get("dropped") == "1",
+                count(said.get("cached_before")),
+                count(said.get("cached_bytes")),
             )
         )
     return found
@@ -148,9 +181,13 @@ def refusal(rows: list[NodeMemory], kv_note: str) -> str:
             assert row.available_bytes is not None
             owners = [owner_line(o, (row.total_bytes or 0) // 1024)
                       for o in row.foreign(NAMED_SHARE)[:3]]  # fmt: skip
+            cached = (
+                f" ({row.cached_bytes / GIB:.2f} GiB of it the model's pages still cached)"
+                if row.cached_bytes else ""
+            )  # fmt: skip
             parts.append(
-                f"{row.node} has {row.available_bytes / GIB:.2f} GiB available, the model "
-                f"needs {what}" + "".join(f" ({line})" for line in owners)
+                f"{row.node} has {row.available_bytes / GIB:.2f} GiB available{cached}, the "
+                f"model needs {what}" + "".join(f" ({line})" for line in owners)
             )
         else:
             assert row.total_bytes is not None
@@ -179,7 +216,10 @@ def check(
 
     def ask(node: NodeConfig) -> tuple[str, str]:
         path = memory.size_path if node.name == memory.size_on else None
-        result = ctx.client(node).script(scripts.memory_script(path), 30)
+        plan = ctx.plans.get(node.name)
+        unified = plan is not None and plan.apu and node.name in memory.opened_on
+        drop = memory.weights_path if unified else None
+        result = ctx.client(node).script(scripts.memory_script(path, drop), 30)
         if not result.ok:
             raise LifecycleError(f"{node.name}: cannot read its memory: {result.error_text()}")
         return node.name, result.stdout
@@ -191,6 +231,8 @@ def check(
         weights = count(key_values(answers.get(memory.size_on, "")).get("model_bytes"))
     held = {name: gib * GIB for name, gib in ctx.request.held.items()}
     rows = per_node(memory, answers, None if weights is None else float(weights), held)
+    for said in filter(None, (row.cache_line() for row in rows)):
+        ctx.progress(f"page cache: {said}")
     line = refusal(rows, memory.kv_note)
     unchecked = [r.node for r in rows if r.need_bytes is None or r.available_bytes is None]
     if unchecked:
