@@ -234,6 +234,21 @@ def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
     cluster = {f["check"]: f["severity"] for f in data["cluster"]["findings"]}
     assert cluster["cluster.reachable"] == "ok" and cluster["cluster.fabric_ping"] == "ok"
     assert cluster["cluster.transport_match"] == "ok" and cluster["cluster.mtu_match"] == "ok"
+    assert cluster["cluster.names"] == "ok"  # each node's /etc/hosts holds the lab's names
+    # node1 loses the names (its /etc/hosts, mounted over its own, without halo's block):
+    # the doctor names what node1 cannot resolve; 'halo setup' writes them back, in place
+    hosts = Path(one["dir"]) / "hosts.node1"
+    kept = hosts.read_text()
+    hosts.write_text(kept.partition("# BEGIN halo")[0])
+    lost = json.loads(halo("doctor", "--config", one["config"], "--json", cwd=workdir,
+                           check=False).stdout)  # fmt: skip
+    [names] = [f for f in lost["cluster"]["findings"] if f["check"] == "cluster.names"]
+    assert names["severity"] == "warn" and names["evidence"][0].startswith(
+        "node1: node2 -> not resolved"
+    ), names
+    halo("setup", "--config", one["config"], "--step", "names", "--apply", "--yes", cwd=workdir)
+    assert hosts.read_text() == kept
+    assert "node2" in lab_exec(workdir, "one", "node1", "getent", "hosts", "node2").stdout
     halo("lab", "down", "--name", "one", cwd=workdir)
     assert json.loads(halo("lab", "status", "--name", "two", "--json", cwd=workdir).stdout)[
         "nodes"

@@ -15,6 +15,8 @@ _LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")  # used with
 # leading '^' or '=' as its own prefixes
 _IFNAME_REFUSED = "/:,"
 _NOT_A_HOST = "is neither an IP address nor a host name of ASCII letters, digits, '-' and '.'"
+# a node's name in halo.toml (used with fullmatch): also a name in /etc/hosts
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 def ifname_problem(name: str) -> str | None:

@@ -172,6 +172,7 @@ SETUP = {
     "apply": st.booleans(),
     "root": ROOT,
     "fabric": maybe(VALUE),
+    "names": st.lists(st.tuples(WORD, WORD), max_size=3),
 }
 
 
@@ -186,8 +187,9 @@ def test_setup(
     apply: bool,
     root: str | None,
     fabric: str | None,
+    names: list[tuple[str, str]],
 ) -> None:
-    argv = wire.setup_args(distro, mtu, steps, fabric_iface, address, apply, root, fabric)
+    argv = wire.setup_args(distro, mtu, steps, fabric_iface, address, apply, root, fabric, names)
     assert parsed(argv) == {
         "command": "setup",
         "root": or_default(root, "/"),
@@ -199,6 +201,7 @@ def test_setup(
         "fabric_iface": fabric_iface,
         "address": address,
         "fabric": fabric,
+        "name": [f"{name}={address}" for name, address in names],
         "apply": apply,
         "yes": apply,
     }

@@ -37,6 +37,7 @@ STEP_IDS = [
     "kernel",
     "memlock",
     "ssh_key",
+    "names",
 ]
 
 

@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from halo_cluster.engine_registry import ENGINES
 from halo_cluster.jsonout import JsonObject
+from halo_cluster.netnames import NODE_NAME
 
 if TYPE_CHECKING:
     from halo_cluster.config import NodeConfig
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")  # no '.': it separates a unit's parts
 NAME_RULE = "1-32 letters, digits, '_' or '-', starting with a letter or digit"
-NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")  # as [[node]] name takes it
 ALIAS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # as [gateway] aliases takes it
 MAX_TEXT = 4096  # a model's path or name
 _SHOW = reprlib.Repr()
@@ -96,7 +96,7 @@ class Replica:
         if (
             not isinstance(nodes, list)
             or not nodes
-            or not all(isinstance(n, str) and NODE_NAME.match(n) for n in nodes)
+            or not all(isinstance(n, str) and NODE_NAME.fullmatch(n) for n in nodes)
             or len(set(nodes)) < len(nodes)
         ):
             raise ValueError(f"replica.nodes is {shown(nodes)}")

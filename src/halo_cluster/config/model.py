@@ -14,12 +14,13 @@ from halo_cluster import engine_registry
 from halo_cluster.config.section import Section
 from halo_cluster.errors import UsageError
 from halo_cluster.mesh import DEFAULT_IDENTITY_IFACE, DEFAULT_LINK_NETWORK, Fabric, build_fabric
+from halo_cluster.netnames import NODE_NAME
 from halo_cluster.supervision import SuperviseSettings
 
 if TYPE_CHECKING:
     from halo_cluster.nodecode import NodeCode
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_NAME = re.compile(rf"^{NODE_NAME.pattern}$")
 _CLUSTER_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 CLUSTER_KEYS = {"name", "transport", "ssh_config", "hardware", "link"}
 DEFAULT_HARDWARE = "strix-halo-128"  # the planner's profile of a node ('halo plan --list')

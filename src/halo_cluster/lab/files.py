@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from halo_cluster.errors import LabError
+from halo_cluster.hostsfile import with_names
 from halo_cluster.lab.state import NODE_STORE, LabState, control_dir
 from halo_cluster.runner.local import LocalRunner
 
@@ -34,6 +35,15 @@ def write_lab_files(state: LabState, ssh_keygen: str) -> None:
         names = f"{node.name},{node.name}-fabric,{node.mgmt_address},{node.fabric_address}"
         known.append(f"{names} {host_pub[0]} {host_pub[1]}\n")
     (d / "known_hosts").write_text("".join(known))
+    # each node's /etc/hosts (bound over its own): the host's, with the cluster's names on
+    # the fabric as 'halo setup' writes them on a real node
+    try:
+        base = Path("/etc/hosts").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        base = "127.0.0.1\tlocalhost\n"
+    fabric = {n.name: n.fabric_address for n in state.nodes}
+    for node in state.nodes:
+        (d / f"hosts.{node.name}").write_text(with_names(base, fabric))
     (d / "ssh_config").write_text(_ssh_config(d, state))
     (d / "halo.toml").write_text(_halo_toml(state))
 

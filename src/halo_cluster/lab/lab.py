@@ -335,9 +335,11 @@ class Lab:
     def _start(self, state: LabState, node: LabNode, tools: dict[str, str]) -> LabNode:
         """The node's init: its own PID, mount and UTS namespaces inside its network
         namespace; private /tmp, /run and /dev/shm (hosts share none of them: an engine that
-        sees one /dev/shm believes its ranks share a host); the engine environment mounted
+        sees one /dev/shm believes its ranks share a host); its own /etc/hosts with the
+        cluster's names on the fabric (``write_lab_files``); the engine environment mounted
         read-only, as a container image would be; sshd; then it only reaps orphans."""
         sshd_config = Path(state.dir) / f"sshd_config.{node.name}"
+        hosts = shlex.quote(str(Path(state.dir) / f"hosts.{node.name}"))  # a lab made before: none
         script = (
             "set -e\n"
             f"hostname {shlex.quote(node.name)}\n"
@@ -345,6 +347,7 @@ class Lab:
             "mkdir -p /run/sshd\n"
             f"mkdir -p -m 700 {shlex.quote(str(control_dir(state.name)))}\n"
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm\n"
+            f"if [ -f {hosts} ]; then mount --bind {hosts} /etc/hosts; fi\n"
             # what halo installs on a host (the exporter's unit and code) stays in the node
             "mkdir -p /var/lib/halo /etc/systemd/system\n"
             "mount -t tmpfs -o mode=755 tmpfs /var/lib/halo\n"

@@ -196,7 +196,8 @@ def setup(args: argparse.Namespace) -> int:
             fabric = NodeFabric.from_dict(json.loads(args.fabric))
         except (ValueError, FabricError) as err:
             raise _usage(f"setup --fabric: {err}") from None
-    opts = SetupOptions(args.distro, args.fabric_iface, args.address, args.mtu, home, fabric)
+    names = tuple(tuple(given.partition("=")[::2]) for given in args.name or ())
+    opts = SetupOptions(args.distro, args.fabric_iface, args.address, args.mtu, home, fabric, names)
     done = setup_here(args.root, opts, set(args.step) or None, args.apply)
     emit_json({"nodes": {_hostname(args.root): done}})  # the shape of answers.Setup
     return 0

@@ -3,6 +3,7 @@ node and deciding the steps again; the first failure stops the run with the comm
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,10 +68,22 @@ def _run(root_path: str, action: Action, runner: Runner) -> None:
 
 
 def write_atomically(path: str, content: str) -> None:
+    """``content`` in place of ``path``, renamed over it; a file mounted over its place (a
+    container's or a lab node's /etc/hosts) cannot be replaced, so it is rewritten in place
+    instead (the text is small and written in one call)."""
     directory = os.path.dirname(path)
     os.makedirs(directory, exist_ok=True)
     mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o644
-    atomic_write(path, content, mode=mode, prefix=".halo-")
+    try:
+        atomic_write(path, content, mode=mode, prefix=".halo-")
+    except OSError as err:
+        if err.errno != errno.EBUSY:
+            raise
+        with open(path, "r+", encoding="utf-8") as mounted:
+            mounted.write(content)
+            mounted.truncate()
+            mounted.flush()
+            os.fsync(mounted.fileno())
 
 
 def setup_here(

@@ -117,9 +117,11 @@ def _ask(
     node was ``planned`` already; a failure is the node's error, not the run's."""
     apply = planned is not None
     fabric = None if parts is None else parts[client.name]
+    names = [(n.name, n.fabric_address) for n in config.nodes if n.fabric_address]
     args = setup_args(
-        opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=apply, fabric=fabric
-    )
+        opts.distro, opts.mtu, steps, opts.fabric_iface, opts.address, apply=apply,
+        fabric=fabric, names=names,
+    )  # fmt: skip
     timeout = APPLY_TIMEOUT_S if apply else PLAN_TIMEOUT_S
     try:
         result = client.call(*args, timeout=timeout)

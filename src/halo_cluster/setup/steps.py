@@ -20,10 +20,16 @@ from halo_cluster.errors import UsageError
 from halo_cluster.facts.model import Inventory
 from halo_cluster.facts.root import Root
 from halo_cluster.mesh import NodeFabric
-from halo_cluster.netnames import ifname_problem, interface_address_problem
+from halo_cluster.netnames import (
+    NODE_NAME,
+    ifname_problem,
+    interface_address_problem,
+    node_address_problem,
+)
 from halo_cluster.printable import quoted
 from halo_cluster.setup.fabric import fabric_steps
 from halo_cluster.setup.grub import changed_lines, edit_grub, grub_args
+from halo_cluster.setup.names import names_step
 from halo_cluster.setup.step import Action, Step
 
 MEMLOCK_FILE = "etc/security/limits.d/90-halo-memlock.conf"
@@ -61,6 +67,8 @@ class SetupOptions:
     # this node's part of a routed fabric (cables, identity, routes): its steps replace the
     # one fabric interface's
     fabric: NodeFabric | None = None
+    # every node's name in halo.toml and its fabric address: the names step (/etc/hosts)
+    names: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         """The interface and the address go into commands and files (netplan's YAML): one
@@ -71,6 +79,10 @@ class SetupOptions:
         if self.address is not None and interface_address_problem(self.address):
             why = interface_address_problem(self.address)
             raise UsageError(f"--address {quoted(self.address)} {why}")
+        for name, address in self.names:
+            if not NODE_NAME.fullmatch(name) or node_address_problem(address):
+                why = node_address_problem(address) or "has a name that is not a node's"
+                raise UsageError(f"--name {quoted(f'{name}={address}')} {why}")
 
 
 def family_of(inv: Inventory, opts: SetupOptions) -> str:
@@ -96,6 +108,7 @@ def setup_steps(root: Root, inv: Inventory, opts: SetupOptions) -> list[Step]:
         _kernel(root, inv, fam),
         _memlock(root, ctx),
         _ssh_key(root, opts),
+        *([names_step(root, dict(opts.names))] if opts.names else []),
     ]
 
 

@@ -101,9 +101,11 @@ def setup_args(
     apply: bool = False,
     root: str | None = None,
     fabric: str | None = None,
+    names: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """This node's setup steps (``apply``: applied, the controller having asked first);
-    ``fabric``: the node's part of a routed fabric, as JSON."""
+    ``fabric``: the node's part of a routed fabric, as JSON; ``names``: every node's name
+    and fabric address, for the names step."""
     return SETUP.argv(
         root=root,
         local=True,
@@ -114,6 +116,7 @@ def setup_args(
         fabric_iface=fabric_iface,
         address=address,
         fabric=fabric,
+        name=[f"{name}={address}" for name, address in names],
         apply=apply,
         yes=apply,
     )

@@ -126,6 +126,8 @@ SETUP = Command(
         Arg("--address"),
         # this node's part of a routed fabric, as JSON (mesh.NodeFabric.to_dict)
         Arg("--fabric"),
+        # NAME=ADDRESS: a node's name in halo.toml and its fabric address, for /etc/hosts
+        Arg("--name", many=True),
         Arg("--apply", FLAG),
         Arg("--yes", FLAG),
     ),
