@@ -6,12 +6,12 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 
-from halo_cluster.cluster.gather import ETHTOOL_MARK
+from halo_cluster.cluster.gather import ETHTOOL_MARK, NAMES_MARK
 from halo_cluster.runner.result import Result
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -154,11 +154,14 @@ def halo_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
 
 
 def ping_answer(
-    reached: bool | Callable[[str], bool] = True, ethtool: tuple[str, str] | None = None
+    reached: bool | Callable[[str], bool] = True,
+    ethtool: tuple[str, str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> Callable[..., Result]:
     """A fake host's answer to the gather's host script (cluster/gather.host_view): each
     address answers its ping when ``reached`` says so (for every address when it is a
-    bool); ``ethtool``: (interface, ``ethtool -i`` output) of the fabric interface."""
+    bool); ``ethtool``: (interface, ``ethtool -i`` output) of the fabric interface;
+    ``names``: what each peer's name resolves to (a name not in it resolves to nothing)."""
 
     def answer(argv: tuple[str, ...], stdin: str) -> Result:
         lines = [line for line in stdin.splitlines() if line.startswith("(ping ")]
@@ -167,6 +170,11 @@ def ping_answer(
             address = shlex.split(line[1 : line.index(" >")])[-1]
             good = reached if isinstance(reached, bool) else reached(address)
             out.append(f"{index} {0 if good else 1}")
+        asked = [line for line in stdin.splitlines() if line.startswith("for n in ")]
+        if asked:
+            out.append(NAMES_MARK.strip())
+            for name in shlex.split(asked[0][len("for n in ") : -len("; do")]):
+                out.append(f"{name}={(names or {}).get(name, '')}")
         if ethtool is not None and "ethtool -i" in stdin:
             out += [f"{ETHTOOL_MARK}{ethtool[0]}", ethtool[1].rstrip("\n")]
         return Result(argv, 0, "".join(f"{line}\n" for line in out), "")

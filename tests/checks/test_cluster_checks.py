@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from halo_cluster.checks.cluster import check_container_hca, cluster_checks
+from halo_cluster.checks.context import NodeReport
 from halo_cluster.client.node import clients_from
 from halo_cluster.cluster.doctor import DoctorReport, doctor_cluster
+from halo_cluster.cluster.gather import HCA_MARK, HCA_SCRIPT, parse_host_hca
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.facts.model import Inventory
+from halo_cluster.facts.model import HostHca, Inventory, RdmaCore
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.runner.result import Result
 from halo_cluster.runner.ssh import SSHRunner
@@ -34,7 +38,7 @@ def fake(inv: Inventory | None, ping_ok: bool = True, error: str = "") -> FakeRu
     if inv is None:
         return runner.on([], Result((), 255, "", error))
     runner.on(["halo", "inventory"], Result((), 0, json.dumps(inv.to_dict()), ""))
-    runner.on_input(["bash", "-s"], ping_answer(ping_ok))
+    runner.on_input(["bash", "-s"], ping_answer(ping_ok, names=FABRIC))
     return runner
 
 
@@ -51,6 +55,8 @@ def doctor(
 
 STRIX1 = NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1")
 STRIX2 = NodeConfig("strix2", "root@192.168.1.52", "192.168.100.2")
+# what every node's resolver answers for these names (a healthy cluster's /etc/hosts)
+FABRIC = {"strix1": "192.168.100.1", "strix2": "192.168.100.2", "plain": "172.16.5.20"}
 
 
 def by_check(findings: list) -> dict[str, list]:  # type: ignore[type-arg]
@@ -70,6 +76,7 @@ def test_two_healthy_nodes() -> None:
         "cluster.fabric_ping": "ok",
         "cluster.same_subnet": "ok",
         "cluster.mtu_match": "ok",
+        "cluster.names": "ok",
         "cluster.transport_match": "ok",
         "cluster.versions_match": "ok",
         "cluster.ssh_path": "ok",
@@ -156,3 +163,56 @@ def test_ssh_argv_quotes_every_word() -> None:
         "root@node; rm -rf /",
         "halo inventory --root '/tmp/a b;$(x)'",
     ]
+
+
+def _in_container(inv: Inventory, host: HostHca) -> NodeReport:
+    node = NodeConfig("strix1", "root@192.168.1.51", "192.168.100.1", exec_prefix=("toolbox",))
+    return NodeReport(node, inv, host_hca=host)
+
+
+def test_a_container_that_hides_the_hosts_hca_blocks_an_rdma_serve() -> None:
+    """The inventory is the container's view (it runs through exec_prefix); the host's is
+    read outside it. The host's E810 and uverbs with rdma-core v62, a container that sees
+    neither and has v50: a fail with each difference and the fix."""
+    host = HostHca(("rocep194s0",), ("uverbs0",), 62)
+    blind = replace(
+        node_inv("no-rdma"), rdma_core=RdmaCore(50, "/usr/lib64/libibverbs.so.1.14.50.0", ())
+    )
+    [found] = check_container_hca([_in_container(blind, host)], "auto")
+    assert found.severity == "fail" and found.check == "cluster.container_hca"
+    assert found.summary.startswith("strix1: the engine's container hides the host's RDMA")
+    assert found.evidence == (
+        "the host has rocep194s0; the container sees no RDMA device",
+        "no /dev/infiniband/uverbs* in the container (1 on the host)",
+        "the container's rdma-core is v50, the host's v62",
+    )
+    assert found.fix[1] == "# with rdma-core >= v62 in the image"
+    # sockets by choice: said, never blocking
+    [said] = check_container_hca([_in_container(blind, host)], "socket")
+    assert said.severity == "info"
+    # a container that sees what the host has: nothing to say; a host without RDMA: nothing
+    healthy = node_inv("strix-e810")
+    same = HostHca(tuple(d.name for d in healthy.rdma), ("uverbs0",), healthy.rdma_core.release)
+    assert check_container_hca([_in_container(healthy, same)], "auto") == []
+    assert check_container_hca([_in_container(blind, HostHca((), (), 62))], "auto") == []
+    # the gate: a cluster check that fails is a blocking finding of the serve
+    assert [f.check for f in cluster_checks([_in_container(blind, host)], "auto")].count(
+        "cluster.container_hca"
+    ) == 1
+
+
+def test_the_hosts_hca_is_read_by_the_script_for_real() -> None:
+    """The host script's section run on this machine (no RDMA here: no device, no uverbs;
+    its libibverbs, where installed, names the release) and parsed as the gather does."""
+    done = subprocess.run(["bash", "-s"], input=HCA_SCRIPT, capture_output=True, text=True,
+                          timeout=30, check=True)  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert lines[0] == HCA_MARK.strip()
+    assert all(line.split(" ")[0] in ("device", "uverbs", "library") for line in lines[1:])
+    parsed = parse_host_hca(done.stdout.partition(HCA_MARK)[2])
+    assert parsed.devices == tuple(
+        Path(p).name for p in sorted(Path("/sys/class/infiniband").glob("*"))
+    )
+    assert parse_host_hca(
+        "device mlx5_0\nuverbs uverbs0\nlibrary libibverbs.so.1.14.62.0\njunk\n"
+    ) == (HostHca(("mlx5_0",), ("uverbs0",), 62))

@@ -108,8 +108,9 @@ def test_the_host_view_of_a_node() -> None:
     client = clients_from(config, {"a": FakeRunner().on_input(["bash", "-s"], host)})["a"]
     view = host_view(client, {"b": "10.0.0.2", "c": "10.0.0.3"}, "10.0.0.1")
     assert view == HostView(
-        {"b": True, "c": False}, {"eth1": "driver: ice\nversion: 1.0\n"}, None, {}
-    )
+        {"b": True, "c": False}, {"eth1": "driver: ice\nversion: 1.0\n"}, None, {},
+        {"b": None, "c": None},  # the host said nothing of the names: none resolved
+    )  # fmt: skip
     assert "'10.0.0.2' '10.0.0.3'" in seen[0] or "10.0.0.2 10.0.0.3" in seen[0]
     assert "ip -o -4 addr show to 10.0.0.1" in seen[0]
     # a host that does not answer: no path reached, no ethtool

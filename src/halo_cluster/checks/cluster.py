@@ -68,6 +68,79 @@ def check_fabric_ping(reports: Sequence[NodeReport]) -> Finding:
     return ok("cluster.fabric_ping", f"all {tried} fabric paths answer ping")
 
 
+def check_names(reports: Sequence[NodeReport]) -> Finding:
+    """Every node resolves every other node's name to its fabric address: an engine's
+    bootstrap that looks a peer up by name then reaches it over the fabric, and does not
+    hang on a name it cannot resolve."""
+    fabric = {r.node.name: r.node.fabric_address for r in reports}
+    asked = [(r.node.name, peer, found) for r, _ in _reached(reports)
+             for peer, found in r.names.items()]  # fmt: skip
+    if not asked:
+        return info("cluster.names", "no names asked (no fabric addresses to resolve to)")
+    wrong = [
+        f"{node}: {peer} -> {found or 'not resolved'} (fabric {fabric.get(peer)})"
+        for node, peer, found in asked
+        if found != fabric.get(peer)
+    ]
+    if wrong:
+        return warn(
+            "cluster.names",
+            f"{len(wrong)} of {len(asked)} node names do not resolve to the fabric address",
+            *wrong,
+            fix=["halo setup --step names --apply   # /etc/hosts: the cluster's names, fabric"],
+        )
+    return ok("cluster.names", f"all {len(asked)} node names resolve to their fabric address")
+
+
+def check_container_hca(reports: Sequence[NodeReport], wanted: str) -> list[Finding]:
+    """On a node whose commands run in a container (``exec_prefix``), the HCA as the engine
+    will see it, against the host's: RDMA devices the host has and the container does not
+    see (RCCL/NCCL then print 'NET/IB : No device found' and run over TCP), uverbs nodes
+    not passed in, an rdma-core older than the host's. A fail blocks the serve unless the
+    transport is sockets by choice."""
+    found = []
+    for report, inv in _reached(reports):
+        host = report.host_hca
+        if host is None or not host.devices:
+            continue  # no container, or a host without RDMA: nothing to hide
+        seen = {d.name for d in inv.rdma}
+        hidden = [d for d in host.devices if d not in seen]
+        uverbs = [p for p in inv.devices.infiniband if "uverbs" in p]
+        release = inv.rdma_core.release
+        problems = []
+        if hidden:
+            problems.append(f"the host has {', '.join(hidden)}; the container sees "
+                            + (", ".join(sorted(seen)) or "no RDMA device"))  # fmt: skip
+        if host.uverbs and not uverbs:
+            problems.append(f"no /dev/infiniband/uverbs* in the container ({len(host.uverbs)} "
+                            "on the host)")  # fmt: skip
+        if host.release is not None and (release is None or release < host.release):
+            problems.append(
+                f"the container's rdma-core is {'missing' if release is None else f'v{release}'}"
+                f", the host's v{host.release}"
+            )
+        if not problems:
+            continue
+        name = report.node.name
+        severity = info if wanted == "socket" else fail
+        found.append(
+            severity(
+                "cluster.container_hca",
+                f"{name}: the engine's container hides the host's RDMA: NCCL/RCCL there "
+                "would run over TCP",
+                *problems,
+                fix=[
+                    "halo container --image IMAGE   # on the node: the command that passes "
+                    "the devices, host network and unlimited memlock",
+                    f"# with rdma-core >= v{host.release} in the image"
+                    if host.release is not None
+                    else "# with rdma-core in the image",
+                ],
+            )
+        )
+    return found
+
+
 def check_same_subnet(reports: Sequence[NodeReport]) -> Finding:
     networks: dict[str, str] = {}
     for report, inv in _reached(reports):
@@ -206,7 +279,9 @@ def cluster_checks(
                 check_same_subnet(reports),
                 check_mtu_match(reports),
             ]
+        findings += [check_names(reports)]
         findings += [check_transport_match(reports, wanted, fabric), *check_versions(reports)]
+    findings += check_container_hca(reports, wanted)
     findings += check_halo_versions(reports, __version__)
     findings.append(check_ssh_path(reports))
     return findings

@@ -12,7 +12,14 @@ from halo_cluster.checks.fixes import family
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.links import FabricView
-from halo_cluster.facts.model import Gpu, Inventory, NetInterface, RdmaDevice, RdmaPort
+from halo_cluster.facts.model import (
+    Gpu,
+    HostHca,
+    Inventory,
+    NetInterface,
+    RdmaDevice,
+    RdmaPort,
+)
 from halo_cluster.transport import AMD_APU_TARGETS, RDMA_TRANSPORTS, plan_transport
 
 if TYPE_CHECKING:
@@ -36,6 +43,12 @@ class NodeReport:
     # pings to every peer's identity
     links: FabricView | None = None
     link_pings: Mapping[str, bool] = field(default_factory=dict)
+    # what each peer's name resolves to on the node's host (its first IPv4 address; None:
+    # not at all); empty where it was not asked
+    names: Mapping[str, str | None] = field(default_factory=dict)
+    # a node with an exec_prefix: its host's RDMA, read outside the container (None: not
+    # read, or no container)
+    host_hca: HostHca | None = None
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,11 @@ from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
 from halo_cluster.errors import ParseError
+from halo_cluster.facts.host import LIB_DIRS, LIBIBVERBS
 from halo_cluster.facts.links import FabricView, parse_fabric_view, parse_route_get
-from halo_cluster.facts.model import inventory_from_dict
+from halo_cluster.facts.model import HostHca, inventory_from_dict
 from halo_cluster.mesh import Fabric, NodeFabric
+from halo_cluster.netnames import node_address_problem
 from halo_cluster.nodecode import problem
 from halo_cluster.wire.args import inventory_args
 
@@ -47,7 +49,9 @@ def _report(config: Config, client: NodeClient, mesh: Fabric | None) -> NodeRepo
     targets = {name: address for name, address in peers.items() if address}
     fabric = mesh.node(node.name) if mesh is not None else None
     with ThreadPoolExecutor(1, thread_name_prefix="halo-host") as pool:
-        host = pool.submit(host_view, client, targets, node.fabric_address, fabric)
+        host = pool.submit(
+            host_view, client, targets, node.fabric_address, fabric, bool(node.exec_prefix)
+        )
         result = client.call(*inventory_args(versions=True), timeout=INVENTORY_TIMEOUT_S)
         view = host.result()
     if not result.ok:
@@ -71,6 +75,8 @@ def _report(config: Config, client: NodeClient, mesh: Fabric | None) -> NodeRepo
         code_sent=client.sent,
         links=view.links,
         link_pings=view.link_pings,
+        names=view.names,
+        host_hca=view.hca,
     )
 
 
@@ -84,6 +90,8 @@ class HostView:
     ethtool: dict[str, str] | None = None
     links: FabricView | None = None
     link_pings: dict[str, bool] = field(default_factory=dict)
+    names: dict[str, str | None] = field(default_factory=dict)  # peer -> what it resolves to
+    hca: HostHca | None = None  # the host's RDMA, where commands run in a container
 
 
 def host_view(
@@ -91,13 +99,15 @@ def host_view(
     targets: Mapping[str, str],
     fabric_address: str | None,
     fabric: NodeFabric | None = None,
+    container: bool = False,
 ) -> HostView:
     """On the node's host (the fabric is the machine's, not the container's), in one call:
     whether each target answers a ping, and ``ethtool -i`` of the interface that holds
     ``fabric_address`` (None when there is none, or no ethtool). On a routed fabric
     (``fabric``) the targets (identities) are pinged with frames of the cables' MTU that
     may not be fragmented, the far end of every cable is pinged too, and the cables'
-    state is read."""
+    state is read. ``container``: the node's commands run in one (an exec_prefix): the
+    host's own RDMA devices and rdma-core are read too, to set against the container's."""
     names = list(targets)
     addresses = [targets[n] for n in names]
     if fabric is not None:
@@ -105,7 +115,9 @@ def host_view(
         addresses = [f"{a}@{mtu}" if mtu else a for a in addresses]
         addresses += [link.peer_address for link in fabric.links]
     waves = -(-len(addresses) // PING_WAVE)  # each wave ends within ping's own 2 s
-    script = ping_script(addresses) if addresses else ""
+    script = ping_script(addresses) + names_script(names) if addresses else ""
+    if container:
+        script += HCA_SCRIPT
     if fabric is not None:
         script += fabric_script(fabric, {n: targets[n] for n in names})
     if fabric_address:
@@ -118,7 +130,9 @@ def host_view(
         silent = {link.ifname: False for link in links}
         return HostView(dict.fromkeys(names, False), None, None, silent)
     head, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
-    pings_text, _, fabric_text = head.partition(FABRIC_MARK)
+    head, _, fabric_text = head.partition(FABRIC_MARK)
+    head, hca_mark, hca_text = head.partition(HCA_MARK)
+    pings_text, _, names_text = head.partition(NAMES_MARK)
     answered = parse_pings(pings_text, len(addresses))
     iface, _, output = ethtool_text.partition("\n")
     view = None
@@ -136,10 +150,66 @@ def host_view(
         {iface.strip(): output} if iface.strip() else None,
         view,
         {link.ifname: len(names) + k in answered for k, link in enumerate(links)},
+        parse_names(names_text, names),
+        parse_host_hca(hca_text) if hca_mark else None,
     )
 
 
 FABRIC_MARK = "--- fabric\n"
+NAMES_MARK = "--- names\n"
+HCA_MARK = "--- hca\n"
+# the host's RDMA devices, uverbs nodes and libibverbs (outside the node's container)
+HCA_SCRIPT = (
+    f"echo '{HCA_MARK.strip()}'\n"
+    'for d in /sys/class/infiniband/*; do if [ -e "$d" ]; then echo "device ${d##*/}"; fi; done\n'
+    'for u in /dev/infiniband/uverbs*; do if [ -e "$u" ]; then echo "uverbs ${u##*/}"; fi; done\n'
+    f"for l in {' '.join('/' + d for d in LIB_DIRS)}; do\n"
+    '  for f in "$l"/libibverbs.so.1.*; do if [ -e "$f" ]; then echo "library ${f##*/}"; fi; done\n'
+    "done\n"
+)
+
+
+def parse_host_hca(text: str) -> HostHca:
+    """``HCA_SCRIPT``'s lines as the host's RDMA (the first libibverbs found names the
+    rdma-core release, as the node's own facts read it); other lines are passed over."""
+    devices, uverbs, release = [], [], None
+    for line in text.splitlines():
+        kind, _, name = line.partition(" ")
+        if kind == "device" and name:
+            devices.append(name)
+        elif kind == "uverbs" and name:
+            uverbs.append(name)
+        elif kind == "library" and release is None:
+            found = LIBIBVERBS.match(name)
+            release = int(found.group(1)) if found else None
+    return HostHca(tuple(devices), tuple(uverbs), release)
+
+
+def names_script(names: Sequence[str]) -> str:
+    """Shell lines: what each peer's name resolves to here, as ``NAME=ADDRESS`` lines (the
+    first IPv4 address the resolver gives, as an engine's bootstrap would get it; empty
+    where it resolves to none). Each lookup is bounded (a dead DNS server takes seconds)."""
+    quoted = " ".join(shlex.quote(name) for name in names)
+    return (
+        f"echo '{NAMES_MARK.strip()}'\n"
+        f"for n in {quoted}; do\n"
+        '  a="$(timeout 3 getent ahostsv4 "$n" 2>/dev/null | head -n 1 | cut -d " " -f 1)"\n'
+        '  echo "$n=$a"\n'
+        "done\n"
+    )
+
+
+def parse_names(text: str, names: Sequence[str]) -> dict[str, str | None]:
+    """Each asked name's address from ``names_script``'s lines (None: unresolved, or not
+    an IPv4 address; a name the output does not list is None)."""
+    found: dict[str, str | None] = dict.fromkeys(names)
+    for line in text.splitlines():
+        name, sep, address = line.partition("=")
+        if sep and name in found:
+            found[name] = address if address and node_address_problem(address) is None else None
+    return found
+
+
 ROUTES_MARK = "--- routes\n"
 
 

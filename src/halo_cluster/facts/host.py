@@ -9,7 +9,7 @@ from halo_cluster.facts.model import AmdMemory, Firewall, RdmaCore
 from halo_cluster.facts.root import Root
 
 LIB_DIRS = ("usr/lib64", "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib")
-_LIBIBVERBS = re.compile(r"^libibverbs\.so\.1\.\d+\.(\d+)\.0$")
+LIBIBVERBS = re.compile(r"^libibverbs\.so\.1\.\d+\.(\d+)\.0$")
 _PROVIDER = re.compile(r"^lib(.+)-rdmav\d+\.so$")
 _ZONE_IFACE = re.compile(r"<interface\s+name=\"([^\"]+)\"\s*/>")
 _UFW_ALLOW_IN = re.compile(r"^### tuple ### allow any any \S+ any \S+ in_(\S+)", re.MULTILINE)
@@ -18,7 +18,7 @@ _UFW_ALLOW_IN = re.compile(r"^### tuple ### allow any any \S+ any \S+ in_(\S+)",
 def read_rdma_core(root: Root) -> RdmaCore:
     for directory in LIB_DIRS:
         for name in root.listdir(directory):
-            match = _LIBIBVERBS.match(name)
+            match = LIBIBVERBS.match(name)
             if match:
                 providers = tuple(
                     m.group(1)

@@ -115,6 +115,17 @@ class RdmaCore:
 
 
 @dataclass(frozen=True)
+class HostHca:
+    """What the host of a node whose commands run in a container (``exec_prefix``) has of
+    RDMA, read outside it: its RDMA devices (sysfs names), its ``/dev/infiniband/uverbs*``
+    and its rdma-core release (None: no libibverbs found there)."""
+
+    devices: tuple[str, ...]
+    uverbs: tuple[str, ...]
+    release: int | None
+
+
+@dataclass(frozen=True)
 class Firewall:
     """Host firewall configuration: which backend is configured and which interfaces it trusts."""
 
