@@ -187,3 +187,20 @@ def test_a_deployment_of_the_wrong_kind_is_one_line(
     state_path(cfg).write_text(json.dumps(data))
     with pytest.raises(StateError, match=re.escape(reason)):
         read_state(cfg)
+
+
+def test_top_watches_the_nodes_of_one_deployment_by_its_name(tmp_path: Path) -> None:
+    """halo top --name: the exporters of the nodes the deployment's replicas run on."""
+    from halo_cluster.cli.monitor import top_targets
+    from halo_cluster.cluster.deployments import Deployment, Replica
+
+    cfg = config(tmp_path)
+    small = Deployment("small", "tiny", "llama.cpp", "rpc1", (Replica(0, ("b",), 8000),))
+    write_state(cfg, ClusterState("s", "a", "192.168.100.1", deployments=[small]))
+    every = top_targets(str(cfg.path), None, 9877)
+    assert every == ["198.18.250.1:9877", "198.18.250.2:9877"]
+    assert top_targets(str(cfg.path), None, 9877, "small") == ["198.18.250.2:9877"]
+    with pytest.raises(UsageError, match=r"no deployment named 'big' \(deployments: small\)"):
+        top_targets(str(cfg.path), None, 9877, "big")
+    with pytest.raises(UsageError, match="--name picks nodes from the cluster config"):
+        top_targets(None, "h:1", 9877, "small")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from halo_cluster.cli.options import choice_option, config_option, range_option, root_option
+from halo_cluster.errors import UsageError
 from halo_cluster.jsonout import JsonObject, emit_json
 from halo_cluster.monitor.scrape import scrape_all
 
@@ -189,15 +190,29 @@ def _baseline(explicit: str | None) -> dict[tuple[str, str], float]:
     return {}
 
 
-def top_targets(config_path: str | None, targets: str | None, port: int) -> list[str]:
+def top_targets(
+    config_path: str | None, targets: str | None, port: int, deployment: str | None = None
+) -> list[str]:
+    """The exporters to watch: ``targets`` as given, else every node's in the config, or
+    with ``deployment`` only those of the nodes its replicas run on."""
     from halo_cluster.cli.options import require_config
 
     if targets:
+        if deployment:
+            raise UsageError("--name picks nodes from the cluster config: give it, or --targets")
         return [t.strip() for t in targets.split(",") if t.strip()]
     config = require_config(
         config_path, "give --targets HOST:PORT,… or a cluster config (--config halo.toml)"
     )
-    return [f"{n.mgmt_address or n.host}:{port}" for n in config.nodes]
+    nodes = list(config.nodes)
+    if deployment:
+        from halo_cluster.cluster.state import named_deployment, read_state
+
+        used = {
+            n for r in named_deployment(read_state(config), deployment).replicas for n in r.nodes
+        }
+        nodes = [n for n in nodes if n.name in used]
+    return [f"{n.mgmt_address or n.host}:{port}" for n in nodes]
 
 
 @click.command()
@@ -213,6 +228,9 @@ def top_targets(config_path: str | None, targets: str | None, port: int) -> list
     help="Print one plain-text frame (two scrapes one interval apart) and exit.",
 )
 @click.option("--json", "as_json", is_flag=True, help="With --once: the frame as JSON.")
+@click.option(
+    "--name", "deployment", help="Only the nodes of this deployment's replicas ('halo run --name')."
+)
 def top(
     config_path: str | None,
     targets: str | None,
@@ -220,13 +238,14 @@ def top(
     interval: str,
     once: bool,
     as_json: bool,
+    deployment: str | None,
 ) -> int:
     """A live dashboard of every node's exporter: Gb/s per port and interface, packet and
     error rates, probe latency p50/p99 per peer and path, link state and alerts."""
     from halo_cluster.monitor.frame import build_frame, render_frame
 
     interval_s = parse_duration(interval)
-    names = top_targets(config_path, targets, port)
+    names = top_targets(config_path, targets, port, deployment)
     if once:
         first = scrape_all(names)
         time.sleep(interval_s)
