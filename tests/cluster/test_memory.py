@@ -213,3 +213,41 @@ def test_the_memory_script_drops_a_real_models_pages_and_counts_what_stays(
     assert found["dropped"] == "1" and int(found["mem_available_kib"]) > 0
     assert int(found["cached_before"]) >= 2 << 20  # both files were read
     assert int(found["cached_bytes"]) < int(found["cached_before"]) // 4
+
+
+def test_status_names_who_holds_each_nodes_memory() -> None:
+    """halo status asks every node its memory: the processes holding 5 % or more, the
+    largest first, halo's own and others with how to stop them; a node that does not
+    answer has no figure."""
+    from halo_cluster.client.node import clients_from
+    from halo_cluster.cluster.handle import Cluster
+    from halo_cluster.config import Config, NodeConfig
+    from halo_cluster.runner.fake import FakeRunner
+    from halo_cluster.runner.result import Result
+    from halo_cluster.serving.status import memory_view
+
+    total = 125 * 2**20
+    said = (
+        f"mem_total_kib={total}\nmem_available_kib={20 * 2**20}\n"
+        f"owner=4242 4240 {2 * 2**20} {94 * 2**20} other llama-server\n"
+        f"owner=77 77 {10 * 2**20} 0 halo vllm\n"
+        f"owner=9 9 {2**20} 0 other sshd\n"  # under 5 %: not named
+    )
+    nodes = (NodeConfig("n1", "n1", "10.0.0.1", halo="halo"), NodeConfig("n2", "n2", "10.0.0.2"))
+    config = Config(Path("halo.toml"), "c", "auto", nodes)
+    runners = {
+        "n1": FakeRunner().on(["bash", "-s"], Result((), 0, said, "")),
+        "n2": FakeRunner().on([], Result((), 255, "", "ssh: connect to host n2: No route")),
+    }
+    found = memory_view(Cluster(config, clients_from(config, runners)))
+    assert found["n2"] is None
+    assert found["n1"] == {
+        "total_gib": 125.0,
+        "available_gib": 20.0,
+        "owners": [
+            {"pid": 4242, "command": "llama-server", "rss_gib": 2.0, "gtt_gib": 94.0,
+             "halo": False, "share_pct": 77, "stop": "kill -TERM 4242"},
+            {"pid": 77, "command": "vllm", "rss_gib": 10.0, "gtt_gib": 0.0, "halo": True,
+             "share_pct": 8, "stop": None},
+        ],
+    }  # fmt: skip

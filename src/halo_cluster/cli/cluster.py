@@ -100,6 +100,7 @@ def status(config_path: str | None, deployment: str | None, as_json: bool) -> in
                 f"{node['transport'] or '-'} {node['hca'] or ''}",
             )
         console().print(grid)
+        _print_memory(data["nodes"])
         if data["serve"] is not None:
             _print_serve(data["serve"])
         if data["up_s"] is not None:
@@ -126,6 +127,25 @@ def _deployments(cluster: Any, name: str | None) -> JsonObject:
         "gateway": control.view(cluster).to_dict() if used else None,
         "deployments": [d.to_dict() for d in deployments],
     }
+
+
+def _print_memory(nodes: list[dict[str, Any]]) -> None:
+    """Each node's memory and who holds a large share of it: halo's own processes, and
+    any other with how to stop it."""
+    for node in nodes:
+        memory = node.get("memory")
+        if not memory:
+            continue
+        free = memory["available_gib"]
+        click.echo(
+            f"{node['name']}: {'?' if free is None else free} of {memory['total_gib']} GiB "
+            "available"
+        )
+        for o in memory["owners"]:
+            held = round(o["rss_gib"] + o["gtt_gib"], 1)
+            whose = "halo's" if o["halo"] else f"not halo's: stop it with {o['stop']}"
+            click.echo(f"  pid {o['pid']} ({printable(o['command'])}) holds {held} GiB "
+                       f"({o['share_pct']} %), {whose}")  # fmt: skip
 
 
 def _print_deployments(data: dict[str, Any]) -> None:

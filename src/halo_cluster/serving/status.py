@@ -9,15 +9,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from halo_cluster.checks.memory_owners import GIB_KIB, NAMED_SHARE, how_to_stop, parse_owners
 from halo_cluster.client.fanout import each
 from halo_cluster.cluster.handle import Cluster
 from halo_cluster.cluster.state import ClusterState, ServedState, read_state
-from halo_cluster.config import secret
+from halo_cluster.config import NodeConfig, secret
 from halo_cluster.engines import process, scripts
 from halo_cluster.engines.protocol import find_engine
 from halo_cluster.errors import UsageError
+from halo_cluster.jsonout import JsonObject
 from halo_cluster.ray.lifecycle import Lifecycle
 from halo_cluster.supervise import control
+from halo_cluster.supervision import count, key_values
 from halo_cluster.wire.args import serve_health_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV
 
@@ -26,7 +29,10 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
     config = cluster.config
     ray = Lifecycle(cluster)
     state = read_state(config)
-    raylets, alive = ray_view(ray)
+    with ThreadPoolExecutor(1, thread_name_prefix="halo-memory") as pool:
+        held = pool.submit(memory_view, cluster)
+        raylets, alive = ray_view(ray)
+        memory = held.result()
     plans = state.plans() if state else {}
     nodes = []
     for node in config.nodes:
@@ -39,6 +45,7 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
                 "reachable": raylets[node.name] is not None,
                 "transport": plan.transport if plan else None,
                 "hca": plan.rail.hca if plan else None,
+                "memory": memory[node.name],
             }
         )
     started = state.ray_started_at if state else None
@@ -49,6 +56,38 @@ def cluster_status(cluster: Cluster) -> dict[str, Any]:
         "nodes": nodes,
         "up_s": round(time.time() - started, 1) if started and alive else None,
     }
+
+
+def memory_view(cluster: Cluster) -> dict[str, JsonObject | None]:
+    """Each node's memory and the processes that hold at least ``NAMED_SHARE`` of it, the
+    largest first, halo's and others' (with how to stop them; None: the node did not answer
+    within 15 s)."""
+
+    def ask(node: NodeConfig) -> JsonObject | None:
+        result = cluster.client(node).script(scripts.memory_script(), 15)
+        if not result.ok:
+            return None
+        said = key_values(result.stdout)
+        total, available = count(said.get("mem_total_kib")), count(said.get("mem_available_kib"))
+        if not total:
+            return None
+        owners = sorted(parse_owners(result.stdout), key=lambda o: o.held_kib, reverse=True)
+        return {
+            "total_gib": round(total / GIB_KIB, 1),
+            "available_gib": None if available is None else round(available / GIB_KIB, 1),
+            "owners": [
+                {
+                    **o.to_dict(),
+                    "share_pct": round(100 * o.held_kib / total),
+                    "stop": None if o.halo else how_to_stop(o),
+                }
+                for o in owners
+                if o.held_kib >= NAMED_SHARE * total
+            ],
+        }
+
+    nodes = list(cluster.config.nodes)
+    return dict(zip([n.name for n in nodes], each(nodes, ask), strict=True))
 
 
 def ray_view(ray: Lifecycle) -> tuple[dict[str, bool | None], set[str]]:
