@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from halo_cluster.hostsfile import split
+
 HALO = str(Path(sys.executable).parent / "halo")
 
 
@@ -239,7 +241,8 @@ def test_two_labs_side_by_side_and_doctor(workdir: Path) -> None:
     # the doctor names what node1 cannot resolve; 'halo setup' writes them back, in place
     hosts = Path(one["dir"]) / "hosts.node1"
     kept = hosts.read_text()
-    hosts.write_text(kept.partition("# BEGIN halo")[0])
+    before, _block, after = split(kept)
+    hosts.write_text(before + after)
     lost = json.loads(halo("doctor", "--config", one["config"], "--json", cwd=workdir,
                            check=False).stdout)  # fmt: skip
     [names] = [f for f in lost["cluster"]["findings"] if f["check"] == "cluster.names"]

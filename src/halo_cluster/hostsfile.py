@@ -1,9 +1,12 @@
 """halo's block of ``/etc/hosts``: the cluster's names on the fabric, between two marker
 lines, mapping each node's name in halo.toml to its fabric address (an engine's bootstrap
 that resolves a peer's name then reaches it over the fabric, and one that cannot resolve it
-does not hang on it). Lines outside the block are never changed; taking the block out
-leaves the file as it was. Written by ``halo setup`` (its names step) and by the lab for its
-nodes. Pure; runs on nodes (Python 3.9)."""
+does not hang on it). The block is the file's first lines: the resolver takes the first line
+that names a host, so the fabric address wins over an older line for the same name. Lines
+outside the block are never changed; taking the block out leaves the file as it was. A
+BEGIN line without its END (a block cut by hand) is not guessed at: the file is left to its
+owner. Written by ``halo setup`` (its names step) and by the lab for its nodes. Pure; runs
+on nodes (Python 3.9)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ BEGIN = "# BEGIN halo: the cluster's names on the fabric (halo setup; remove the
 END = "# END halo"
 
 
+class BrokenBlock(ValueError):
+    """The file holds halo's BEGIN line without its END line after it."""
+
+
 def names_block(names: Mapping[str, str]) -> str:
     """The block for ``names`` (node name -> fabric address), in the nodes' order."""
     lines = [f"{address}\t{name}" for name, address in names.items()]
@@ -21,26 +28,26 @@ def names_block(names: Mapping[str, str]) -> str:
 
 
 def split(text: str) -> tuple[str, str | None, str]:
-    """(before, the block or None, after): the first block from BEGIN to its END."""
-    if text.startswith(BEGIN + "\n"):
-        start = 0
-    else:
-        found = text.find("\n" + BEGIN + "\n")
-        if found < 0:
-            return text, None, ""
-        start = found + 1
-    end = text.find("\n" + END + "\n", start)
-    if end < 0:
+    """(before, the block or None, after): the first block from BEGIN to its END; a BEGIN
+    line without an END after it is a ``BrokenBlock``."""
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.rstrip("\n") == BEGIN]
+    if not starts:
         return text, None, ""
-    stop = end + len(END) + 2
-    return text[:start], text[start:stop], text[stop:]
+    first = starts[0]
+    ends = [i for i in range(first + 1, len(lines)) if lines[i].rstrip("\n") == END]
+    if not ends:
+        raise BrokenBlock(f"a '{BEGIN[:20]}…' line without its '{END}' line")
+    stop = ends[0] + 1
+    block = "".join(lines[first:stop])
+    if not block.endswith("\n"):
+        block += "\n"
+    return "".join(lines[:first]), block, "".join(lines[stop:])
 
 
 def with_names(text: str, names: Mapping[str, str]) -> str:
-    """``text`` (the hosts file) with halo's block for ``names``: the old block replaced in
-    its place, else the block added at the end."""
-    before, block, after = split(text)
-    if block is not None:
-        return before + names_block(names) + after
-    joint = "" if not text or text.endswith("\n") else "\n"
-    return text + joint + names_block(names)
+    """``text`` (the hosts file) with halo's block for ``names`` as its first lines (an old
+    block taken out of wherever it was); raises ``BrokenBlock`` as ``split`` does."""
+    before, _block, after = split(text)
+    rest = before + after
+    return names_block(names) + rest

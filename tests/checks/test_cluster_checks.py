@@ -173,7 +173,7 @@ def _in_container(inv: Inventory, host: HostHca) -> NodeReport:
 def test_a_container_that_hides_the_hosts_hca_blocks_an_rdma_serve() -> None:
     """The inventory is the container's view (it runs through exec_prefix); the host's is
     read outside it. The host's E810 and uverbs with rdma-core v62, a container that sees
-    neither and has v50: a fail with each difference and the fix."""
+    neither: a fail with each difference and the fix; an older rdma-core alone warns."""
     host = HostHca(("rocep194s0",), ("uverbs0",), 62)
     blind = replace(
         node_inv("no-rdma"), rdma_core=RdmaCore(50, "/usr/lib64/libibverbs.so.1.14.50.0", ())
@@ -184,17 +184,26 @@ def test_a_container_that_hides_the_hosts_hca_blocks_an_rdma_serve() -> None:
     assert found.evidence == (
         "the host has rocep194s0; the container sees no RDMA device",
         "no /dev/infiniband/uverbs* in the container (1 on the host)",
-        "the container's rdma-core is v50, the host's v62",
     )
     assert found.fix[1] == "# with rdma-core >= v62 in the image"
-    # sockets by choice: said, never blocking
-    [said] = check_container_hca([_in_container(blind, host)], "socket")
-    assert said.severity == "info"
+    assert check_container_hca([_in_container(blind, host)], "roce")[0].severity == "fail"
+    # a TCP network by choice: said, never blocking
+    for tcp in ("ethernet", "thunderbolt"):
+        assert check_container_hca([_in_container(blind, host)], tcp)[0].severity == "info"
     # a container that sees what the host has: nothing to say; a host without RDMA: nothing
     healthy = node_inv("strix-e810")
     same = HostHca(tuple(d.name for d in healthy.rdma), ("uverbs0",), healthy.rdma_core.release)
     assert check_container_hca([_in_container(healthy, same)], "auto") == []
     assert check_container_hca([_in_container(blind, HostHca((), (), 62))], "auto") == []
+    # all there but an older rdma-core: a warning, not a refusal
+    newer = replace(same, release=(healthy.rdma_core.release or 0) + 1)
+    [older] = check_container_hca([_in_container(healthy, newer)], "auto")
+    assert older.severity == "warn" and "is older than the host's" in older.summary
+    # no rdma-core at all in the container is part of the refusal
+    bare = replace(healthy, rdma_core=RdmaCore(None, None, ()))
+    [missing] = check_container_hca([_in_container(bare, same)], "auto")
+    assert missing.severity == "fail"
+    assert missing.evidence == ("no rdma-core (libibverbs) in the container",)
     # the gate: a cluster check that fails is a blocking finding of the serve
     assert [f.check for f in cluster_checks([_in_container(blind, host)], "auto")].count(
         "cluster.container_hca"

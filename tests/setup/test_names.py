@@ -16,7 +16,7 @@ from halo_cluster.cluster.gather import names_script, parse_names
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.hostsfile import BEGIN, END, HOSTS_FILE, names_block, with_names
+from halo_cluster.hostsfile import BEGIN, END, HOSTS_FILE, BrokenBlock, names_block, with_names
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.setup.apply import apply_steps, current_steps
 from halo_cluster.setup.steps import SetupOptions
@@ -26,18 +26,38 @@ NAMES = (("node1", "192.168.100.1"), ("node2", "192.168.100.2"))
 THEIRS = "127.0.0.1\tlocalhost\n# the admin's own\n10.0.0.5 nas\n"
 
 
-def test_the_block_is_added_then_replaced_in_place_and_nothing_else_changes() -> None:
+def test_the_block_comes_first_and_nothing_else_changes() -> None:
+    """The resolver takes the first line that names a host: the block is the file's first
+    lines, so the fabric address wins over an older line for the same name."""
     added = with_names(THEIRS, dict(NAMES))
-    assert added == THEIRS + f"{BEGIN}\n192.168.100.1\tnode1\n192.168.100.2\tnode2\n{END}\n"
-    after = added + "10.0.0.6 printer\n"  # a line the admin added after ours
+    assert added == f"{BEGIN}\n192.168.100.1\tnode1\n192.168.100.2\tnode2\n{END}\n" + THEIRS
+    after = "10.0.0.7 node1-old\n" + added + "10.0.0.6 printer\n"  # lines added around it
     moved = with_names(after, {"node1": "192.168.100.9"})
-    assert moved == THEIRS + names_block({"node1": "192.168.100.9"}) + "10.0.0.6 printer\n"
-    assert with_names("no newline at the end", {"a": "10.0.0.1"}).startswith(
-        "no newline at the end\n" + BEGIN
-    )
-    # a marker that is not at a line's start, or a block without its end, is not ours
-    odd = f"x {BEGIN}\n{BEGIN}\n1.2.3.4 half\n"
-    assert with_names(odd, dict(NAMES)) == odd + names_block(dict(NAMES))
+    assert moved == (
+        names_block({"node1": "192.168.100.9"}) + "10.0.0.7 node1-old\n" + THEIRS
+        + "10.0.0.6 printer\n"
+    )  # fmt: skip
+    assert with_names("", {"a": "10.0.0.1"}) == names_block({"a": "10.0.0.1"})
+    # a marker that is not a whole line is not ours; a BEGIN without its END is refused
+    odd = f"x {BEGIN}\n1.2.3.4 other\n"
+    assert with_names(odd, dict(NAMES)) == names_block(dict(NAMES)) + odd
+    with pytest.raises(BrokenBlock, match="without its '# END halo' line"):
+        with_names(f"{THEIRS}{BEGIN}\n1.2.3.4 half\n", dict(NAMES))
+
+
+def test_a_hosts_file_halo_cannot_read_whole_or_a_cut_block_is_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(ROOTS / "rxe-virtio", root, symlinks=True)
+    opts = SetupOptions(home="root", names=NAMES)
+    (root / HOSTS_FILE).write_text(THEIRS + BEGIN + "\n")
+    cut = next(s for s in current_steps(str(root), opts) if s.id == "names")
+    assert (cut.done, cut.actions) == (False, ())
+    assert "mend or remove that line by hand" in cut.note
+    (root / HOSTS_FILE).unlink()
+    (root / HOSTS_FILE).mkdir()  # there, but not a file
+    odd = next(s for s in current_steps(str(root), opts) if s.id == "names")
+    assert (odd.done, odd.actions) == (False, ())
+    assert odd.note.startswith("/etc/hosts could not be read whole: not changed")
 
 
 def test_the_names_step_writes_the_block_once(tmp_path: Path) -> None:

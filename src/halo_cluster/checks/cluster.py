@@ -96,8 +96,9 @@ def check_container_hca(reports: Sequence[NodeReport], wanted: str) -> list[Find
     """On a node whose commands run in a container (``exec_prefix``), the HCA as the engine
     will see it, against the host's: RDMA devices the host has and the container does not
     see (RCCL/NCCL then print 'NET/IB : No device found' and run over TCP), uverbs nodes
-    not passed in, an rdma-core older than the host's. A fail blocks the serve unless the
-    transport is sockets by choice."""
+    not passed in, no rdma-core: a fail that blocks the serve, unless the configured
+    transport is a TCP network (ethernet, thunderbolt: said, not blocking). An rdma-core
+    older than the host's is a warning."""
     found = []
     for report, inv in _reached(reports):
         host = report.host_hca
@@ -114,15 +115,24 @@ def check_container_hca(reports: Sequence[NodeReport], wanted: str) -> list[Find
         if host.uverbs and not uverbs:
             problems.append(f"no /dev/infiniband/uverbs* in the container ({len(host.uverbs)} "
                             "on the host)")  # fmt: skip
-        if host.release is not None and (release is None or release < host.release):
-            problems.append(
-                f"the container's rdma-core is {'missing' if release is None else f'v{release}'}"
-                f", the host's v{host.release}"
-            )
-        if not problems:
+        if release is None:
+            problems.append("no rdma-core (libibverbs) in the container")
+        older = host.release is not None and release is not None and release < host.release
+        if not problems and not older:
             continue
         name = report.node.name
-        severity = info if wanted == "socket" else fail
+        if not problems:  # only older: userspace older than the host's usually works
+            found.append(
+                warn(
+                    "cluster.container_hca",
+                    f"{name}: the container's rdma-core v{release} is older than the host's "
+                    f"v{host.release}",
+                    fix=[f"# an image with rdma-core >= v{host.release} (its verbs providers)"],
+                )
+            )
+            continue
+        # blocking where RDMA is wanted or may be chosen; said only on a chosen TCP network
+        severity = info if wanted in ("ethernet", "thunderbolt") else fail
         found.append(
             severity(
                 "cluster.container_hca",

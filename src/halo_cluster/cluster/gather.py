@@ -124,7 +124,8 @@ def host_view(
         script += ethtool_script(fabric_address)
     if not script:
         return HostView({})
-    done = client.host_script(script, timeout=PING_TIMEOUT_S + 2 * waves)
+    bound = PING_TIMEOUT_S + 2 * waves + (NAMES_S if names and addresses else 0)
+    done = client.host_script(script, timeout=bound)
     links = fabric.links if fabric is not None else ()
     if not done.ok:
         silent = {link.ifname: False for link in links}
@@ -157,6 +158,7 @@ def host_view(
 
 FABRIC_MARK = "--- fabric\n"
 NAMES_MARK = "--- names\n"
+NAMES_S = 4  # the names section's bound: its lookups run at once, 3 s each at most
 HCA_MARK = "--- hca\n"
 # the host's RDMA devices, uverbs nodes and libibverbs (outside the node's container)
 HCA_SCRIPT = (
@@ -188,14 +190,15 @@ def parse_host_hca(text: str) -> HostHca:
 def names_script(names: Sequence[str]) -> str:
     """Shell lines: what each peer's name resolves to here, as ``NAME=ADDRESS`` lines (the
     first IPv4 address the resolver gives, as an engine's bootstrap would get it; empty
-    where it resolves to none). Each lookup is bounded (a dead DNS server takes seconds)."""
+    where it resolves to none). The lookups run at once, each bounded (a dead DNS server
+    takes seconds): the whole section ends within ``NAMES_S``."""
     quoted = " ".join(shlex.quote(name) for name in names)
     return (
         f"echo '{NAMES_MARK.strip()}'\n"
         f"for n in {quoted}; do\n"
-        '  a="$(timeout 3 getent ahostsv4 "$n" 2>/dev/null | head -n 1 | cut -d " " -f 1)"\n'
-        '  echo "$n=$a"\n'
-        "done\n"
+        f'  ( a="$(timeout {NAMES_S - 1} getent ahostsv4 "$n" 2>/dev/null | head -n 1 | '
+        'cut -d " " -f 1)"; echo "$n=$a" ) &\n'
+        "done\nwait\n"
     )
 
 

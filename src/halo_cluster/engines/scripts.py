@@ -57,6 +57,10 @@ def background_script(env: Mapping[str, str], argv: list[str], cluster: str) -> 
     since = since_path(cluster)
     return (
         f"set -e\n{exports(env)}{private_dir(STATE_DIR)}{private_files(log, pid)}cd\n"
+        # a mark from before the last boot marks no run of this boot
+        f'if [ -e {since} ] && [ "$(stat -c %Y {since})" -lt '
+        "\"$(awk '/^btime/ {print $2}' /proc/stat)\" ]; then "
+        f"rm -f {since}; fi\n"
         f"[ -e {since} ] || (umask 077 && : > {since})\n"
         f"setsid {shlex.join(argv)} > {log} 2>&1 < /dev/null &\n"
         f"echo $! > {pid}\n"
@@ -126,12 +130,14 @@ def memory_script(size_path: str | None = None, drop_path: str | None = None) ->
         size = f'b="$(du -sbL -- {quoted} 2>/dev/null | cut -f1)"; echo "model_bytes=$b"\n'
     if drop_path is not None:
         files = f"find -L {shlex.quote(drop_path)} -type f -print0 2>/dev/null | xargs -0 -r"
-        cached = f"{files} fincore -b -n -o RES 2>/dev/null | awk '{{s += $1}} END {{print s + 0}}'"
+        # printf %.0f: mawk (Debian's awk) prints a sum over 2^31 as 2.14748e+09 otherwise
+        total = "awk '{s += $1} END {printf \"%.0f\\n\", s}'"
+        cached = f"{files} fincore -b -n -o RES 2>/dev/null | {total}"
         drop = (
             "fin=0; command -v fincore >/dev/null 2>&1 && fin=1\n"
             f'[ "$fin" = 1 ] && echo "cached_before=$({cached})"\n'
             f"{files} -I{{}} dd if={{}} iflag=nocache count=0 status=none 2>/dev/null\n"
-            'echo "dropped=1"\n'
+            f'if [ -e {shlex.quote(drop_path)} ]; then echo "dropped=1"; fi\n'
             f'[ "$fin" = 1 ] && echo "cached_bytes=$({cached})"\n'
         )
     return f"{drop}{MEMINFO}{OWNERS}{size}exit 0\n"
@@ -237,10 +243,13 @@ def stop_script(cluster: str) -> str:
         '[ -e "$mark" ] || mark="$pidfile"\n'
         "for i in $(seq 30); do\n"
         "  held=0\n"
+        # every /dev/shm path a process maps or holds open, read once a pass
+        '  open="$( { cat /proc/[0-9]*/maps; ls -l /proc/[0-9]*/fd; } 2>/dev/null | '
+        "grep -o '/dev/shm/[^ ]*' | sort -u)\"\n"
         "  for f in /dev/shm/*; do\n"
         '    [ -f "$f" ] && [ "$f" -nt "$mark" ] || continue\n'
-        '    if grep -qsF "$f" /proc/[0-9]*/maps || ls -l /proc/[0-9]*/fd 2>/dev/null | '
-        'grep -qF "$f"; then held=1; else rm -f "$f"; fi\n'
+        '    case "$f" in *[[:space:]]*) continue ;; esac\n'  # not told apart above: kept
+        '    if printf \'%s\\n\' "$open" | grep -qxF -- "$f"; then held=1; else rm -f "$f"; fi\n'
         "  done\n"
         '  [ "$held" = 0 ] && break\n'
         "  sleep 0.1\n"
