@@ -3,7 +3,7 @@ log or storage reads moved for stall_s; one node waiting on another is not a sta
 
 from __future__ import annotations
 
-from halo_cluster.serving.stall import Progress, StallWatch, parse_progress
+from halo_cluster.supervision import Progress, StallWatch, parse_progress
 
 
 def answer(log: int, read: int) -> str:

@@ -1,13 +1,15 @@
 """A stand-in OpenAI-compatible server for the supervisor's local tests (never evidence of
 anything an engine does): /health, /v1/models and /v1/completions answering ``max_tokens``
 tokens at once. It refuses to start while the file named by its second argument exists (a
-model that cannot be loaded)."""
+model that cannot be loaded), and hangs before it listens while that name with ``.stall``
+exists (a load that never ends)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -41,6 +43,9 @@ def main() -> None:
     if os.path.exists(broken):
         print(f"Error: cannot load the model ({broken} exists)", flush=True)
         sys.exit(1)
+    if os.path.exists(broken + ".stall"):  # a load that never ends: no line, no read, no port
+        while True:
+            time.sleep(3600)
     print(f"stand-in serving on 127.0.0.1:{port}", flush=True)
     ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 

@@ -113,9 +113,14 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     lines: list[str] = []
     running: list[tuple[Supervisor, threading.Thread]] = []
 
-    def start(tokens: dict[str, Any] | None = None, **settings: Any) -> Supervisor:
+    def start(
+        tokens: dict[str, Any] | None = None,
+        edit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        **settings: Any,
+    ) -> Supervisor:
         path = tmp_path / "spec.json"
-        path.write_text(json.dumps({**spec(tmp_path, port, **settings), "tokens": tokens}))
+        written = {**spec(tmp_path, port, **settings), "tokens": tokens}
+        path.write_text(json.dumps(edit(written) if edit else written))
         path.chmod(0o600)
         sup = Supervisor(read_spec(path), path, lines.append)
         assert sup.start_group() is None  # as 'halo serve' started it before leaving it
@@ -223,6 +228,29 @@ def test_a_crash_loop_ends_in_failed_after_exactly_k_restarts(supervised: Any) -
     assert sum(line.split(" ", 1)[1].startswith("restart failed:") for line in lines) == 2
     time.sleep(1.5)  # three more rounds' time: nothing more is tried
     assert len(sup.policy.restarts_at) == 2 and sup.record.state == sv.FAILED
+
+
+def test_a_restart_whose_load_stalls_fails_with_that_cause(supervised: Any) -> None:
+    """Issue 47, item 6, on a restart: the engine's process runs but writes no log line and
+    reads nothing; after the spec's stall_s with no progress on any member the start fails
+    with that cause, instead of waiting out the start timeout (900 s)."""
+    start, _lines, tmp = supervised
+
+    def watched(written: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **written,
+            "start": written["start"][:1],  # the background start alone: no wait for the port
+            "progress_script": scripts.progress_script(CLUSTER),
+            "stall_s": 2,
+        }
+
+    sup = start(edit=watched, crash_restarts=1)
+    until(lambda: sup.record.last_probe, "a probe")
+    (tmp / "broken.stall").write_text("")  # the next load hangs before it listens
+    os.kill(pid_of(), signal.SIGKILL)
+    until(lambda: sup.record.state == sv.FAILED, "failed")
+    assert sup.record.cause.startswith("crash loop: 1 restarts within 600 s did not keep it up")
+    assert "no progress for 2 s while loading: no new log line" in sup.record.cause
 
 
 def test_stopping_the_supervisor_leaves_the_server_to_halo_stop(supervised: Any) -> None:

@@ -304,7 +304,13 @@ class Supervisor:
         return error if error is not None else self.prove()
 
     def wait_healthy(self) -> str | None:
+        """None once the restarted group serves; else why not: a member's engine exited,
+        its load stalled (no log line and no storage read or write on any member for the
+        spec's ``stall_s``), or the start timeout passed."""
         deadline = time.monotonic() + self.settings.start_timeout_s
+        stall = self.spec.stall_s if self.spec.progress_script else 0.0
+        watch, every = sv.StallWatch(stall), min(sv.CHECK_EVERY_S, stall / 2)
+        asked = float("-inf")
         while not self.stopping.is_set():
             healthy, generated, _latency, _detail = self.generate()
             if healthy and generated:
@@ -314,10 +320,26 @@ class Supervisor:
                 return f"the engine exited on {dead[0].name} while starting: " + self.last_line(
                     dead[0]
                 )
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if stall and now - asked >= every:
+                asked = now
+                watch.observe(now, self.progress())
+                stalled = watch.stalled(now)
+                if stalled is not None:
+                    return stalled
+            if now > deadline:
                 return f"not serving within {self.settings.start_timeout_s:g} s of the restart"
-            self.stopping.wait(1.0)
+            self.stopping.wait(1.0 if not stall else min(1.0, every))
         return "stopped"
+
+    def progress(self) -> dict[str, str]:
+        """Each running member's answer to the progress script ('' where none came)."""
+        script = self.spec.progress_script
+        return {
+            m.name: self.runners[m.name].run(["bash", "-s"], script, 30.0).stdout
+            for m in self.spec.members
+            if m.runs
+        }
 
     def member_alive(self, member: Member) -> bool:
         answer = self.runners[member.name].run(["bash", "-s"], self.spec.probe_script, 30.0)

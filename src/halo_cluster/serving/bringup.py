@@ -61,8 +61,8 @@ from halo_cluster.printable import printable
 from halo_cluster.ray.auth import ray_env
 from halo_cluster.serving import memory, reference
 from halo_cluster.serving.result import ServeResult
-from halo_cluster.serving.stall import CHECK_EVERY_S, StallWatch
 from halo_cluster.supervise import control
+from halo_cluster.supervision import CHECK_EVERY_S, StallWatch
 from halo_cluster.wire.answers import ServeProbe, parse_serve_probe
 from halo_cluster.wire.args import serve_health_args, serve_probe_args
 from halo_cluster.wire.commands import SERVE_KEY_ENV

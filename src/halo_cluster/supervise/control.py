@@ -185,6 +185,8 @@ def make_spec(
         log_script=scripts.log_script(name),
         recheck=recheck,
         tokens=tokens,
+        progress_script=scripts.progress_script(name),
+        stall_s=serve.stall_s,
     )
     return _with_ray(spec, cluster, ctx, prepared) if ray else spec
 

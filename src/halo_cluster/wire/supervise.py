@@ -135,6 +135,10 @@ class Spec:
     # as the API key: the spec is 0600 and travels on stdin)
     ray_env_script: str = ""
     tokens: TokenCheck | None = None  # the token witness after a restart (None: no reference)
+    # per member: its signs of progress while a restart loads (log and storage bytes), and
+    # how long none may move before the start is a stall (0: not watched)
+    progress_script: str = ""
+    stall_s: float = 0.0
 
     @property
     def counted(self) -> list[Member]:
@@ -165,6 +169,8 @@ class Spec:
             "ray_wait": list(self.ray_wait),
             "ray_env_script": self.ray_env_script,
             "tokens": None if self.tokens is None else self.tokens.to_dict(),
+            "progress_script": self.progress_script,
+            "stall_s": self.stall_s,
         }
 
     def to_json(self) -> str:
@@ -214,6 +220,17 @@ def _step(value: Any) -> Step:
     )
 
 
+def _stall_s(value: Any) -> float:
+    """A stall bound in seconds: a finite number from 0 (not watched) to a day."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"stall_s is {value!r}, not a number")
+    if not 0 <= value <= 86400:  # NaN fails too
+        raise ValueError(f"stall_s is {value!r}: 0 to 86400 seconds")
+    return float(value)
+
+
 def _settings(value: Any, where: str) -> SuperviseSettings:
     """The supervisor's settings (absent: the defaults); a value of the wrong type or out of
     its range is one WireError naming the key."""
@@ -252,6 +269,8 @@ def parse_spec(value: Any) -> Spec:
             ray_wait=_words(value.get("ray_wait") or [], "ray_wait"),
             ray_env_script=str(value.get("ray_env_script") or ""),
             tokens=_token_check(value.get("tokens")),
+            progress_script=str(value.get("progress_script") or ""),
+            stall_s=_stall_s(value.get("stall_s")),
         )
     except WireError:
         raise
