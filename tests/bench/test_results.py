@@ -233,3 +233,39 @@ def test_report_survives_results_of_the_wrong_shape(tmp_path: Path) -> None:
             assert "Traceback" not in done.stderr and done.returncode in (0, 2), (kind, body)
     refused = halo("report", str(bad), "-o", "/dev/stdout")
     assert refused.returncode == 2 and "not a regular file" in refused.stderr
+
+
+def test_report_by_deployment_takes_every_result_of_that_name(tmp_path: Path) -> None:
+    """halo report --name: the results 'halo bench serve --name' stamped with that
+    deployment, oldest first, beside any RESULT given; none is one line."""
+    from halo_cluster.bench.results import save, stamp
+
+    def serve(deployment: str | None) -> Path:
+        levels = [{"concurrency": 1, "requests": 1, "errors": 0, "energy": None}]
+        body: dict[str, object] = {
+            "schema": "halo.bench.serve/1",
+            "kind": "serve",
+            "levels": levels,
+        }
+        if deployment:
+            body["deployment"] = {"name": deployment, "replica": 0}
+        return save({**body, **stamp(body, None)}, None, tmp_path, "serve")
+
+    small, other, again = serve("small"), serve(None), serve("small")
+
+    def halo(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([HALO, "report", *args, "--dir", str(tmp_path), "--json",
+                               "-o", str(tmp_path / "r.html")],
+                              capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+
+    made = halo("--name", "small")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["results"] == [str(small), str(again)]
+    both = json.loads(halo(other.stem, "--name", "small").stdout)["results"]
+    assert both == [str(other), str(small), str(again)]
+    none = halo("--name", "big")
+    assert none.returncode == 2 and none.stderr.strip().endswith(
+        f"no result of deployment 'big' in {tmp_path} ('halo bench serve --name big' writes one)"
+    )
+    bare = halo()
+    assert bare.returncode == 2 and "give RESULT files or ids, or --name DEPLOYMENT" in bare.stderr

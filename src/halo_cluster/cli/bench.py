@@ -153,6 +153,8 @@ def bench_serve(
             where = f"{endpoint.route.node}'s server" if endpoint else redact_url(target)
             raise HaloError(f"{where}: {err}") from None
     result = run.to_dict()
+    if deployment is not None:  # 'halo report --name' finds the deployment's results by it
+        result["deployment"] = {"name": deployment, "replica": replica}
     if endpoint is not None:
         result["endpoint"] = endpoint.to_dict()
     if proof:

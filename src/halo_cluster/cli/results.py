@@ -95,23 +95,39 @@ def results_show(result: str, directory: str | None, as_json: bool) -> int:
 
 
 @click.command()
-@click.argument("result_refs", metavar="RESULT...", nargs=-1, required=True)
+@click.argument("result_refs", metavar="RESULT...", nargs=-1)
 @click.option("-o", "--output", default="halo-report.html", show_default=True, metavar="FILE")
 @click.option("--title", default="halo fabric report", show_default=True)
 @click.option("--dir", "directory", metavar="DIR", help=DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print {output, results} as JSON.")
+@click.option(
+    "--name",
+    "deployment",
+    help="Every result of this deployment in the directory ('halo bench serve --name'), "
+    "besides any RESULT given.",
+)
 def report(
-    result_refs: tuple[str, ...], output: str, title: str, directory: str | None, as_json: bool
+    result_refs: tuple[str, ...],
+    output: str,
+    title: str,
+    directory: str | None,
+    as_json: bool,
+    deployment: str | None,
 ) -> int:
-    """One self-contained HTML file (no network needed to view it) from RESULT files or ids:
-    latency and bandwidth per path, all-reduce time and bus bandwidth over message size,
-    network cost per token per model, and every run's plan stamp."""
+    """One self-contained HTML file (no network needed to view it) from RESULT files or ids
+    (or --name: a deployment's results): latency and bandwidth per path, all-reduce time and
+    bus bandwidth over message size, network cost per token per model, and every run's plan
+    stamp."""
     from halo_cluster.bench.results import load, resolve, write_file
     from halo_cluster.errors import UsageError
     from halo_cluster.report import render
 
     where = _directory(directory)
+    if not result_refs and deployment is None:
+        raise UsageError("give RESULT files or ids, or --name DEPLOYMENT")
     paths = [resolve(ref, where) for ref in result_refs]
+    if deployment is not None:
+        paths += [p for p in _of_deployment(where, deployment) if p not in paths]
     loaded = [{**load(p), "label": p.stem} for p in paths]
     for path, data in zip(paths, loaded, strict=True):
         try:  # a result of the right schema but the wrong shape is named, not a traceback
@@ -129,3 +145,25 @@ def report(
     else:
         click.echo(f"wrote {target} from {len(paths)} result(s)", err=on_stdout)
     return 0
+
+
+def _of_deployment(where: Path, name: str) -> list[Path]:
+    """The results in ``where`` that 'halo bench serve --name NAME' wrote, oldest first;
+    none is one line that says how to make one."""
+    from halo_cluster.bench.results import listing, load
+    from halo_cluster.errors import UsageError
+
+    found = []
+    for row in listing(where):
+        if "error" in row:
+            continue
+        path = Path(row["path"])
+        tag = load(path).get("deployment")
+        if isinstance(tag, dict) and tag.get("name") == name:
+            found.append(path)
+    if not found:
+        raise UsageError(
+            f"no result of deployment {name!r} in {where} ('halo bench serve --name {name}' "
+            "writes one)"
+        )
+    return found
