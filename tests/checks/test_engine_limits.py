@@ -131,3 +131,33 @@ def test_a_process_with_cap_ipc_lock_is_not_bound_by_its_memlock_limit() -> None
     assert plain is not None and not plain.ipc_lock
     with pytest.raises(WireError):  # '²' is a digit to str.isdigit, not to int()
         parse_limits_answer("node2", base.replace("pid=4242", "pid=²"))
+
+
+def test_on_ray_the_ranks_worker_is_read_not_halos_process() -> None:
+    """Under Ray the ranks run in Ray's workers, children of the raylet 'halo up' started:
+    the script reads the node's oldest rank worker, for real here (a process named as Ray
+    names them, in a PID namespace of its own: the host may run lab nodes' Ray), and
+    nothing where there is none."""
+    import os
+    import subprocess
+
+    from halo_cluster.engines.scripts import limits_script
+    from tests.conftest import require
+
+    require(os.geteuid() == 0, "a PID namespace of its own needs root")
+
+    def run(script: str) -> str:
+        return subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", "bash", "-s"], input=script,
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+
+    assert run(limits_script("lab", ray=True)).startswith("alive=0")
+    started = (  # the worker is there once its name is (the test's timeout bounds the wait)
+        "(exec -a ray::RayWorkerWrapper sleep 60) &\necho w=$!\n"
+        "until pgrep -f RayWorkerWrapper >/dev/null; do sleep 0.05; done\n"
+    )
+    said = run(started + limits_script("lab", ray=True))
+    worker, _, rest = said.partition("\n")
+    found = parse_limits_answer("node1", rest)
+    assert found is not None and f"w={found.pid}" == worker

@@ -160,15 +160,23 @@ def progress_script(cluster: str) -> str:
     )
 
 
-def limits_script(cluster: str) -> str:
+def limits_script(cluster: str, ray: bool = False) -> str:
     """The limits of the process 'halo serve' started on a node, as the kernel holds them
     (``checks.engine_limits.parse_limits_answer``): ``alive=``, ``pid=`` and ``cap_eff=`` (its
     effective capabilities, hex) lines, then its /proc/PID/limits, its /proc/PID/cgroup and
     its cgroup's memory.max (cgroup v1's memory.limit_in_bytes where there is no v2 one),
-    each under a ``== name`` line and read with a bound."""
+    each under a ``== name`` line and read with a bound. ``ray``: the ranks are Ray's
+    workers, not halo's process: the node's oldest rank worker is read (its limits are its
+    raylet's, from 'halo up'), else its raylet."""
     _log, pid = log_paths(cluster)
+    found = (
+        "p=\"$(pgrep -o -f 'RayWorkerWrapper|RayWorkerProc' 2>/dev/null || "
+        'pgrep -o -f raylet 2>/dev/null)"\n'
+        if ray
+        else f'p="$(cat {pid} 2>/dev/null)"\n'
+    )
     return (
-        f'p="$(cat {pid} 2>/dev/null)"\n{_ALIVE}echo "alive=$alive"\n'
+        f'{found}{_ALIVE}echo "alive=$alive"\n'
         '[ "$alive" = 1 ] || exit 0\necho "pid=$p"\n'
         'sed -n "s/^CapEff:[[:space:]]*/cap_eff=/p" "/proc/$p/status" 2>/dev/null\n'
         'echo "== limits"; head -c 8192 "/proc/$p/limits" 2>/dev/null\n'

@@ -177,7 +177,8 @@ class Serving:
             result = self._result(request, prepared, witness, traffic)
             result.ready_s, result.warmup_s = round(ready_s, 1), warm.seconds
             result.memory = {row.node: row.to_dict() for row in rows}
-            result.limits = self._limits(prepared, {row.node: row.need_bytes for row in rows})
+            needs = {row.node: row.need_bytes for row in rows}
+            result.limits = self._limits(prepared, needs, engine.uses_ray(request.options))
             result.problems += [p for found in result.limits.values() for p in found.problems]
             result.layout = name
             result.tokens = self._tokens(request, name, known)
@@ -333,7 +334,9 @@ class Serving:
         self._save(state)
 
     # -- health and requests --------------------------------------------------------------
-    def _limits(self, prepared: Prepared, need: dict[str, float | None]) -> dict[str, LimitReport]:
+    def _limits(
+        self, prepared: Prepared, need: dict[str, float | None], ray: bool = False
+    ) -> dict[str, LimitReport]:
         """Each member's engine process as the kernel holds it: its locked-memory and
         open-files limits and its cgroup's memory limit, who set them, and what falls short
         of the plan (problems: locked memory under RDMA, a cgroup below the model's need;
@@ -341,7 +344,7 @@ class Serving:
         note, never a refusal."""
 
         def one(node: NodeConfig) -> tuple[str, LimitReport]:
-            script = scripts.limits_script(self.config.name)
+            script = scripts.limits_script(self.config.name, ray)
             answer = self.cluster.client(node).script(script, 30)
             try:
                 found = parse_limits_answer(node.name, answer.stdout)
