@@ -225,3 +225,36 @@ def test_the_hosts_hca_is_read_by_the_script_for_real() -> None:
     assert parse_host_hca(
         "device mlx5_0\nuverbs uverbs0\nlibrary libibverbs.so.1.14.62.0\njunk\n"
     ) == (HostHca(("mlx5_0",), ("uverbs0",), 62))
+
+
+def test_the_doctor_names_a_foreign_process_holding_a_quarter_of_a_nodes_memory() -> None:
+    """The host script's memory section, run for real here (this machine's MemTotal and its
+    largest processes), then a node whose answer names a forgotten server: a warning with
+    how to stop it; halo's own and Ray's processes are not named."""
+    from halo_cluster.checks.cluster import check_memory_owners
+    from halo_cluster.checks.memory_owners import HostMemory, MemoryOwner
+    from halo_cluster.cluster.gather import MEMORY_MARK, MEMORY_SCRIPT, parse_host_memory
+
+    said = subprocess.run(["bash", "-s"], input=MEMORY_SCRIPT, capture_output=True, text=True,
+                          timeout=30, check=True).stdout  # fmt: skip
+    here = parse_host_memory(said.partition(MEMORY_MARK)[2])
+    assert here.total_kib and here.total_kib > 0 and here.owners  # this test's Python at least
+    total = 128 * 2**20
+    owners = (
+        MemoryOwner(4242, 4240, 2 * 2**20, 94 * 2**20, False, "llama-server"),
+        MemoryOwner(77, 77, 60 * 2**20, 0, True, "vllm"),  # halo's own
+        MemoryOwner(88, 88, 40 * 2**20, 0, False, "ray::RayWorkerW"),  # perhaps halo's Ray
+    )
+    report = NodeReport(STRIX1, None, host_memory=HostMemory(total, owners))
+    [found] = check_memory_owners([report])
+    assert (found.severity, found.check) == ("warn", "cluster.memory_owners")
+    assert (
+        found.summary
+        == "strix1: 1 process(es) halo did not start hold a quarter or more of its memory"
+    )
+    assert found.evidence[0].startswith("pid 4242 (llama-server) holds 96.0 GiB (75 %")
+    assert found.fix == ("# kill -TERM 4242",)
+    assert (
+        check_memory_owners([NodeReport(STRIX1, None, host_memory=HostMemory(total, owners[1:]))])
+        == []
+    )

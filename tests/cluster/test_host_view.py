@@ -117,10 +117,10 @@ def test_the_host_view_of_a_node() -> None:
     down = FakeRunner().on(["bash"], Result((), 255, "", "ssh: connect to host a: timed out"))
     client = clients_from(config, {"a": down})["a"]
     assert host_view(client, {"b": "10.0.0.2"}, "10.0.0.1") == HostView({"b": False})
-    # nothing to ask: no call
+    # no peer and no fabric address: only the host's memory is asked (one call)
     idle = FakeRunner()
     assert host_view(clients_from(config, {"a": idle})["a"], {}, None) == HostView({})
-    assert idle.calls == []
+    assert idle.calls == [("bash", "-s")]
 
 
 @given(st.text(), st.integers(0, 64))

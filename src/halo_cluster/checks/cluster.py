@@ -10,6 +10,7 @@ from halo_cluster.checks import Finding, fail, info, ok, warn
 from halo_cluster.checks.context import NodeReport
 from halo_cluster.checks.fabric import fabric_checks
 from halo_cluster.checks.fixes import q
+from halo_cluster.checks.memory_owners import LARGE_SHARE, how_to_stop, owner_line
 from halo_cluster.checks.node_code import check_halo_versions
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.model import Inventory, NetInterface
@@ -148,6 +149,29 @@ def check_container_hca(reports: Sequence[NodeReport], wanted: str) -> list[Find
                 ],
             )
         )
+    return found
+
+
+def check_memory_owners(reports: Sequence[NodeReport]) -> list[Finding]:
+    """A process halo did not start that holds a quarter or more of a node's memory (a
+    forgotten server, a second engine): named with how to stop it, before the next start
+    fails far into its load. Ray's processes are left out: they may be halo's own Ray's."""
+    found = []
+    for report in reports:
+        memory = report.host_memory
+        if memory is None or not memory.total_kib:
+            continue
+        held = memory.large(LARGE_SHARE, ray=False)
+        if held:
+            found.append(
+                warn(
+                    "cluster.memory_owners",
+                    f"{report.node.name}: {len(held)} process(es) halo did not start hold a "
+                    "quarter or more of its memory",
+                    *(owner_line(o, memory.total_kib) for o in held),
+                    fix=[f"# {how_to_stop(o)}" for o in held],
+                )
+            )
     return found
 
 
@@ -292,6 +316,7 @@ def cluster_checks(
         findings += [check_names(reports)]
         findings += [check_transport_match(reports, wanted, fabric), *check_versions(reports)]
     findings += check_container_hca(reports, wanted)
+    findings += check_memory_owners(reports)
     findings += check_halo_versions(reports, __version__)
     findings.append(check_ssh_path(reports))
     return findings

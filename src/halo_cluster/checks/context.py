@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from halo_cluster.checks.fixes import family
+from halo_cluster.checks.memory_owners import HostMemory
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import HaloError
 from halo_cluster.facts.links import FabricView
@@ -49,6 +50,7 @@ class NodeReport:
     # a node with an exec_prefix: its host's RDMA, read outside the container (None: not
     # read, or no container)
     host_hca: HostHca | None = None
+    host_memory: HostMemory | None = None  # the host's memory and its largest owners
 
 
 @dataclass(frozen=True)

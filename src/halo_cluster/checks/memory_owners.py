@@ -35,6 +35,23 @@ class MemoryOwner:
                 "gtt_gib": _gib(self.gtt_kib), "halo": self.halo}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class HostMemory:
+    """A node's host as the doctor read it: MemTotal (KiB; None: unread) and the owners."""
+
+    total_kib: int | None
+    owners: tuple[MemoryOwner, ...]
+
+    def large(self, share: float, ray: bool = True) -> list[MemoryOwner]:
+        """The owners halo did not start holding at least ``share`` of the memory, largest
+        first (Ray's processes too unless ``ray``)."""
+        if not self.total_kib:
+            return []
+        found = [o for o in self.owners if not o.halo and o.held_kib >= share * self.total_kib
+                 and (ray or not is_ray(o))]  # fmt: skip
+        return sorted(found, key=lambda o: o.held_kib, reverse=True)
+
+
 def parse_owners(text: str) -> list[MemoryOwner]:
     """Every well-formed ``owner=PID PGID RSS GTT halo|other COMMAND`` line (others are
     left out: a node's answer is read, never trusted to be whole)."""

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field, replace
 
 from halo_cluster.bounded.jsonin import loads
 from halo_cluster.checks.context import NodeReport
+from halo_cluster.checks.memory_owners import HostMemory, parse_owners
 from halo_cluster.client.fanout import each
 from halo_cluster.client.node import NodeClient, escaped, first_bytes
 from halo_cluster.config import Config, NodeConfig
+from halo_cluster.engines import scripts
 from halo_cluster.errors import ParseError
 from halo_cluster.facts.host import LIB_DIRS, LIBIBVERBS
 from halo_cluster.facts.links import FabricView, parse_fabric_view, parse_route_get
@@ -19,6 +21,7 @@ from halo_cluster.facts.model import HostHca, inventory_from_dict
 from halo_cluster.mesh import Fabric, NodeFabric
 from halo_cluster.netnames import node_address_problem
 from halo_cluster.nodecode import problem
+from halo_cluster.supervision import count, key_values
 from halo_cluster.wire.args import inventory_args
 
 INVENTORY_TIMEOUT_S = 30.0
@@ -77,6 +80,7 @@ def _report(config: Config, client: NodeClient, mesh: Fabric | None) -> NodeRepo
         link_pings=view.link_pings,
         names=view.names,
         host_hca=view.hca,
+        host_memory=view.memory,
     )
 
 
@@ -92,6 +96,7 @@ class HostView:
     link_pings: dict[str, bool] = field(default_factory=dict)
     names: dict[str, str | None] = field(default_factory=dict)  # peer -> what it resolves to
     hca: HostHca | None = None  # the host's RDMA, where commands run in a container
+    memory: HostMemory | None = None  # the host's memory and who holds the most of it
 
 
 def host_view(
@@ -118,12 +123,11 @@ def host_view(
     script = ping_script(addresses) + names_script(names) if addresses else ""
     if container:
         script += HCA_SCRIPT
+    script += MEMORY_SCRIPT
     if fabric is not None:
         script += fabric_script(fabric, {n: targets[n] for n in names})
     if fabric_address:
         script += ethtool_script(fabric_address)
-    if not script:
-        return HostView({})
     bound = PING_TIMEOUT_S + 2 * waves + (NAMES_S if names and addresses else 0)
     done = client.host_script(script, timeout=bound)
     links = fabric.links if fabric is not None else ()
@@ -132,6 +136,7 @@ def host_view(
         return HostView(dict.fromkeys(names, False), None, None, silent)
     head, _, ethtool_text = done.stdout.partition(ETHTOOL_MARK)
     head, _, fabric_text = head.partition(FABRIC_MARK)
+    head, memory_mark, memory_text = head.partition(MEMORY_MARK)
     head, hca_mark, hca_text = head.partition(HCA_MARK)
     pings_text, _, names_text = head.partition(NAMES_MARK)
     answered = parse_pings(pings_text, len(addresses))
@@ -153,6 +158,7 @@ def host_view(
         {link.ifname: len(names) + k in answered for k, link in enumerate(links)},
         parse_names(names_text, names),
         parse_host_hca(hca_text) if hca_mark else None,
+        parse_host_memory(memory_text) if memory_mark else None,
     )
 
 
@@ -160,6 +166,17 @@ FABRIC_MARK = "--- fabric\n"
 NAMES_MARK = "--- names\n"
 NAMES_S = 4  # the names section's bound: its lookups run at once, 3 s each at most
 HCA_MARK = "--- hca\n"
+MEMORY_MARK = "--- memory\n"
+# the host's MemTotal/MemAvailable and the processes holding the most of its memory
+MEMORY_SCRIPT = f"echo '{MEMORY_MARK.strip()}'\n{scripts.MEMINFO}{scripts.OWNERS}"
+
+
+def parse_host_memory(text: str) -> HostMemory:
+    """``MEMORY_SCRIPT``'s lines: the total (None: unread) and every owner named."""
+    said = key_values(text)
+    return HostMemory(count(said.get("mem_total_kib")), tuple(parse_owners(text)))
+
+
 # the host's RDMA devices, uverbs nodes and libibverbs (outside the node's container)
 HCA_SCRIPT = (
     f"echo '{HCA_MARK.strip()}'\n"
