@@ -123,7 +123,10 @@ def supervised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
         path.write_text(json.dumps(edit(written) if edit else written))
         path.chmod(0o600)
         sup = Supervisor(read_spec(path), path, lines.append)
-        assert sup.start_group() is None  # as 'halo serve' started it before leaving it
+        started = sup.start_group()  # as 'halo serve' started it before leaving it
+        if started is not None:
+            sup.stop_all()  # what the failed start left is stopped before the test fails
+        assert started is None
         thread = threading.Thread(target=sup.run, daemon=True)
         thread.start()
         running.append((sup, thread))
