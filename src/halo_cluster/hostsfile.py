@@ -17,10 +17,6 @@ BEGIN = "# BEGIN halo: the cluster's names on the fabric (halo setup; remove the
 END = "# END halo"
 
 
-class BrokenBlock(ValueError):
-    """The file holds halo's BEGIN line without its END line after it."""
-
-
 def names_block(names: Mapping[str, str]) -> str:
     """The block for ``names`` (node name -> fabric address), in the nodes' order."""
     lines = [f"{address}\t{name}" for name, address in names.items()]
@@ -29,7 +25,7 @@ def names_block(names: Mapping[str, str]) -> str:
 
 def split(text: str) -> tuple[str, str | None, str]:
     """(before, the block or None, after): the first block from BEGIN to its END; a BEGIN
-    line without an END after it is a ``BrokenBlock``."""
+    line without an END after it is a ValueError (the file is left to its owner)."""
     lines = text.splitlines(keepends=True)
     starts = [i for i, line in enumerate(lines) if line.rstrip("\n") == BEGIN]
     if not starts:
@@ -37,7 +33,7 @@ def split(text: str) -> tuple[str, str | None, str]:
     first = starts[0]
     ends = [i for i in range(first + 1, len(lines)) if lines[i].rstrip("\n") == END]
     if not ends:
-        raise BrokenBlock(f"a '{BEGIN[:20]}…' line without its '{END}' line")
+        raise ValueError(f"a '{BEGIN[:20]}…' line without its '{END}' line")
     stop = ends[0] + 1
     block = "".join(lines[first:stop])
     if not block.endswith("\n"):
@@ -47,7 +43,7 @@ def split(text: str) -> tuple[str, str | None, str]:
 
 def with_names(text: str, names: Mapping[str, str]) -> str:
     """``text`` (the hosts file) with halo's block for ``names`` as its first lines (an old
-    block taken out of wherever it was); raises ``BrokenBlock`` as ``split`` does."""
+    block taken out of wherever it was); a ValueError as ``split`` says."""
     before, _block, after = split(text)
     rest = before + after
     return names_block(names) + rest

@@ -101,7 +101,13 @@ def test_a_process_killed_on_either_node_is_restarted_and_proven(served: Lab) ->
     lab.until(lambda s: bool(s.get("last_probe")), "a first probe")
     lab.exec("node2", "pkill -KILL -x ggml-rpc-server")
     found = restarted(lab, 1)
-    assert lab.causes("restarting") == ["the engine's process exited on node2"]
+    # node2's worker is named; node1's llama-server may have died of its lost worker too
+    # when a probe's request reached it first (a clean-clone run at ddd9e22 saw both)
+    [cause] = lab.causes("restarting")
+    assert cause in (
+        "the engine's process exited on node2",
+        "the engine's process exited on node1, node2",
+    ), cause
     assert found["proof"]["problems"] == []  # the counters witness, proven again
     assert all(
         found["proof"]["nodes"][n]["fabric"]["bytes_per_token"] > 256 for n in ("node1", "node2")

@@ -16,7 +16,7 @@ from halo_cluster.cluster.gather import names_script, parse_names
 from halo_cluster.config import NodeConfig
 from halo_cluster.errors import UsageError
 from halo_cluster.facts.inventory import collect_inventory
-from halo_cluster.hostsfile import BEGIN, END, HOSTS_FILE, BrokenBlock, names_block, with_names
+from halo_cluster.hostsfile import BEGIN, END, HOSTS_FILE, names_block, with_names
 from halo_cluster.runner.fake import FakeRunner
 from halo_cluster.setup.apply import apply_steps, current_steps
 from halo_cluster.setup.steps import SetupOptions
@@ -41,7 +41,7 @@ def test_the_block_comes_first_and_nothing_else_changes() -> None:
     # a marker that is not a whole line is not ours; a BEGIN without its END is refused
     odd = f"x {BEGIN}\n1.2.3.4 other\n"
     assert with_names(odd, dict(NAMES)) == names_block(dict(NAMES)) + odd
-    with pytest.raises(BrokenBlock, match="without its '# END halo' line"):
+    with pytest.raises(ValueError, match="without its '# END halo' line"):
         with_names(f"{THEIRS}{BEGIN}\n1.2.3.4 half\n", dict(NAMES))
 
 

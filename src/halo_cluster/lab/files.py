@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from halo_cluster.errors import LabError
-from halo_cluster.hostsfile import BrokenBlock, with_names
+from halo_cluster.hostsfile import with_names
 from halo_cluster.lab.state import NODE_STORE, LabState, control_dir
 from halo_cluster.runner.local import LocalRunner
 
@@ -44,7 +44,7 @@ def write_lab_files(state: LabState, ssh_keygen: str) -> None:
     fabric = {n.name: n.fabric_address for n in state.nodes}
     try:
         text = with_names(base, fabric)
-    except BrokenBlock:  # the host's own file holds a cut block: the nodes' start clean
+    except ValueError:  # the host's own file holds a cut block: the nodes' start clean
         text = with_names("127.0.0.1\tlocalhost\n", fabric)
     for node in state.nodes:
         (d / f"hosts.{node.name}").write_text(text)

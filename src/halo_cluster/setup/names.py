@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from halo_cluster.facts.root import Root
-from halo_cluster.hostsfile import HOSTS_FILE, BrokenBlock, names_block, with_names
+from halo_cluster.hostsfile import HOSTS_FILE, names_block, with_names
 from halo_cluster.setup.step import Action, Step
 
 
@@ -24,7 +24,7 @@ def names_step(root: Root, names: Mapping[str, str]) -> Step:
     wanted = names_block(names)
     try:
         content = with_names(text or "", names)
-    except BrokenBlock as err:
+    except ValueError as err:
         why = f"/etc/hosts holds {err}: not changed; mend or remove that line by hand"
         return Step("names", title, False, check="cluster.names", note=why)
     done = (text or "").startswith(wanted)
