@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from halo_cluster.checks.memory_owners import (
     LARGE_SHARE,
     NAMED_SHARE,
+    HostMemory,
     MemoryOwner,
-    is_ray,
     owner_line,
     parse_owners,
 )
@@ -58,14 +58,8 @@ class NodeMemory:
     def foreign(self, share: float, ray: bool = True) -> list[MemoryOwner]:
         """The owners halo did not start holding at least ``share`` of the node's memory,
         largest first (Ray's processes too unless ``ray``: they may be halo's own Ray's)."""
-        if not self.total_bytes:
-            return []  # the share of an unknown total is unknown
-        large = [
-            o for o in self.owners
-            if not o.halo and o.held_kib * 1024 >= share * self.total_bytes
-            and (ray or not is_ray(o))
-        ]  # fmt: skip
-        return sorted(large, key=lambda o: o.held_kib, reverse=True)
+        total = None if self.total_bytes is None else self.total_bytes // 1024
+        return HostMemory(total, self.owners).large(share, ray)  # the doctor's rule too
 
     @property
     def need_bytes(self) -> float | None:
